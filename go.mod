@@ -1,0 +1,3 @@
+module github.com/nfsrdma/nfsrdma-csi
+
+go 1.26
