@@ -197,9 +197,9 @@ type WC struct {
 type QPState uint8
 
 const (
-	QPInit QPState = iota // created; receives may be posted
-	QPRTS                 // connected: ready to send and receive
-	QPError               // failed or disconnected; work is flushed
+	QPInit  QPState = iota // created; receives may be posted
+	QPRTS                  // connected: ready to send and receive
+	QPError                // failed or disconnected; work is flushed
 )
 
 func (s QPState) String() string {
