@@ -1,0 +1,264 @@
+package siw
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nfsrdma/nfsrdma-csi/pkg/verbs"
+)
+
+// Config tunes a software iWARP device. The zero value is what Linux siw
+// does by default: MPA revision 2 with the enhanced setup and peer-to-peer
+// RTR, CRC32c on, no markers, FPDUs sized to the path MSS.
+type Config struct {
+	// Name is the device name; default "siw0".
+	Name string
+	// NoCRC asks the peer to turn CRC32c off. CRC stays on unless both ends
+	// ask for that (RFC 5044 section 4.4).
+	NoCRC bool
+	// Markers makes us require MPA markers in the stream we receive (RFC
+	// 5044 section 4.3). Linux siw refuses markers.
+	Markers bool
+	// MaxULPDU caps the ULPDU (FPDU payload incl. DDP/RDMAP header) we send,
+	// bytes. 0: derived from the path MSS (RFC 5044 section 4.5), at most 64768.
+	MaxULPDU int
+	// Revision1 makes Connect send an MPA revision 1 request (no IRD/ORD
+	// block, no RTR). knfsd and siw refuse it; for testing only.
+	Revision1 bool
+	// NoP2P makes Connect not ask for peer-to-peer mode (no RTR message).
+	NoP2P bool
+	// RTRDelay is the pause between receiving the MPA reply and sending the
+	// RTR: Linux siw installs its RTR reader only after it sent the reply
+	// and misses an RTR that comes at once. 0 means DefaultRTRDelay;
+	// negative means no pause (peers that are this stack).
+	RTRDelay time.Duration
+	// HandshakeTimeout bounds the MPA exchange and the wait for the RTR;
+	// default 10 s.
+	HandshakeTimeout time.Duration
+	// KeepAlive is the TCP keepalive period; default 15 s.
+	KeepAlive time.Duration
+	// UserTimeout is TCP_USER_TIMEOUT: a peer that acknowledges nothing for
+	// this long fails the connection; default 30 s.
+	UserTimeout time.Duration
+}
+
+// DefaultRTRDelay is the pause before the RTR when Config.RTRDelay is 0.
+const DefaultRTRDelay = 150 * time.Millisecond
+
+// MaxIRDORD is the largest IRD or ORD this provider negotiates (as Linux siw).
+const MaxIRDORD = 128
+
+func (c *Config) defaults() {
+	if c.Name == "" {
+		c.Name = "siw0"
+	}
+	if c.RTRDelay == 0 {
+		c.RTRDelay = DefaultRTRDelay
+	}
+	if c.HandshakeTimeout == 0 {
+		c.HandshakeTimeout = 10 * time.Second
+	}
+	if c.KeepAlive == 0 {
+		c.KeepAlive = 15 * time.Second
+	}
+	if c.UserTimeout == 0 {
+		c.UserTimeout = 30 * time.Second
+	}
+	if c.MaxULPDU > maxULPDU {
+		c.MaxULPDU = maxULPDU
+	}
+	if c.MaxULPDU != 0 && c.MaxULPDU < minULPDU {
+		c.MaxULPDU = minULPDU
+	}
+}
+
+// Device is a software iWARP device: one STag space, any number of PDs,
+// CQs and QPs. It is safe for concurrent use.
+type Device struct {
+	cfg     Config
+	mu      sync.RWMutex
+	mrs     []*mr   // by STag index; index 0 is never used
+	keys    []uint8 // last consumer key handed out per index
+	free    []uint32
+	nextQPN atomic.Uint32
+	nextPD  atomic.Uint32
+	closed  atomic.Bool
+}
+
+var _ verbs.Device = (*Device)(nil)
+
+// NewDevice returns a device with cfg (zero fields take defaults).
+func NewDevice(cfg Config) *Device {
+	cfg.defaults()
+	d := &Device{cfg: cfg, mrs: make([]*mr, 1), keys: make([]uint8, 1)}
+	d.nextQPN.Store(1)
+	return d
+}
+
+func (d *Device) Name() string      { return d.cfg.Name }
+func (d *Device) Transport() string { return "iwarp" }
+
+// Config returns the device's configuration with defaults applied.
+func (d *Device) Config() Config { return d.cfg }
+
+func (d *Device) AllocPD() (verbs.PD, error) {
+	if d.closed.Load() {
+		return nil, verbs.ErrClosed
+	}
+	return &pd{dev: d, id: d.nextPD.Add(1)}, nil
+}
+
+func (d *Device) CreateCQ(depth int) (verbs.CQ, error) {
+	if depth <= 0 {
+		return nil, fmt.Errorf("%w: CQ depth %d", verbs.ErrInvalidWR, depth)
+	}
+	return newCQ(depth), nil
+}
+
+func (d *Device) Close() error {
+	d.closed.Store(true)
+	return nil
+}
+
+// lookup returns the region an STag names, or nil when no region is
+// registered under it or its consumer key does not match. It does not look
+// at validity or access rights.
+func (d *Device) lookup(stag uint32) *mr {
+	idx := stag >> 8
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	if idx == 0 || int(idx) >= len(d.mrs) {
+		return nil
+	}
+	m := d.mrs[idx]
+	if m == nil || uint8(m.key.Load()) != uint8(stag) {
+		return nil
+	}
+	return m
+}
+
+const maxMRIndex = 1<<24 - 1
+
+func (d *Device) register(m *mr) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var idx uint32
+	if n := len(d.free); n > 0 {
+		idx = d.free[n-1]
+		d.free = d.free[:n-1]
+	} else {
+		if len(d.mrs) > maxMRIndex {
+			return fmt.Errorf("siw: out of STag indices")
+		}
+		idx = uint32(len(d.mrs))
+		d.mrs = append(d.mrs, nil)
+		d.keys = append(d.keys, 0)
+	}
+	d.keys[idx]++ // a new registration never reuses the last key of its index
+	m.index = idx
+	m.key.Store(uint32(d.keys[idx]))
+	m.iova = uint64(idx) << 40
+	d.mrs[idx] = m
+	return nil
+}
+
+func (d *Device) rekey(m *mr) uint32 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.keys[m.index]++
+	m.key.Store(uint32(d.keys[m.index]))
+	m.valid.Store(true)
+	return m.index<<8 | uint32(d.keys[m.index])
+}
+
+func (d *Device) deregister(m *mr) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.mrs[m.index] == m {
+		d.mrs[m.index] = nil
+		d.free = append(d.free, m.index)
+	}
+}
+
+// pd is a protection domain.
+type pd struct {
+	dev *Device
+	id  uint32
+}
+
+func (p *pd) RegMR(buf []byte, access verbs.Access) (verbs.MR, error) {
+	if len(buf) == 0 {
+		return nil, fmt.Errorf("%w: empty memory region", verbs.ErrInvalidWR)
+	}
+	m := &mr{dev: p.dev, pd: p, buf: buf, access: access}
+	if err := p.dev.register(m); err != nil {
+		return nil, err
+	}
+	m.valid.Store(true)
+	return m, nil
+}
+
+func (p *pd) CreateQP(attr verbs.QPAttr) (verbs.QP, error) {
+	return newQP(p, attr)
+}
+
+func (p *pd) Close() error { return nil }
+
+// mr is a registered memory region.
+type mr struct {
+	dev    *Device
+	pd     *pd
+	buf    []byte
+	iova   uint64
+	access verbs.Access
+	index  uint32
+	key    atomic.Uint32
+	valid  atomic.Bool
+}
+
+func (m *mr) stag() uint32          { return m.index<<8 | m.key.Load()&0xff }
+func (m *mr) LKey() uint32          { return m.stag() }
+func (m *mr) RKey() uint32          { return m.stag() }
+func (m *mr) Addr() uint64          { return m.iova }
+func (m *mr) Len() int              { return len(m.buf) }
+func (m *mr) Bytes() []byte         { return m.buf }
+func (m *mr) Access() verbs.Access  { return m.access }
+func (m *mr) Valid() bool           { return m.valid.Load() }
+func (m *mr) Rekey() uint32         { return m.dev.rekey(m) }
+func (m *mr) Close() error          { m.valid.Store(false); m.dev.deregister(m); return nil }
+func (m *mr) SGE(off, n int) verbs.SGE {
+	return verbs.SGE{Addr: m.iova + uint64(off), Length: uint32(n), LKey: m.stag()}
+}
+
+// span returns the n bytes at tagged offset to, or ok=false when they are
+// not all inside the region (base and bounds, RFC 5040 section 6.4).
+func (m *mr) span(to uint64, n uint32) ([]byte, bool) {
+	if to < m.iova {
+		return nil, false
+	}
+	off := to - m.iova
+	if off > uint64(len(m.buf)) || uint64(n) > uint64(len(m.buf))-off {
+		return nil, false
+	}
+	return m.buf[off : off+uint64(n)], true
+}
+
+// resolveLocal maps an SGE to memory for a local access: the lkey must name
+// a valid region of pd with the needed rights, and the bytes must be inside.
+func (d *Device) resolveLocal(p *pd, s verbs.SGE, need verbs.Access) ([]byte, verbs.WCStatus, error) {
+	m := d.lookup(s.LKey)
+	if m == nil || !m.valid.Load() || m.pd != p {
+		return nil, verbs.WCLocProtErr, fmt.Errorf("%w: lkey 0x%08x", verbs.ErrInvalidKey, s.LKey)
+	}
+	if m.access&need != need {
+		return nil, verbs.WCLocProtErr, fmt.Errorf("%w: lkey 0x%08x lacks local write access", verbs.ErrInvalidKey, s.LKey)
+	}
+	b, ok := m.span(s.Addr, s.Length)
+	if !ok {
+		return nil, verbs.WCLocLenErr, fmt.Errorf("siw: SGE [0x%x,+%d) outside region lkey 0x%08x", s.Addr, s.Length, s.LKey)
+	}
+	return b, verbs.WCSuccess, nil
+}
+

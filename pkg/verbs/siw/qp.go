@@ -1,0 +1,390 @@
+package siw
+
+import (
+	"bufio"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nfsrdma/nfsrdma-csi/pkg/verbs"
+)
+
+// Queue sizes when QPAttr leaves them zero.
+const (
+	defaultSQDepth = 128
+	defaultRQDepth = 128
+	defaultMaxSGE  = 4
+	maxSGELimit    = 64
+)
+
+type slotState uint8
+
+const (
+	slotFree     slotState = iota
+	slotQueued             // posted, not yet transmitted
+	slotInFlight           // transmitted; an RDMA Read waiting for its response
+	slotDone               // finished; its completion waits for older requests
+)
+
+// sendSlot is one send-queue entry. Its SGL storage is allocated once.
+type sendSlot struct {
+	wr      verbs.SendWR
+	sgl     []verbs.SGE
+	state   slotState
+	status  verbs.WCStatus
+	err     error
+	byteLen uint32
+}
+
+// recvSlot is one receive-queue entry with its SGEs resolved to memory.
+type recvSlot struct {
+	id    uint64
+	bufs  [][]byte
+	total int
+}
+
+// inboundRead is an RDMA Read Request received from the peer, waiting for
+// our transmit path to send the Read Response (IRD bounded).
+type inboundRead struct {
+	req  readReq
+	hdr  [2 + untaggedHdrLen]byte // the request's MPA length + DDP/RDMAP header, for a Terminate
+	zero bool                     // the zero-length Read used as RTR
+}
+
+// termInfo is a Terminate to send: the error and the header of the DDP
+// segment that caused it (RFC 5040 section 4.8).
+type termInfo struct {
+	err    *TerminateError
+	hdr    []byte // MPA length + DDP/RDMAP header of the offending segment
+	rreq   []byte // its Read Request header, when the segment was one
+	status verbs.WCStatus
+}
+
+// qp is a reliable-connected queue pair.
+type qp struct {
+	pd       *pd
+	dev      *Device
+	num      uint32
+	scq, rcq *cq
+	maxSGE   int
+
+	stateMu  sync.Mutex
+	state    verbs.QPState
+	err      error
+	done     chan struct{}
+	attached bool
+
+	conn    *net.TCPConn
+	br      *bufio.Reader
+	crcOn   bool
+	txMark  bool // we insert markers
+	rxMark  bool // the peer inserts markers
+	ulpdu   int  // largest ULPDU we send
+	ird     int
+	ord     int
+	local   net.Addr
+	remote  net.Addr
+	txReady atomic.Bool   // the responder got the RTR (or none is due)
+	rtrCh   chan struct{} // closed when the RTR arrived
+	rtrRead bool          // the RTR we expect is a zero-length Read
+
+	// send queue (sqMu)
+	sqMu        sync.Mutex
+	sq          []sendSlot
+	sqHead      int // oldest slot not yet completed
+	sqTx        int // next slot to transmit
+	sqN         int // slots in use
+	sqQueued    int // slots posted but not yet transmitted: [sqTx, sqTx+sqQueued)
+	orq         []int // slot indices of RDMA Reads in flight, FIFO
+	orqHead     int
+	orqN        int
+	irq         []inboundRead
+	irqHead     int
+	irqN        int
+	term        *termInfo
+	unsignaledN int
+
+	// receive queue (rqMu)
+	rqMu   sync.Mutex
+	rq     []recvSlot
+	rqHead int
+	rqN    int
+
+	// transmit path (txMu)
+	txMu   sync.Mutex
+	txWake chan struct{}
+	tx     txState
+
+	// receive path: owned by the rx goroutine
+	rx rxState
+}
+
+var _ verbs.QP = (*qp)(nil)
+
+func newQP(p *pd, attr verbs.QPAttr) (*qp, error) {
+	scq, ok1 := attr.SendCQ.(*cq)
+	rcq, ok2 := attr.RecvCQ.(*cq)
+	if !ok1 || !ok2 {
+		return nil, fmt.Errorf("%w: send and receive CQs must be CQs of this provider", verbs.ErrInvalidWR)
+	}
+	if attr.MaxSendWR <= 0 {
+		attr.MaxSendWR = defaultSQDepth
+	}
+	if attr.MaxRecvWR <= 0 {
+		attr.MaxRecvWR = defaultRQDepth
+	}
+	if attr.MaxSGE <= 0 {
+		attr.MaxSGE = defaultMaxSGE
+	}
+	if attr.MaxSGE > maxSGELimit {
+		return nil, fmt.Errorf("%w: MaxSGE %d > %d", verbs.ErrInvalidWR, attr.MaxSGE, maxSGELimit)
+	}
+	q := &qp{
+		pd: p, dev: p.dev, num: p.dev.nextQPN.Add(1), scq: scq, rcq: rcq, maxSGE: attr.MaxSGE,
+		done:   make(chan struct{}),
+		rtrCh:  make(chan struct{}),
+		txWake: make(chan struct{}, 1),
+		sq:     make([]sendSlot, attr.MaxSendWR),
+		rq:     make([]recvSlot, attr.MaxRecvWR),
+	}
+	for i := range q.sq {
+		q.sq[i].sgl = make([]verbs.SGE, 0, attr.MaxSGE)
+	}
+	for i := range q.rq {
+		q.rq[i].bufs = make([][]byte, 0, attr.MaxSGE)
+	}
+	return q, nil
+}
+
+func (q *qp) Num() uint32 { return q.num }
+
+func (q *qp) State() verbs.QPState {
+	q.stateMu.Lock()
+	defer q.stateMu.Unlock()
+	return q.state
+}
+
+func (q *qp) Done() <-chan struct{} { return q.done }
+
+func (q *qp) Err() error {
+	q.stateMu.Lock()
+	defer q.stateMu.Unlock()
+	return q.err
+}
+
+func (q *qp) LocalAddr() net.Addr  { return q.local }
+func (q *qp) RemoteAddr() net.Addr { return q.remote }
+
+// PostRecv resolves the SGEs (lkey, LOCAL_WRITE, bounds) and queues the
+// buffer. Errors: ErrInvalidWR (too many SGEs), ErrInvalidKey, ErrQueueFull,
+// ErrQPState (QP in error).
+func (q *qp) PostRecv(wr *verbs.RecvWR) error {
+	if len(wr.SGL) > q.maxSGE {
+		return fmt.Errorf("%w: %d SGEs > max %d", verbs.ErrInvalidWR, len(wr.SGL), q.maxSGE)
+	}
+	q.rqMu.Lock()
+	defer q.rqMu.Unlock()
+	if q.State() == verbs.QPError {
+		return fmt.Errorf("%w: %s", verbs.ErrQPState, verbs.QPError)
+	}
+	if q.rqN == len(q.rq) {
+		return verbs.ErrQueueFull
+	}
+	s := &q.rq[(q.rqHead+q.rqN)%len(q.rq)]
+	s.id = wr.ID
+	s.bufs = s.bufs[:0]
+	s.total = 0
+	for _, g := range wr.SGL {
+		b, _, err := q.dev.resolveLocal(q.pd, g, verbs.AccessLocalWrite)
+		if err != nil {
+			for i := range s.bufs {
+				s.bufs[i] = nil
+			}
+			return err
+		}
+		s.bufs = append(s.bufs, b)
+		s.total += len(b)
+	}
+	q.rqN++
+	return nil
+}
+
+// PostSend validates and queues wr. Small requests posted to an idle send
+// queue are transmitted in the caller's goroutine; the rest by the QP's
+// transmit goroutine. Errors: ErrInvalidWR, ErrQueueFull, ErrQPState.
+func (q *qp) PostSend(wr *verbs.SendWR) error {
+	if len(wr.SGL) > q.maxSGE {
+		return fmt.Errorf("%w: %d SGEs > max %d", verbs.ErrInvalidWR, len(wr.SGL), q.maxSGE)
+	}
+	switch wr.Opcode {
+	case verbs.WRSend, verbs.WRSendWithInv, verbs.WRRDMAWrite, verbs.WRLocalInv:
+	case verbs.WRRDMARead:
+		if len(wr.SGL) > 1 {
+			return fmt.Errorf("%w: RDMA Read takes at most one SGE (one sink STag, RFC 5040 section 4.4)", verbs.ErrInvalidWR)
+		}
+	default:
+		return fmt.Errorf("%w: opcode %d", verbs.ErrInvalidWR, wr.Opcode)
+	}
+	var total uint64
+	for _, g := range wr.SGL {
+		total += uint64(g.Length)
+	}
+	if total > 1<<31 {
+		return fmt.Errorf("%w: message of %d bytes exceeds 2 GiB", verbs.ErrInvalidWR, total)
+	}
+	st := q.State()
+	if st == verbs.QPError {
+		return fmt.Errorf("%w: %s", verbs.ErrQPState, st)
+	}
+	if st == verbs.QPInit && wr.Opcode != verbs.WRLocalInv {
+		return fmt.Errorf("%w: %s (not connected)", verbs.ErrQPState, st)
+	}
+	// Fast path: an idle queue and a small request go out from here.
+	direct := total <= 16<<10 && q.txReady.Load() && q.txMu.TryLock()
+	q.sqMu.Lock()
+	if q.sqN == len(q.sq) {
+		q.sqMu.Unlock()
+		if direct {
+			q.txMu.Unlock()
+		}
+		return verbs.ErrQueueFull
+	}
+	idx := (q.sqHead + q.sqN) % len(q.sq)
+	s := &q.sq[idx]
+	sgl := append(s.sgl[:0], wr.SGL...)
+	s.wr = *wr
+	s.wr.SGL = sgl
+	s.sgl = sgl
+	s.state = slotQueued
+	s.status, s.err, s.byteLen = verbs.WCSuccess, nil, 0
+	q.sqN++
+	if direct && q.sqQueued == 0 && q.irqN == 0 && q.term == nil &&
+		(wr.Opcode != verbs.WRRDMARead || q.orqN < q.ord) && wr.Flags&verbs.SendFence == 0 {
+		q.sqTx = (q.sqTx + 1) % len(q.sq)
+		q.sqMu.Unlock()
+		q.execute(idx)
+		q.txMu.Unlock()
+		return nil
+	}
+	q.sqQueued++
+	q.sqMu.Unlock()
+	if direct {
+		q.txMu.Unlock()
+	}
+	q.wakeTx()
+	return nil
+}
+
+func (q *qp) wakeTx() {
+	select {
+	case q.txWake <- struct{}{}:
+	default:
+	}
+}
+
+// finishSend records the outcome of slot idx and delivers, in posting
+// order, every completion that is now due. Call with sqMu held.
+func (q *qp) finishSendLocked(idx int, status verbs.WCStatus, err error, n uint32) {
+	s := &q.sq[idx]
+	s.state, s.status, s.err, s.byteLen = slotDone, status, err, n
+	q.deliverLocked()
+}
+
+func (q *qp) deliverLocked() {
+	for q.sqN > 0 {
+		s := &q.sq[q.sqHead]
+		if s.state != slotDone {
+			return
+		}
+		if s.wr.Flags&verbs.SendSignaled != 0 || s.status != verbs.WCSuccess {
+			wc := verbs.WC{ID: s.wr.ID, Status: s.status, Opcode: wcOpcode(s.wr.Opcode), ByteLen: s.byteLen, QPNum: q.num, Err: s.err}
+			if !q.scq.push(&wc) {
+				go q.fail(fmt.Errorf("%w: send CQ of QP %d", verbs.ErrCQOverrun, q.num))
+			}
+		}
+		s.state = slotFree
+		s.err = nil
+		s.wr.SGL = nil
+		q.sqHead = (q.sqHead + 1) % len(q.sq)
+		q.sqN--
+	}
+}
+
+func wcOpcode(o verbs.WROpcode) verbs.WCOpcode {
+	switch o {
+	case verbs.WRRDMAWrite:
+		return verbs.WCRDMAWrite
+	case verbs.WRRDMARead:
+		return verbs.WCRDMARead
+	case verbs.WRLocalInv:
+		return verbs.WCLocalInv
+	}
+	return verbs.WCSend
+}
+
+// fail moves the QP to the error state with err (first error wins),
+// flushes every outstanding work request and closes the connection.
+func (q *qp) fail(err error) {
+	q.stateMu.Lock()
+	if q.state == verbs.QPError {
+		q.stateMu.Unlock()
+		return
+	}
+	q.state = verbs.QPError
+	q.err = err
+	close(q.done)
+	q.stateMu.Unlock()
+	q.txReady.Store(false)
+
+	q.sqMu.Lock()
+	for i := 0; i < q.sqN; i++ {
+		idx := (q.sqHead + i) % len(q.sq)
+		if q.sq[idx].state != slotDone {
+			q.sq[idx].state, q.sq[idx].status = slotDone, verbs.WCFlushErr
+			q.sq[idx].err = fmt.Errorf("%w: %w", verbs.ErrQPState, err)
+		}
+	}
+	q.sqTx = (q.sqHead + q.sqN) % len(q.sq)
+	q.sqQueued = 0
+	q.orqN, q.irqN = 0, 0
+	q.deliverLocked()
+	q.sqMu.Unlock()
+
+	q.rqMu.Lock()
+	for ; q.rqN > 0; q.rqN-- {
+		s := &q.rq[q.rqHead]
+		wc := verbs.WC{ID: s.id, Status: verbs.WCFlushErr, Opcode: verbs.WCRecv, QPNum: q.num, Err: err}
+		q.rcq.push(&wc)
+		for i := range s.bufs {
+			s.bufs[i] = nil
+		}
+		q.rqHead = (q.rqHead + 1) % len(q.rq)
+	}
+	q.rqMu.Unlock()
+	q.wakeTx()
+	if q.conn != nil {
+		q.closeConn()
+	}
+}
+
+// closeConn closes the TCP connection without resetting it while the peer
+// may still be reading what we sent last (a Terminate): FIN first, the
+// socket itself a little later.
+func (q *qp) closeConn() {
+	c := q.conn
+	_ = c.CloseWrite()
+	_ = c.SetReadDeadline(time.Now().Add(closeLinger))
+	time.AfterFunc(closeLinger, func() { _ = c.Close() })
+}
+
+// closeLinger is how long a failed connection stays half-open so that the
+// peer can read our last FPDU (a Terminate) before the socket closes.
+const closeLinger = time.Second
+
+// Close disconnects and flushes. The peer sees the connection end.
+func (q *qp) Close() error {
+	q.fail(fmt.Errorf("%w: closed locally", verbs.ErrDisconnect))
+	return nil
+}

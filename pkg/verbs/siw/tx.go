@@ -1,0 +1,398 @@
+package siw
+
+import (
+	"encoding/binary"
+	"fmt"
+	"hash/crc32"
+	"net"
+
+	"github.com/nfsrdma/nfsrdma-csi/pkg/verbs"
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// batchFPDUs is how many FPDUs one writev carries at most.
+const batchFPDUs = 32
+
+const (
+	hdrSlot = 2 + untaggedHdrLen // room for the largest FPDU header
+	trlSlot = 8                  // pad (<= 3) + CRC (4), rounded
+)
+
+// txState is the transmit path's scratch, sized once: no allocation per
+// operation. Guarded by qp.txMu.
+type txState struct {
+	msn   [numQN]uint32 // last MSN sent per untagged queue (RFC 5041 section 5.1: the first is 1)
+	hdr   [batchFPDUs * hdrSlot]byte
+	trl   [batchFPDUs * trlSlot]byte
+	iov   [][]byte
+	ends  [batchFPDUs]int // iov index after each FPDU of the batch
+	nf    int
+	wbufs net.Buffers
+	pos   uint64 // octets sent since full operation began (marker positions)
+	flat  []byte // staging for the marker path
+	segs  [][]byte
+	rr    [readReqLen]byte
+	term  [termCtrlLen + hdrSlot + readReqLen]byte
+}
+
+// txLoop runs the transmit goroutine until the QP fails.
+func (q *qp) txLoop() {
+	for {
+		select {
+		case <-q.txWake:
+		case <-q.done:
+			return
+		}
+		q.txMu.Lock()
+		q.txDrain()
+		q.txMu.Unlock()
+	}
+}
+
+// txDrain sends what is due, in this order: a pending Terminate, Read
+// Responses for inbound RDMA Reads, then send-queue requests in posting
+// order (an RDMA Read waits while ORD Reads are outstanding, RFC 5040
+// section 5.2). Called with txMu held.
+func (q *qp) txDrain() {
+	for q.State() != verbs.QPError {
+		q.sqMu.Lock()
+		if t := q.term; t != nil {
+			q.term = nil
+			q.sqMu.Unlock()
+			_ = q.sendTerminate(t)
+			q.fail(t.err)
+			return
+		}
+		if !q.txReady.Load() {
+			q.sqMu.Unlock()
+			return
+		}
+		if q.irqN > 0 {
+			r := q.irq[q.irqHead]
+			q.irqHead = (q.irqHead + 1) % len(q.irq)
+			q.irqN--
+			q.sqMu.Unlock()
+			if q.sendReadResponse(&r) != nil {
+				return
+			}
+			continue
+		}
+		if q.sqQueued == 0 {
+			q.sqMu.Unlock()
+			return
+		}
+		s := &q.sq[q.sqTx]
+		if s.wr.Opcode == verbs.WRRDMARead && q.ord > 0 && q.orqN >= q.ord ||
+			s.wr.Flags&verbs.SendFence != 0 && q.orqN > 0 {
+			q.sqMu.Unlock()
+			return // a Read Response wakes us
+		}
+		idx := q.sqTx
+		q.sqTx = (q.sqTx + 1) % len(q.sq)
+		q.sqQueued--
+		q.sqMu.Unlock()
+		q.execute(idx)
+	}
+}
+
+// execute transmits send-queue slot idx. Called with txMu held.
+func (q *qp) execute(idx int) {
+	s := &q.sq[idx]
+	wr := &s.wr
+	switch wr.Opcode {
+	case verbs.WRSend, verbs.WRSendWithInv, verbs.WRRDMAWrite:
+		total, status, err := q.gather(wr.SGL)
+		if err != nil {
+			q.localError(idx, status, err)
+			return
+		}
+		switch wr.Opcode {
+		case verbs.WRRDMAWrite:
+			err = q.sendMessage(true, opRDMAWrite, wr.RKey, wr.RemoteAddr, 0, 0, 0, q.tx.segs, total)
+		default:
+			op := byte(opSend)
+			var inv uint32
+			if wr.Opcode == verbs.WRSendWithInv {
+				op, inv = opSendInv, wr.InvalidateKey
+			}
+			if wr.Flags&verbs.SendSolicited != 0 {
+				op += opSendSE - opSend // Send->Send with SE, Send w/ Inv->Send w/ SE and Inv
+			}
+			q.tx.msn[qnSend]++
+			err = q.sendMessage(false, op, 0, 0, inv, qnSend, q.tx.msn[qnSend], q.tx.segs, total)
+		}
+		clear(q.tx.segs)
+		if err != nil {
+			return // fail() flushed the slot
+		}
+		q.sqMu.Lock()
+		q.finishSendLocked(idx, verbs.WCSuccess, nil, 0)
+		q.sqMu.Unlock()
+	case verbs.WRRDMARead:
+		if q.ord == 0 {
+			q.sqMu.Lock()
+			q.finishSendLocked(idx, verbs.WCLocQPOpErr, fmt.Errorf("%w: RDMA Read with ORD 0", verbs.ErrInvalidWR), 0)
+			q.sqMu.Unlock()
+			return
+		}
+		var sink verbs.SGE
+		if len(wr.SGL) == 1 {
+			sink = wr.SGL[0]
+		}
+		if sink.Length > 0 {
+			if _, status, err := q.dev.resolveLocal(q.pd, sink, verbs.AccessLocalWrite); err != nil {
+				q.localError(idx, status, err)
+				return
+			}
+		}
+		rr := readReq{sinkSTag: sink.LKey, sinkTO: sink.Addr, size: sink.Length, srcSTag: wr.RKey, srcTO: wr.RemoteAddr}
+		rr.put(q.tx.rr[:])
+		q.sqMu.Lock()
+		s.state = slotInFlight
+		q.orq[(q.orqHead+q.orqN)%len(q.orq)] = idx
+		q.orqN++
+		q.sqMu.Unlock()
+		q.tx.msn[qnReadReq]++
+		q.tx.segs = append(q.tx.segs[:0], q.tx.rr[:])
+		_ = q.sendMessage(false, opReadRequest, 0, 0, 0, qnReadReq, q.tx.msn[qnReadReq], q.tx.segs, readReqLen)
+		q.tx.segs[0] = nil
+	case verbs.WRLocalInv:
+		m := q.dev.lookup(wr.InvalidateKey)
+		q.sqMu.Lock()
+		if m == nil || m.pd != q.pd {
+			q.finishSendLocked(idx, verbs.WCLocProtErr, fmt.Errorf("%w: local invalidate of STag 0x%08x", verbs.ErrInvalidKey, wr.InvalidateKey), 0)
+		} else {
+			m.valid.Store(false)
+			q.finishSendLocked(idx, verbs.WCSuccess, nil, 0)
+		}
+		q.sqMu.Unlock()
+	}
+}
+
+// localError completes slot idx with a local error and, as the verbs
+// require for a local protection or length error, moves the QP to error.
+func (q *qp) localError(idx int, status verbs.WCStatus, err error) {
+	q.sqMu.Lock()
+	q.finishSendLocked(idx, status, err, 0)
+	q.sqMu.Unlock()
+	q.fail(err)
+}
+
+// gather resolves an SGL into q.tx.segs and returns the total length.
+func (q *qp) gather(sgl []verbs.SGE) (int, verbs.WCStatus, error) {
+	q.tx.segs = q.tx.segs[:0]
+	total := 0
+	for _, g := range sgl {
+		if g.Length == 0 {
+			continue
+		}
+		b, status, err := q.dev.resolveLocal(q.pd, g, 0)
+		if err != nil {
+			return 0, status, err
+		}
+		q.tx.segs = append(q.tx.segs, b)
+		total += len(b)
+	}
+	return total, verbs.WCSuccess, nil
+}
+
+// sendReadResponse answers an inbound RDMA Read from the source region
+// (RFC 5040 section 4.5). An invalid source is a remote protection error:
+// Terminate, QP to error. Called with txMu held.
+func (q *qp) sendReadResponse(r *inboundRead) error {
+	rr := &r.req
+	q.tx.segs = q.tx.segs[:0]
+	if rr.size > 0 {
+		m := q.dev.lookup(rr.srcSTag)
+		var terr *TerminateError
+		var b []byte
+		switch {
+		case m == nil || !m.valid.Load():
+			terr = newTerm(ErrInvalidSTag, "RDMA Read source STag 0x%08x", rr.srcSTag)
+		case m.pd != q.pd:
+			terr = newTerm(ErrSTagNotAssoc, "RDMA Read source STag 0x%08x", rr.srcSTag)
+		case m.access&verbs.AccessRemoteRead == 0:
+			terr = newTerm(ErrAccessRights, "RDMA Read source STag 0x%08x has no remote read access", rr.srcSTag)
+		default:
+			var ok bool
+			if b, ok = m.span(rr.srcTO, rr.size); !ok {
+				terr = newTerm(ErrBaseBounds, "RDMA Read of %d bytes at 0x%x outside source STag 0x%08x", rr.size, rr.srcTO, rr.srcSTag)
+			}
+		}
+		if terr != nil {
+			var rq [readReqLen]byte
+			rr.put(rq[:])
+			_ = q.sendTerminate(&termInfo{err: terr, hdr: r.hdr[:], rreq: rq[:]})
+			q.fail(terr)
+			return terr
+		}
+		q.tx.segs = append(q.tx.segs, b)
+	}
+	err := q.sendMessage(true, opReadResponse, rr.sinkSTag, rr.sinkTO, 0, 0, 0, q.tx.segs, int(rr.size))
+	clear(q.tx.segs)
+	return err
+}
+
+func newTerm(kind *TerminateError, format string, args ...any) *TerminateError {
+	return &TerminateError{Layer: kind.Layer, EType: kind.EType, Code: kind.Code, Detail: fmt.Sprintf(format, args...)}
+}
+
+// sendTerminate sends a Terminate message (RFC 5040 section 4.8) with the
+// header of the offending segment. Called with txMu held.
+func (q *qp) sendTerminate(t *termInfo) error {
+	b := q.tx.term[:termCtrlLen]
+	putTermCtrl(b, termCtrl{layer: t.err.Layer, etype: t.err.EType, code: t.err.Code,
+		m: len(t.hdr) > 0, d: len(t.hdr) > 0, r: len(t.rreq) > 0})
+	b = append(b, t.hdr...)
+	b = append(b, t.rreq...)
+	q.tx.msn[qnTerminate]++
+	q.tx.segs = append(q.tx.segs[:0], b)
+	err := q.sendMessage(false, opTerminate, 0, 0, 0, qnTerminate, q.tx.msn[qnTerminate], q.tx.segs, len(b))
+	clear(q.tx.segs)
+	return err
+}
+
+// sendRTR sends the peer-to-peer ready-to-receive message: a zero-length
+// RDMA Write to STag 1, TO 0 (RFC 6581 section 3; STag 1 as Linux siw,
+// which must not be checked for a zero-length Write).
+func (q *qp) sendRTR() error {
+	q.txMu.Lock()
+	defer q.txMu.Unlock()
+	return q.sendMessage(true, opRDMAWrite, 1, 0, 0, 0, 0, nil, 0)
+}
+
+// sendMessage segments one DDP message of total bytes gathered from segs
+// into FPDUs of at most q.ulpdu bytes (RFC 5041 section 5: MO advances per
+// untagged segment, TO per tagged segment, L on the last) and writes them
+// with writev in batches. Called with txMu held. A write error fails the QP.
+func (q *qp) sendMessage(tagged bool, op byte, stag uint32, to uint64, inv, qn, msn uint32, segs [][]byte, total int) error {
+	hl := untaggedHdrLen
+	if tagged {
+		hl = taggedHdrLen
+	}
+	maxPay := q.ulpdu - hl
+	si, so := 0, 0
+	off := 0
+	for first := true; first || off < total; first = false {
+		n := min(maxPay, total-off)
+		last := off+n == total
+		f := q.tx.nf
+		h := q.tx.hdr[f*hdrSlot : f*hdrSlot+2+hl]
+		if tagged {
+			putTagged(h, hl+n, last, op, stag, to+uint64(off))
+		} else {
+			putUntagged(h, hl+n, last, op, inv, qn, msn, uint32(off))
+		}
+		crc := crc32.Update(0, castagnoli, h)
+		q.tx.iov = append(q.tx.iov, h)
+		for rem := n; rem > 0; {
+			s := segs[si][so:]
+			if len(s) > rem {
+				s = s[:rem]
+			}
+			if len(s) > 0 {
+				q.tx.iov = append(q.tx.iov, s)
+				if q.crcOn && !q.txMark {
+					crc = crc32.Update(crc, castagnoli, s)
+				}
+			}
+			rem -= len(s)
+			so += len(s)
+			if so == len(segs[si]) {
+				si, so = si+1, 0
+			}
+		}
+		pad := padLen(hl + n)
+		t := q.tx.trl[f*trlSlot : f*trlSlot+pad+mpaCRCLen]
+		clear(t[:pad])
+		if q.crcOn {
+			crc = crc32.Update(crc, castagnoli, t[:pad])
+			binary.LittleEndian.PutUint32(t[pad:], crc)
+		} else {
+			binary.LittleEndian.PutUint32(t[pad:], 0)
+		}
+		q.tx.iov = append(q.tx.iov, t)
+		q.tx.ends[f] = len(q.tx.iov)
+		q.tx.nf++
+		off += n
+		if q.tx.nf == batchFPDUs {
+			if err := q.flush(); err != nil {
+				return err
+			}
+		}
+	}
+	return q.flush()
+}
+
+// flush writes the batched FPDUs.
+func (q *qp) flush() error {
+	if q.tx.nf == 0 {
+		return nil
+	}
+	var err error
+	if q.txMark {
+		q.tx.flat = q.appendMarked(q.tx.flat[:0])
+		_, err = q.conn.Write(q.tx.flat)
+	} else {
+		q.tx.wbufs = q.tx.iov
+		_, err = q.tx.wbufs.WriteTo(q.conn)
+	}
+	clear(q.tx.iov)
+	q.tx.iov = q.tx.iov[:0]
+	q.tx.nf = 0
+	if err != nil {
+		q.fail(fmt.Errorf("%w: write: %v", verbs.ErrDisconnect, err))
+	}
+	return err
+}
+
+// appendMarked lays out the batched FPDUs with an MPA marker at every 512th
+// octet of the stream (RFC 5044 section 4.3) and computes each CRC over the
+// FPDU including its markers (section 4.4): a marker that falls just before
+// an FPDU belongs to it (FPDUPTR 0), one between the pad and the CRC to the
+// FPDU it ends.
+func (q *qp) appendMarked(out []byte) []byte {
+	start := 0
+	for f := 0; f < q.tx.nf; f++ {
+		parts := q.tx.iov[start:q.tx.ends[f]]
+		start = q.tx.ends[f]
+		var crc uint32
+		marker := func(ptr uint64) {
+			var m [mpaMarkerLen]byte
+			binary.BigEndian.PutUint16(m[2:], uint16(ptr))
+			out = append(out, m[:]...)
+			crc = crc32.Update(crc, castagnoli, m[:])
+			q.tx.pos += mpaMarkerLen
+		}
+		if q.tx.pos%mpaMarkerIntv == 0 {
+			marker(0)
+		}
+		fpduStart := q.tx.pos
+		last := len(parts) - 1
+		for i, p := range parts {
+			if i == last {
+				p = p[:len(p)-mpaCRCLen] // the pad; the CRC comes after
+			}
+			for len(p) > 0 {
+				if q.tx.pos%mpaMarkerIntv == 0 {
+					marker(q.tx.pos - fpduStart)
+				}
+				n := min(len(p), int(mpaMarkerIntv-q.tx.pos%mpaMarkerIntv))
+				out = append(out, p[:n]...)
+				crc = crc32.Update(crc, castagnoli, p[:n])
+				q.tx.pos += uint64(n)
+				p = p[n:]
+			}
+		}
+		if q.tx.pos%mpaMarkerIntv == 0 {
+			marker(q.tx.pos - fpduStart)
+		}
+		if !q.crcOn {
+			crc = 0
+		}
+		out = binary.LittleEndian.AppendUint32(out, crc)
+		q.tx.pos += mpaCRCLen
+	}
+	return out
+}
