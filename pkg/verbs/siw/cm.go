@@ -314,7 +314,7 @@ type connRequest struct {
 	used bool
 }
 
-func (cr *connRequest) PrivateData() []byte { return cr.req.priv }
+func (cr *connRequest) PrivateData() []byte  { return cr.req.priv }
 func (cr *connRequest) RemoteAddr() net.Addr { return cr.conn.RemoteAddr() }
 func (cr *connRequest) Param() verbs.ConnParam {
 	return verbs.ConnParam{PrivateData: cr.req.priv, ResponderResources: int(cr.req.ird), InitiatorDepth: int(cr.req.ord)}

@@ -218,16 +218,16 @@ type mr struct {
 	valid  atomic.Bool
 }
 
-func (m *mr) stag() uint32          { return m.index<<8 | m.key.Load()&0xff }
-func (m *mr) LKey() uint32          { return m.stag() }
-func (m *mr) RKey() uint32          { return m.stag() }
-func (m *mr) Addr() uint64          { return m.iova }
-func (m *mr) Len() int              { return len(m.buf) }
-func (m *mr) Bytes() []byte         { return m.buf }
-func (m *mr) Access() verbs.Access  { return m.access }
-func (m *mr) Valid() bool           { return m.valid.Load() }
-func (m *mr) Rekey() uint32         { return m.dev.rekey(m) }
-func (m *mr) Close() error          { m.valid.Store(false); m.dev.deregister(m); return nil }
+func (m *mr) stag() uint32         { return m.index<<8 | m.key.Load()&0xff }
+func (m *mr) LKey() uint32         { return m.stag() }
+func (m *mr) RKey() uint32         { return m.stag() }
+func (m *mr) Addr() uint64         { return m.iova }
+func (m *mr) Len() int             { return len(m.buf) }
+func (m *mr) Bytes() []byte        { return m.buf }
+func (m *mr) Access() verbs.Access { return m.access }
+func (m *mr) Valid() bool          { return m.valid.Load() }
+func (m *mr) Rekey() uint32        { return m.dev.rekey(m) }
+func (m *mr) Close() error         { m.valid.Store(false); m.dev.deregister(m); return nil }
 func (m *mr) SGE(off, n int) verbs.SGE {
 	return verbs.SGE{Addr: m.iova + uint64(off), Length: uint32(n), LKey: m.stag()}
 }
@@ -261,4 +261,3 @@ func (d *Device) resolveLocal(p *pd, s verbs.SGE, need verbs.Access) ([]byte, ve
 	}
 	return b, verbs.WCSuccess, nil
 }
-

@@ -93,10 +93,10 @@ type qp struct {
 	// send queue (sqMu)
 	sqMu        sync.Mutex
 	sq          []sendSlot
-	sqHead      int // oldest slot not yet completed
-	sqTx        int // next slot to transmit
-	sqN         int // slots in use
-	sqQueued    int // slots posted but not yet transmitted: [sqTx, sqTx+sqQueued)
+	sqHead      int   // oldest slot not yet completed
+	sqTx        int   // next slot to transmit
+	sqN         int   // slots in use
+	sqQueued    int   // slots posted but not yet transmitted: [sqTx, sqTx+sqQueued)
 	orq         []int // slot indices of RDMA Reads in flight, FIFO
 	orqHead     int
 	orqN        int

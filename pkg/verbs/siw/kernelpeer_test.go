@@ -1,0 +1,172 @@
+package siw
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/binary"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nfsrdma/nfsrdma-csi/pkg/verbs"
+)
+
+// kernelPeer returns the kernel peer's environment (../shared/kernel-peer,
+// started by .ci/run or by hand with its `start`). Outside CI the test is
+// skipped when the peer is not running; under CI=true that is a failure.
+func kernelPeer(t *testing.T) map[string]string {
+	t.Helper()
+	dir := os.Getenv("KERNEL_PEER_DIR")
+	if dir == "" {
+		dir = "/tmp/kernel-peer"
+	}
+	env := map[string]string{}
+	f, err := os.Open(filepath.Join(dir, "env"))
+	if err == nil {
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			if k, v, ok := strings.Cut(sc.Text(), "="); ok {
+				env[k] = v
+			}
+		}
+		f.Close()
+	}
+	if env["KP_PID"] != "" {
+		if _, err := os.Stat("/proc/" + env["KP_PID"]); err != nil {
+			env = map[string]string{}
+		}
+	}
+	if env["KP_RPING_PORT"] == "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("kernel peer not running (start ../shared/kernel-peer/start); required under CI")
+		}
+		t.Skip("kernel peer not running: start ../shared/kernel-peer/start to run the interop tests")
+	}
+	return env
+}
+
+// kpCheck runs the kernel peer's `check`: no kernel BUG/Oops/WARNING after
+// our traffic.
+func kpCheck(t *testing.T) {
+	t.Helper()
+	tools := os.Getenv("KERNEL_PEER_TOOLS")
+	if tools == "" {
+		tools = "../../../../shared/kernel-peer"
+	}
+	out, err := exec.Command(filepath.Join(tools, "check")).CombinedOutput()
+	if err != nil {
+		t.Fatalf("kernel peer check failed: %v\n%s", err, out)
+	}
+}
+
+// TestKernelRping speaks the rping protocol (rdma-core's rping, client side)
+// to the kernel's rping server over Linux siw: the kernel RDMA Reads our
+// start buffer, RDMA Writes it back into our sink buffer, and Sends to us.
+// Every byte is checked, with CRC on and off.
+func TestKernelRping(t *testing.T) {
+	env := kernelPeer(t)
+	addr := env["KP_HOST"] + ":" + env["KP_RPING_PORT"]
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		crc  string
+	}{
+		{"crc", Config{}, "CRC true"},
+		{"nocrc", Config{NoCRC: true}, "CRC false"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rping(t, addr, tc.cfg, tc.crc, 20)
+			kpCheck(t)
+		})
+	}
+}
+
+func rping(t *testing.T, addr string, cfg Config, wantCRC string, count int) {
+	const size = 64 // the server's buffer (rping -S default)
+	d := NewDevice(cfg)
+	pd, _ := d.AllocPD()
+	scq, _ := d.CreateCQ(64)
+	rcq, _ := d.CreateCQ(64)
+	e := &end{dev: d, pd: pd, scq: scq, rcq: rcq}
+	start := regMR(t, e, size, verbs.AccessRemoteRead)
+	sink := regMR(t, e, size, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
+	info := regMR(t, e, 16, 0)
+	recv := regMR(t, e, 16, verbs.AccessLocalWrite)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	// the rping server serves one client and restarts: retry the connect
+	var qp verbs.QP
+	var ci verbs.ConnInfo
+	for attempt := 0; ; attempt++ {
+		var err error
+		qp, err = pd.CreateQP(verbs.QPAttr{SendCQ: scq, RecvCQ: rcq, MaxSendWR: 8, MaxRecvWR: 8})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err = qp.PostRecv(&verbs.RecvWR{ID: 1, SGL: []verbs.SGE{recv.SGE(0, 16)}}); err != nil {
+			t.Fatal(err)
+		}
+		ci, err = d.Connect(ctx, addr, qp, verbs.ConnParam{ResponderResources: 1, InitiatorDepth: 1})
+		if err == nil {
+			break
+		}
+		qp.Close()
+		for scq.Poll(make([]verbs.WC, 8)) > 0 || rcq.Poll(make([]verbs.WC, 8)) > 0 {
+		}
+		if attempt == 10 {
+			t.Fatalf("connect to the rping server at %s: %v", addr, err)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	defer func() {
+		qp.Close()
+		time.Sleep(300 * time.Millisecond) // let siw tear down before the next client
+	}()
+	t.Logf("connected: %s", ci.Detail)
+	if !strings.Contains(ci.Detail, wantCRC) {
+		t.Fatalf("negotiated %q, want %q", ci.Detail, wantCRC)
+	}
+	advertise := func(mr verbs.MR) {
+		b := info.Bytes()
+		binary.BigEndian.PutUint64(b[0:], mr.Addr())
+		binary.BigEndian.PutUint32(b[8:], mr.RKey())
+		binary.BigEndian.PutUint32(b[12:], size)
+		if err := qp.PostSend(&verbs.SendWR{ID: 2, Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGL: []verbs.SGE{info.SGE(0, 16)}}); err != nil {
+			t.Fatal(err)
+		}
+		wantOK(t, waitWC(t, scq), verbs.WCSend)
+	}
+	awaitServer := func(what string) {
+		wc := waitWC(t, rcq)
+		if wc.Status != verbs.WCSuccess || wc.ByteLen != 16 {
+			t.Fatalf("%s: server's Send completed %+v (QP error: %v)", what, wc, qp.Err())
+		}
+		if err := qp.PostRecv(&verbs.RecvWR{ID: 1, SGL: []verbs.SGE{recv.SGE(0, 16)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for ping := 0; ping < count; ping++ {
+		msg := start.Bytes()
+		n := copy(msg, "rdma-ping-"+string(rune('0'+ping%10))+": ")
+		for i, c := n, byte(65+ping%58); i < size; i++ {
+			msg[i] = c
+			if c++; c > 122 {
+				c = 65
+			}
+		}
+		msg[size-1] = 0
+		clear(sink.Bytes())
+		advertise(start) // the server RDMA Reads our start buffer...
+		awaitServer("after the server's RDMA Read")
+		advertise(sink) // ...and RDMA Writes it into our sink buffer
+		awaitServer("after the server's RDMA Write")
+		if !bytes.Equal(sink.Bytes(), start.Bytes()) {
+			t.Fatalf("ping %d: sink %q != start %q", ping, sink.Bytes(), start.Bytes())
+		}
+	}
+}
