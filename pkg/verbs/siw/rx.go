@@ -471,6 +471,23 @@ func (q *qp) rxTerminate(n uint32) error {
 	} else {
 		te.Detail = fmt.Sprintf("Terminate of %d bytes without a control word", n)
 	}
+	// The oldest outstanding request is the one the peer refused (an RDMA
+	// Read, or the Send/Write it could not place): it completes with the
+	// remote error, the rest are flushed.
+	status := verbs.WCRemOpErr
+	if te.EType == rdmapRemoteProtection && te.Layer == LayerRDMAP || te.EType == ddpTaggedBuffer && te.Layer == LayerDDP {
+		status = verbs.WCRemAccessErr
+	}
+	q.sqMu.Lock()
+	for i := 0; i < q.sqN; i++ {
+		idx := (q.sqHead + i) % len(q.sq)
+		if q.sq[idx].state != slotDone {
+			q.sq[idx].state, q.sq[idx].status, q.sq[idx].err = slotDone, status, te
+			break
+		}
+	}
+	q.deliverLocked()
+	q.sqMu.Unlock()
 	q.fail(te)
 	return te
 }
