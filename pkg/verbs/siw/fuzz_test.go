@@ -160,4 +160,3 @@ func FuzzFPDUStream(f *testing.F) {
 		}
 	})
 }
-
