@@ -353,3 +353,59 @@ func TestTerminateLayouts(t *testing.T) {
 		t.Fatalf("RFC layout % x", b)
 	}
 }
+
+// TestPeerStopsReading: a peer that completes the handshake and then never
+// reads must not hang a writer forever: TCP_USER_TIMEOUT fails the
+// connection and the outstanding requests are flushed.
+func TestPeerStopsReading(t *testing.T) {
+	if testing.Short() {
+		t.Skip("takes a few seconds")
+	}
+	ctx := testCtx(t)
+	// our active side against a raw listener that answers MPA and then sleeps
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		var req mpaFrame
+		if readMPAFrame(c, false, &req) != nil {
+			return
+		}
+		rep := mpaFrame{reply: true, rev: 2, enhanced: true, crc: true, ird: 1, ord: 1}
+		b, _ := rep.encode(nil)
+		c.Write(b)
+		<-ctx.Done() // never read again
+	}()
+	c := newEnd(t, Config{UserTimeout: time.Second, NoP2P: true}, verbs.QPAttr{})
+	if _, err := c.dev.Connect(ctx, ln.Addr().String(), c.qp, verbs.ConnParam{ResponderResources: 1, InitiatorDepth: 1}); err != nil {
+		t.Fatal(err)
+	}
+	src := regMR(t, c, 8<<20, 0)
+	t0 := time.Now()
+	for i := 0; i < 16; i++ {
+		c.qp.PostSend(&verbs.SendWR{ID: uint64(i), Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled, SGL: []verbs.SGE{src.SGE(0, 8<<20)}, RKey: 0x101})
+	}
+	select {
+	case <-c.qp.Done():
+	case <-time.After(60 * time.Second):
+		t.Fatal("writer still blocked after 60 s against a peer that stopped reading")
+	}
+	mustErrIs(t, c.qp.Err(), verbs.ErrDisconnect)
+	t.Logf("failed after %v: %v", time.Since(t0), c.qp.Err())
+	flushed := 0
+	for i := 0; i < 16; i++ {
+		if wc := waitWC(t, c.scq); wc.Status == verbs.WCFlushErr {
+			flushed++
+		}
+	}
+	if flushed == 0 {
+		t.Fatal("no request was flushed")
+	}
+}
