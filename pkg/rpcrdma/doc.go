@@ -1,0 +1,23 @@
+// Package rpcrdma implements the wire codec and the pure decision logic of
+// RPC-over-RDMA version 1 (RFC 8166), the transport that carries ONC RPC
+// (RFC 5531) and so NFSv3 (RFC 1813, bound by RFC 8267) over RDMA.
+//
+// It holds no connection state and performs no I/O:
+//
+//   - header.go: the transport header (RFC 8166 section 4): Header, Segment,
+//     ReadSegment, Header.Encode, Header.Decode with Limits.
+//   - errreply.go: the RDMA_ERROR a responder sends for a header it could
+//     not decode (RFC 8166 section 4.5): ShouldAnswer, AppendErrorReply.
+//   - privdata.go: the RDMA-CM private data of RFC 8797 (magic 0xf6ab0e18)
+//     and the negotiation of the inline thresholds.
+//   - plan.go: the requester's choice of chunks for a call and its reply
+//     (modelled on Linux xprtrdma rpcrdma_marshal_req).
+//   - respond.go: the responder's choice of how to return a reply within the
+//     chunks the requester provided (modelled on Linux svcrdma), and the
+//     checks a requester makes on the chunks a reply returns.
+//
+// All sizes are in bytes. Decoders never panic, never trust a length or a
+// count before checking it against the bytes present and the configured
+// Limits, and reuse the caller's slices so that the steady state does not
+// allocate.
+package rpcrdma
