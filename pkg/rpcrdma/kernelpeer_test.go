@@ -117,7 +117,7 @@ func TestKnfsdNullOverRDMA(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		e := xdr.NewEncoder(b[len(b):]) // the RPC message follows the transport header
+		e := xdr.NewEncoder(b[len(b):])                                   // the RPC message follows the transport header
 		for _, v := range []uint32{xid, 0, 2, 100003, 3, 0, 0, 0, 0, 0} { // CALL, rpcvers 2, NFS v3 NULL, AUTH_NONE x2
 			e.Uint32(v)
 		}
