@@ -1,0 +1,351 @@
+package sunrpc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nfsrdma/nfsrdma-csi/pkg/xdr"
+)
+
+// RetryPolicy says when a Client retransmits a call. A retransmission reuses
+// the call's XID (RFC 5531 section 9: the XID lets the server's duplicate
+// request cache recognise it), on the same connection after Timeout, or on a
+// new connection after ErrConnLost.
+type RetryPolicy struct {
+	// Soft makes a call give up after Retries failed tries (lost connection,
+	// failed dial, Timeout without a reply) with an error wrapping
+	// ErrTimeout and the last cause. Hard (the default) retries until the
+	// call's ctx ends.
+	Soft    bool
+	Retries int
+	// Timeout is how long to wait for a reply before retransmitting on the
+	// same connection (NFS "timeo"); 0 waits until the connection dies or
+	// ctx ends. A non-zero Timeout costs one context allocation per try.
+	Timeout time.Duration
+	// MaxBackoff bounds the pause between consecutive failed connection
+	// attempts: 0, 10ms, 20ms, ... up to MaxBackoff (0 means 1s).
+	MaxBackoff time.Duration
+}
+
+// ClientOptions configures a Client.
+type ClientOptions struct {
+	// AuthSys, when not nil, makes every call carry this AUTH_SYS credential
+	// (RFC 5531 appendix A); nil means AUTH_NONE.
+	AuthSys *AuthSysParams
+	Retry   RetryPolicy
+}
+
+// ClientStats are a Client's counters since NewClient.
+type ClientStats struct {
+	Calls       uint64 // calls started (Call and Null)
+	Retransmits uint64 // transmissions after a call's first one
+	Reconnects  uint64 // connections established after the first
+}
+
+// CallSpec describes one call for Client.Call.
+type CallSpec struct {
+	Prog, Vers, Proc uint32
+	// Args encodes the arguments after the call header (nil: void). It may
+	// mark one DDP-eligible argument (e.g. NFS WRITE data) with b.Payload.
+	// It runs once per call, even if the call is retransmitted; b must not
+	// be kept.
+	Args func(b *Builder)
+	// Results decodes the results of a SUCCESS reply from d (nil: ignore
+	// them). placed is Reply.Placed: the bytes of a DDP-eligible result
+	// placed in ReplyPayload, or -1 when it is inline in d. d and its bytes
+	// are valid only during the call; its error, if any, is returned by Call.
+	Results func(d *xdr.Decoder, placed int) error
+	// ReplyPayload and MaxReplySize are passed to the transport (see Call).
+	ReplyPayload []byte
+	MaxReplySize int
+}
+
+// Client makes RPC calls (RFC 5531) over transports obtained from a
+// DialFunc, reconnecting when a transport dies. It is safe for concurrent
+// use; calls share one transport at a time.
+type Client struct {
+	dial  DialFunc
+	cred  OpaqueAuth
+	retry RetryPolicy
+	xid   atomic.Uint32
+
+	calls, retransmits, reconnects atomic.Uint64
+
+	mu      sync.Mutex
+	tr      ClientTransport
+	dialing chan struct{} // closed when the dial in progress ends
+	dialed  bool
+	closed  bool
+
+	pool sync.Pool // *clientCall
+}
+
+// clientCall is the per-call state, pooled so that a call does not allocate.
+type clientCall struct {
+	b    Builder
+	call Call
+	dec  xdr.Decoder
+}
+
+// NewClient returns a Client that dials with dial when it first needs a
+// connection. It fails only when opts.AuthSys breaks the limits of RFC 5531
+// appendix A.
+func NewClient(dial DialFunc, opts ClientOptions) (*Client, error) {
+	c := &Client{dial: dial, retry: opts.Retry}
+	if opts.AuthSys != nil {
+		cred, err := opts.AuthSys.Credential()
+		if err != nil {
+			return nil, err
+		}
+		c.cred = cred
+	}
+	if c.retry.MaxBackoff <= 0 {
+		c.retry.MaxBackoff = time.Second
+	}
+	c.xid.Store(rand.Uint32())
+	c.pool.New = func() any { return &clientCall{} }
+	return c, nil
+}
+
+// Stats returns the counters.
+func (c *Client) Stats() ClientStats {
+	return ClientStats{Calls: c.calls.Load(), Retransmits: c.retransmits.Load(), Reconnects: c.reconnects.Load()}
+}
+
+// Close closes the current transport; calls in progress and later calls
+// fail with an error wrapping ErrClosed.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	c.closed = true
+	t := c.tr
+	c.tr = nil
+	c.mu.Unlock()
+	if t != nil {
+		return t.Close()
+	}
+	return nil
+}
+
+// Call makes one call and waits for its reply, retransmitting as the
+// RetryPolicy says. The deadline and cancellation of ctx bound the whole
+// call, retransmissions included. Errors (all wrapped, with prog, vers,
+// proc and XID in the text):
+//
+//   - the server's refusal (RFC 5531 section 9): ErrProgUnavail,
+//     ErrProcUnavail, ErrGarbageArgs, ErrSystemErr, *MismatchError
+//     (ErrProgMismatch, ErrRPCMismatch), *AuthError (ErrAuth);
+//   - ErrTimeout (soft policy), ctx's error, ErrClosed;
+//   - ErrMalformed for an undecodable reply header; Results' error.
+func (c *Client) Call(ctx context.Context, s CallSpec) error {
+	return c.do(ctx, &s, c.cred, false)
+}
+
+// Null calls procedure 0 (NULL) of prog/vers with AUTH_NONE and no
+// retransmission: one try, on the current connection or a new one if it is
+// dead, bounded by ctx. It suits keepalive pings and server probes.
+func (c *Client) Null(ctx context.Context, prog, vers uint32) error {
+	s := CallSpec{Prog: prog, Vers: vers}
+	return c.do(ctx, &s, OpaqueAuth{}, true)
+}
+
+func (c *Client) do(ctx context.Context, s *CallSpec, cred OpaqueAuth, oneShot bool) error {
+	cc := c.pool.Get().(*clientCall)
+	defer c.pool.Put(cc)
+	xid := c.xid.Add(1)
+	cc.b.Reset(cc.b.Bytes())
+	h := CallHeader{XID: xid, RPCVers: RPCVersion, Prog: s.Prog, Vers: s.Vers, Proc: s.Proc, Cred: cred}
+	h.Encode(&cc.b.Encoder)
+	if s.Args != nil {
+		s.Args(&cc.b)
+	}
+	cc.call = Call{XID: xid, Msg: cc.b.Message(), ReplyPayload: s.ReplyPayload, MaxReplySize: s.MaxReplySize}
+	defer func() { cc.call = Call{}; cc.b.payload = nil; cc.dec.Reset(nil) }()
+	c.calls.Add(1)
+
+	r, err := c.roundTrip(ctx, &cc.call, oneShot)
+	if err != nil {
+		return fmt.Errorf("sunrpc: call prog %d vers %d proc %d xid %#x: %w", s.Prog, s.Vers, s.Proc, xid, err)
+	}
+	defer r.Release()
+	cc.dec.Reset(r.Body)
+	rh, err := DecodeReplyHeader(&cc.dec)
+	if err == nil && rh.XID != xid {
+		err = fmt.Errorf("%w: reply xid %#x", ErrMalformed, rh.XID)
+	}
+	if err == nil {
+		err = rh.Err()
+	}
+	if err == nil && s.Results != nil {
+		err = s.Results(&cc.dec, r.Placed)
+	}
+	if err != nil {
+		return fmt.Errorf("sunrpc: call prog %d vers %d proc %d xid %#x: %w", s.Prog, s.Vers, s.Proc, xid, err)
+	}
+	return nil
+}
+
+// roundTrip sends call until a reply comes back or the policy gives up.
+func (c *Client) roundTrip(ctx context.Context, call *Call, oneShot bool) (*Reply, error) {
+	var last error
+	var backoff time.Duration
+	sent := false
+	for tries := 0; ; tries++ {
+		if tries > 0 {
+			if oneShot {
+				return nil, last
+			}
+			if c.retry.Soft && tries > c.retry.Retries {
+				return nil, fmt.Errorf("%w after %d retries: %w", ErrTimeout, c.retry.Retries, last)
+			}
+			if backoff > 0 {
+				if err := sleep(ctx, backoff); err != nil {
+					return nil, fmt.Errorf("%w (last: %w)", err, last)
+				}
+			}
+		}
+		t, err := c.transport(ctx)
+		if err != nil {
+			if errors.Is(err, ErrClosed) {
+				return nil, err
+			}
+			if ctx.Err() != nil {
+				return nil, ctxErr(ctx, err)
+			}
+			last = err
+			backoff = c.nextBackoff(backoff)
+			continue
+		}
+		if sent {
+			c.retransmits.Add(1)
+		}
+		sent = true
+		rctx, cancel := ctx, context.CancelFunc(nil)
+		if c.retry.Timeout > 0 {
+			rctx, cancel = context.WithTimeout(ctx, c.retry.Timeout)
+		}
+		r, err := t.RoundTrip(rctx, call)
+		if cancel != nil {
+			cancel()
+		}
+		if err == nil {
+			return r, nil
+		}
+		switch {
+		case ctx.Err() != nil:
+			return nil, ctxErr(ctx, err)
+		case errors.Is(err, ErrConnLost):
+			c.drop(t)
+			c.mu.Lock()
+			closed := c.closed
+			c.mu.Unlock()
+			if closed {
+				return nil, fmt.Errorf("%w: %w", ErrClosed, err)
+			}
+			backoff = c.nextBackoff(backoff)
+		case rctx.Err() != nil: // per-try Timeout: retransmit on the same connection
+			backoff = 0
+		default:
+			return nil, err
+		}
+		last = err
+	}
+}
+
+func (c *Client) nextBackoff(d time.Duration) time.Duration {
+	if d == 0 {
+		return 10 * time.Millisecond
+	}
+	return min(2*d, c.retry.MaxBackoff)
+}
+
+// ctxErr makes sure the error returned when ctx ended matches ctx.Err().
+func ctxErr(ctx context.Context, err error) error {
+	if errors.Is(err, ctx.Err()) {
+		return err
+	}
+	return fmt.Errorf("%w (last: %w)", ctx.Err(), err)
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// transport returns the live transport, dialing one if there is none. One
+// dial runs at a time; other callers wait for it.
+func (c *Client) transport(ctx context.Context) (ClientTransport, error) {
+	for {
+		c.mu.Lock()
+		if c.closed {
+			c.mu.Unlock()
+			return nil, ErrClosed
+		}
+		if t := c.tr; t != nil {
+			select {
+			case <-t.Done():
+				c.tr = nil
+				c.mu.Unlock()
+				t.Close()
+				continue
+			default:
+				c.mu.Unlock()
+				return t, nil
+			}
+		}
+		if ch := c.dialing; ch != nil {
+			c.mu.Unlock()
+			select {
+			case <-ch:
+				continue
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+		ch := make(chan struct{})
+		c.dialing = ch
+		c.mu.Unlock()
+
+		t, err := c.dial(ctx)
+
+		c.mu.Lock()
+		c.dialing = nil
+		close(ch)
+		if err != nil {
+			c.mu.Unlock()
+			return nil, fmt.Errorf("sunrpc: dial: %w", err)
+		}
+		if c.closed {
+			c.mu.Unlock()
+			t.Close()
+			return nil, ErrClosed
+		}
+		c.tr = t
+		if c.dialed {
+			c.reconnects.Add(1)
+		}
+		c.dialed = true
+		c.mu.Unlock()
+		return t, nil
+	}
+}
+
+// drop forgets t if it is still current, and closes it.
+func (c *Client) drop(t ClientTransport) {
+	c.mu.Lock()
+	if c.tr == t {
+		c.tr = nil
+	}
+	c.mu.Unlock()
+	t.Close()
+}

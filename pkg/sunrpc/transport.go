@@ -1,0 +1,147 @@
+package sunrpc
+
+import (
+	"context"
+	"fmt"
+	"net"
+
+	"github.com/nfsrdma/nfsrdma-csi/pkg/xdr"
+)
+
+// Call is one outgoing call as a client transport sees it.
+type Call struct {
+	XID uint32
+	// Msg is the whole call: RPC header (RFC 5531 section 9) and arguments,
+	// with at most one DDP-eligible argument as Msg.Payload.
+	Msg Message
+	// ReplyPayload is where a DDP-eligible result (e.g. NFS READ data) may
+	// be placed (an RFC 8166 Write chunk); nil if none.
+	ReplyPayload []byte
+	// MaxReplySize is an upper bound, in bytes, of the reply without the
+	// DDP-eligible result; RFC 8267 section 4 uses it to decide on a Reply
+	// chunk. 0 means unknown: the transport assumes its largest reply.
+	MaxReplySize int
+}
+
+// Releaser takes back the buffer of a Reply (see Reply.Release).
+type Releaser interface {
+	ReleaseReply(r *Reply)
+}
+
+// Reply is a received reply.
+type Reply struct {
+	// Body is the reply message (RFC 5531 section 9) without a DDP-placed
+	// item. When an item was placed, its XDR length word stays in Body and
+	// its bytes and pad are absent (RFC 8166 section 3.4, "reduced" data items).
+	Body []byte
+	// Placed is the number of bytes of the DDP-eligible result placed into
+	// Call.ReplyPayload, or -1: the result (if any) is inline in Body.
+	Placed int
+	// Owner, when not nil, gets Body's buffer back on Release.
+	Owner Releaser
+}
+
+// Release gives Body's buffer back to the transport. Neither r nor Body may
+// be used afterwards. Calling it again is a no-op only until the transport
+// reuses r: release exactly once.
+func (r *Reply) Release() {
+	if o := r.Owner; o != nil {
+		r.Owner = nil
+		o.ReleaseReply(r)
+	}
+}
+
+// ClientTransport carries calls to one server over one connection. It is
+// safe for concurrent use; many calls may be outstanding at once.
+type ClientTransport interface {
+	// RoundTrip sends c and waits for the reply with the same XID. It
+	// returns ErrConnLost (wrapped) when the connection died before the
+	// reply: the call may be retried with the same XID on a new transport.
+	// It returns ctx's error (wrapped) when ctx ends first; the connection
+	// stays usable. The caller releases the Reply. The transport does not
+	// keep c or its buffers after RoundTrip returns.
+	RoundTrip(ctx context.Context, c *Call) (*Reply, error)
+	// Done is closed when the connection is dead.
+	Done() <-chan struct{}
+	// Close ends the connection; outstanding RoundTrips return ErrConnLost.
+	Close() error
+}
+
+// DialFunc opens a new ClientTransport to the server; ctx bounds the dial.
+type DialFunc func(ctx context.Context) (ClientTransport, error)
+
+// Request is one received call as a server handler sees it.
+//
+// A server transport fills the transport part (Reset) and hands the Request
+// to a Dispatcher, which parses the RPC header into the other fields. The
+// slices alias the transport's receive buffers: they are valid until the
+// Dispatcher returns.
+type Request struct {
+	// Parsed by the Dispatcher (RFC 5531 section 9).
+	XID, Prog, Vers, Proc uint32
+	Cred                  Credential
+	// Args is the inline arguments, after the call header. When ArgPayload
+	// is not nil, the DDP-eligible argument's length word is in Args and its
+	// bytes are ArgPayload (see Payload).
+	Args []byte
+
+	// Filled by the transport.
+	Raw        []byte   // the whole call message (header and inline arguments)
+	ArgPayload []byte   // a DDP-eligible argument the transport already pulled (RFC 8166 Read chunk), or nil when inline
+	Peer       net.Addr // the caller's address
+	Transport  string   // "tcp", "rdma", ...
+
+	dec xdr.Decoder
+}
+
+// Reset prepares r for a new call received by a transport, keeping r's
+// internal storage (so a pooled Request decodes AUTH_SYS without allocating).
+func (r *Request) Reset(raw, argPayload []byte, peer net.Addr, transport string) {
+	r.XID, r.Prog, r.Vers, r.Proc = 0, 0, 0, 0
+	r.Cred.Flavor, r.Cred.Body = AuthNone, nil
+	r.Args = nil
+	r.Raw, r.ArgPayload, r.Peer, r.Transport = raw, argPayload, peer, transport
+}
+
+// ArgsDecoder returns a decoder over Args, from its start. It is owned by r.
+func (r *Request) ArgsDecoder() *xdr.Decoder {
+	r.dec.Reset(r.Args)
+	return &r.dec
+}
+
+// Payload reads the DDP-eligible variable-length opaque argument (e.g. NFS
+// WRITE data) of at most max bytes at d's position: when the transport
+// pulled it (ArgPayload != nil) it reads the length word from d and returns
+// ArgPayload, checking the lengths agree; otherwise it reads the item inline.
+// Errors are recorded in d (xdr.ErrTooLong, ErrMalformed).
+func (r *Request) Payload(d *xdr.Decoder, max int) []byte {
+	if r.ArgPayload == nil {
+		return d.Opaque(max)
+	}
+	n := d.Uint32()
+	if d.Err() != nil {
+		return nil
+	}
+	if uint64(n) > uint64(max) {
+		d.SetErr(fmt.Errorf("%w: %d > %d", xdr.ErrTooLong, n, max))
+		return nil
+	}
+	if int(n) != len(r.ArgPayload) {
+		d.SetErr(fmt.Errorf("%w: DDP argument length word %d, %d bytes placed", ErrMalformed, n, len(r.ArgPayload)))
+		return nil
+	}
+	return r.ArgPayload
+}
+
+// Dispatcher handles the calls a server transport receives. Server is the
+// implementation; transports accept any.
+type Dispatcher interface {
+	// Dispatch handles one call: req as filled by Request.Reset. It encodes
+	// the whole reply message (RFC 5531 section 9) into reply, which the
+	// transport provides empty, and returns true; or returns false to drop
+	// the call without a reply (a call header that cannot be decoded gets
+	// no reply, RFC 5531 section 9). Dispatch may be called concurrently.
+	// The transport sends reply.Message() in one piece, then calls
+	// reply.RunAfterSend (also when dropping).
+	Dispatch(ctx context.Context, req *Request, reply *Builder) bool
+}
