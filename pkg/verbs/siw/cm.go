@@ -146,7 +146,9 @@ func (d *Device) Connect(ctx context.Context, addr string, vqp verbs.QP, p verbs
 			return verbs.ConnInfo{}, err
 		}
 	}
-	q.attach(c, br, rep.crc, rep.markers, req.markers, ird, ord, false)
+	if err := q.attach(c, br, rep.crc, rep.markers, req.markers, ird, ord, false); err != nil {
+		return verbs.ConnInfo{}, err
+	}
 	if rtr {
 		if d.cfg.RTRDelay > 0 {
 			t := time.NewTimer(d.cfg.RTRDelay)
@@ -179,8 +181,17 @@ func (q *qp) claim() error {
 
 // attach binds the connection after the MPA exchange and starts the
 // receive and transmit goroutines.
-func (q *qp) attach(c *net.TCPConn, br *bufio.Reader, crcOn, txMark, rxMark bool, ird, ord int, rtrWant bool) {
-	q.conn, q.br = c, br
+func (q *qp) attach(c *net.TCPConn, br *bufio.Reader, crcOn, txMark, rxMark bool, ird, ord int, rtrWant bool) error {
+	q.stateMu.Lock()
+	if q.state == verbs.QPError {
+		err := q.err
+		q.stateMu.Unlock()
+		_ = c.Close()
+		return err
+	}
+	q.conn = c
+	q.stateMu.Unlock()
+	q.br = br
 	q.local, q.remote = c.LocalAddr(), c.RemoteAddr()
 	q.crcOn, q.txMark, q.rxMark = crcOn, txMark, rxMark
 	q.ird, q.ord = ird, ord
@@ -193,6 +204,7 @@ func (q *qp) attach(c *net.TCPConn, br *bufio.Reader, crcOn, txMark, rxMark bool
 	q.tx.segs = make([][]byte, 0, q.maxSGE)
 	go q.rxLoop()
 	go q.txLoop()
+	return nil
 }
 
 // ready makes the QP RTS. On the passive side sending waits for the RTR
@@ -368,7 +380,9 @@ func (cr *connRequest) Accept(ctx context.Context, vqp verbs.QP, p verbs.ConnPar
 		return verbs.ConnInfo{}, err
 	}
 	q.rtrRead = rtrRead
-	q.attach(cr.conn, cr.br, rep.crc, r.markers, rep.markers, ird, ord, rtr)
+	if err := q.attach(cr.conn, cr.br, rep.crc, r.markers, rep.markers, ird, ord, rtr); err != nil {
+		return verbs.ConnInfo{}, err
+	}
 	q.ready(rtr)
 	if rtr {
 		t := time.NewTimer(d.cfg.HandshakeTimeout)

@@ -409,3 +409,32 @@ func TestPeerStopsReading(t *testing.T) {
 		t.Fatal("no request was flushed")
 	}
 }
+
+// TestCloseWhileSending: closing a QP while its transmit path is in the
+// middle of a large RDMA Write (or a Connect/Accept is attaching) is clean:
+// every request completes exactly once, nothing races, nothing leaks.
+func TestCloseWhileSending(t *testing.T) {
+	for i := 0; i < 20; i++ {
+		c, s := pair(t, Config{}, Config{}, verbs.QPAttr{}, nil)
+		dst := regMR(t, s, 1<<20, verbs.AccessRemoteWrite)
+		src := regMR(t, c, 1<<20, 0)
+		for k := 0; k < 4; k++ {
+			c.qp.PostSend(&verbs.SendWR{ID: uint64(k), Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
+				SGL: []verbs.SGE{src.SGE(0, 1<<20)}, RKey: dst.RKey(), RemoteAddr: dst.Addr()})
+		}
+		time.Sleep(time.Duration(i) * 20 * time.Microsecond)
+		c.qp.Close()
+		seen := map[uint64]bool{}
+		for k := 0; k < 4; k++ {
+			wc := waitWC(t, c.scq)
+			if seen[wc.ID] || (wc.Status != verbs.WCSuccess && wc.Status != verbs.WCFlushErr) {
+				t.Fatalf("completion %+v (seen %v)", wc, seen)
+			}
+			seen[wc.ID] = true
+		}
+		if n := c.scq.Poll(make([]verbs.WC, 4)); n != 0 {
+			t.Fatalf("%d extra completions", n)
+		}
+		waitDone(t, s)
+	}
+}

@@ -24,6 +24,7 @@ type slotState uint8
 const (
 	slotFree     slotState = iota
 	slotQueued             // posted, not yet transmitted
+	slotSending            // the transmit path is sending it; it completes it
 	slotInFlight           // transmitted; an RDMA Read waiting for its response
 	slotDone               // finished; its completion waits for older requests
 )
@@ -263,6 +264,7 @@ func (q *qp) PostSend(wr *verbs.SendWR) error {
 	if direct && q.sqQueued == 0 && q.irqN == 0 && q.term == nil &&
 		(wr.Opcode != verbs.WRRDMARead || q.orqN < q.ord) && wr.Flags&verbs.SendFence == 0 {
 		q.sqTx = (q.sqTx + 1) % len(q.sq)
+		s.state = slotSending
 		q.sqMu.Unlock()
 		q.execute(idx)
 		q.txMu.Unlock()
@@ -341,7 +343,9 @@ func (q *qp) fail(err error) {
 	q.sqMu.Lock()
 	for i := 0; i < q.sqN; i++ {
 		idx := (q.sqHead + i) % len(q.sq)
-		if q.sq[idx].state != slotDone {
+		// a slot being sent is completed by the transmit path when its
+		// write returns
+		if st := q.sq[idx].state; st != slotDone && st != slotSending {
 			q.sq[idx].state, q.sq[idx].status = slotDone, verbs.WCFlushErr
 			q.sq[idx].err = fmt.Errorf("%w: %w", verbs.ErrQPState, err)
 		}
@@ -364,16 +368,18 @@ func (q *qp) fail(err error) {
 	}
 	q.rqMu.Unlock()
 	q.wakeTx()
-	if q.conn != nil {
-		q.closeConn()
+	q.stateMu.Lock()
+	c := q.conn
+	q.stateMu.Unlock()
+	if c != nil {
+		closeConn(c)
 	}
 }
 
 // closeConn closes the TCP connection without resetting it while the peer
 // may still be reading what we sent last (a Terminate): FIN first, the
 // socket itself a little later.
-func (q *qp) closeConn() {
-	c := q.conn
+func closeConn(c *net.TCPConn) {
 	_ = c.CloseWrite()
 	_ = c.SetReadDeadline(time.Now().Add(closeLinger))
 	time.AfterFunc(closeLinger, func() { _ = c.Close() })

@@ -96,6 +96,8 @@ type rxState struct {
 	inSend  bool
 	readMO  uint32 // bytes of the current Read Response placed so far
 	rtrWant bool   // the first FPDU must be the RTR
+	trl     [8]byte
+	rreq    [readReqLen]byte
 	scratch [512]byte
 }
 
@@ -196,7 +198,7 @@ func (q *qp) rxFPDU() error {
 		return err
 	}
 	// pad and CRC
-	var trl [8]byte
+	trl := x.trl[:]
 	pad := padLen(ulpdu)
 	if err := r.read(trl[:pad], true); err != nil {
 		return q.markerErr(err)
@@ -437,12 +439,11 @@ func (q *qp) rxReadRequest(n uint32) error {
 	if n != readReqLen || !x.h.last() {
 		return q.violation(&TerminateError{Layer: LayerRDMAP, EType: rdmapRemoteOperation, Code: rdmapUnspecified}, "Read Request of %d bytes", n)
 	}
-	var b [readReqLen]byte
-	if err := x.r.read(b[:], true); err != nil {
+	if err := x.r.read(x.rreq[:], true); err != nil {
 		return q.markerErr(err)
 	}
 	var ir inboundRead
-	ir.req.parse(b[:])
+	ir.req.parse(x.rreq[:])
 	copy(ir.hdr[:], x.hdr[:])
 	q.sqMu.Lock()
 	if q.irqN >= len(q.irq) {

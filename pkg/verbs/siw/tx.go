@@ -91,6 +91,7 @@ func (q *qp) txDrain() {
 		idx := q.sqTx
 		q.sqTx = (q.sqTx + 1) % len(q.sq)
 		q.sqQueued--
+		s.state = slotSending
 		q.sqMu.Unlock()
 		q.execute(idx)
 	}
@@ -123,11 +124,13 @@ func (q *qp) execute(idx int) {
 			err = q.sendMessage(false, op, 0, 0, inv, qnSend, q.tx.msn[qnSend], q.tx.segs, total)
 		}
 		clear(q.tx.segs)
-		if err != nil {
-			return // fail() flushed the slot
-		}
 		q.sqMu.Lock()
-		q.finishSendLocked(idx, verbs.WCSuccess, nil, 0)
+		if err != nil {
+			// the connection failed under it: the peer may or may not have it
+			q.finishSendLocked(idx, verbs.WCFlushErr, err, 0)
+		} else {
+			q.finishSendLocked(idx, verbs.WCSuccess, nil, 0)
+		}
 		q.sqMu.Unlock()
 	case verbs.WRRDMARead:
 		if q.ord == 0 {
@@ -149,6 +152,11 @@ func (q *qp) execute(idx int) {
 		rr := readReq{sinkSTag: sink.LKey, sinkTO: sink.Addr, size: sink.Length, srcSTag: wr.RKey, srcTO: wr.RemoteAddr}
 		rr.put(q.tx.rr[:])
 		q.sqMu.Lock()
+		if q.State() == verbs.QPError {
+			q.finishSendLocked(idx, verbs.WCFlushErr, q.Err(), 0)
+			q.sqMu.Unlock()
+			return
+		}
 		s.state = slotInFlight
 		q.orq[(q.orqHead+q.orqN)%len(q.orq)] = idx
 		q.orqN++
