@@ -16,8 +16,12 @@ import (
 )
 
 // rxBufSize is the socket read buffer of a connection: headers and small
-// messages are read through it; large tagged payloads bypass it.
-const rxBufSize = 64 << 10
+// messages are read through it; tagged and untagged payloads beyond what it
+// already holds are read from the socket straight into their destination.
+// Small (4 KiB) so that little payload is copied through it: measured on
+// loopback, 4 KiB gives ~15% more RDMA Write bandwidth and ~9% lower Send
+// latency than 64 KiB (hack/bench).
+const rxBufSize = 4 << 10
 
 // tune sets TCP options as Linux siw does (Nagle off) plus liveness:
 // keepalive and TCP_USER_TIMEOUT, so a dead peer or one that stops reading

@@ -8,6 +8,7 @@ import (
 	"hash/crc32"
 	"io"
 	"net"
+	"runtime"
 	"time"
 
 	"github.com/nfsrdma/nfsrdma-csi/pkg/verbs"
@@ -96,9 +97,11 @@ type rxState struct {
 	inSend  bool
 	readMO  uint32 // bytes of the current Read Response placed so far
 	rtrWant bool   // the first FPDU must be the RTR
-	trl     [8]byte
-	rreq    [readReqLen]byte
-	scratch [512]byte
+	// delivered: this FPDU produced a completion
+	delivered bool
+	trl       [8]byte
+	rreq      [readReqLen]byte
+	scratch   [512]byte
 }
 
 // rxLoop runs the receive goroutine: it reads FPDUs until the connection
@@ -111,6 +114,14 @@ func (q *qp) rxLoop() {
 	for {
 		err := q.rxFPDU()
 		if err == nil {
+			// A completion was just delivered and nothing more is
+			// buffered: let the woken consumer run before this goroutine
+			// goes back to the socket (and parks there), so the
+			// consumer's answer is not queued behind our empty read.
+			if x.delivered && q.br.Buffered() == 0 {
+				runtime.Gosched()
+			}
+			x.delivered = false
 			continue
 		}
 		var te *TerminateError
@@ -430,6 +441,7 @@ func (q *qp) completeRecv(wc verbs.WC) {
 	if !q.rcq.push(&wc) {
 		go q.fail(fmt.Errorf("%w: receive CQ of QP %d", verbs.ErrCQOverrun, q.num))
 	}
+	q.rx.delivered = true
 }
 
 // rxReadRequest queues an inbound RDMA Read for the transmit path; more
