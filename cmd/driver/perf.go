@@ -63,6 +63,7 @@ func (f *runFlags) register(fs *pflag.FlagSet, baseline bool) {
 	fs.IntVar(&f.opts.Iters, "iters", perftest.DefaultIters, "messages to move (round trips for send_lat)")
 	fs.IntVar(&f.opts.Depth, "depth", perftest.DefaultDepth, "work requests kept outstanding (bandwidth tests)")
 	fs.BoolVar(&f.opts.NoCRC, "no-crc", false, "turn MPA CRC32c off")
+	fs.BoolVar(&f.opts.FPDUPathMSS, "fpdu-mss", false, "size the client's FPDUs by the path MSS as Linux siw does (default: 64768-byte ULPDUs, both ends being this stack)")
 	fs.BoolVar(&f.opts.Verify, "verify", false, "fill the source with a pattern and check the sink")
 	fs.BoolVar(&f.opts.Baseline, "baseline", baseline, "also measure a raw TCP loopback socket and report RDMA/TCP ratios")
 	fs.DurationVar(&f.opts.Timeout, "timeout", 0, "bound on the whole run (0: none)")

@@ -41,7 +41,7 @@ type client struct {
 // dial connects to the perftest server at addr for a run of opts (whose
 // defaults are filled) and sets up the data path.
 func dial(ctx context.Context, addr string, opts Options) (_ *client, err error) {
-	c := &client{dev: newDevice(opts.NoCRC), opts: opts}
+	c := &client{dev: newDevice(opts.NoCRC, opts.FPDUPathMSS), opts: opts}
 	defer func() {
 		if err != nil {
 			c.close()

@@ -26,12 +26,21 @@ const (
 	ctrlSendSlots = 8
 )
 
+// ULPDU is the FPDU payload both ends of driver perf send by default:
+// the largest MPA allows (RFC 5044 section 4.1), which the provider may use
+// because both ends are this stack. With FPDUPathMSS the client sizes its
+// FPDUs by the path MSS instead, as Linux siw does.
+const ULPDU = 64768
+
 // newDevice returns the software iWARP device for one end. A device with
-// NoCRC follows its peer: CRC32c stays on unless both ends turn it off.
-// Both ends are this stack, so the pause before the RTR meant for Linux siw
-// is not needed.
-func newDevice(noCRC bool) *siw.Device {
-	return siw.NewDevice(siw.Config{NoCRC: noCRC, RTRDelay: -1})
+// noCRC follows its peer: CRC32c stays on unless both ends turn it off.
+// RTRDelay is off: the peer is this stack, which reads the RTR at once.
+func newDevice(noCRC, pathMSS bool) *siw.Device {
+	cfg := siw.Config{NoCRC: noCRC, RTRDelay: -1, MaxULPDU: ULPDU}
+	if pathMSS {
+		cfg.MaxULPDU = 0
+	}
+	return siw.NewDevice(cfg)
 }
 
 // endpoint is one end's verbs resources: one completion queue for both work

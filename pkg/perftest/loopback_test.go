@@ -180,7 +180,7 @@ func TestServerRejects(t *testing.T) {
 		{"too much memory", (&request{test: SendBW, size: MaxSize, iters: 1, depth: 2}).encode(), "receive buffers"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			dev := newDevice(false)
+			dev := newDevice(false, false)
 			ep, err := newEndpoint(dev, endpointSpec{sendDepth: 1, dataLen: 64})
 			if err != nil {
 				t.Fatal(err)

@@ -154,6 +154,9 @@ type Options struct {
 	// NoCRC turns MPA CRC32c off (both ends must agree; a perftest server
 	// follows the client).
 	NoCRC bool
+	// FPDUPathMSS sizes the client's FPDUs by the path MSS, as Linux siw
+	// does, instead of ULPDU (the server always sends ULPDU-sized FPDUs).
+	FPDUPathMSS bool
 	// Verify fills the source with a pattern and checks the sink.
 	Verify bool
 	// Baseline also measures the same byte movement over a raw TCP loopback

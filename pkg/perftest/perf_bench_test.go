@@ -11,10 +11,10 @@ import (
 // Compare with the TCP baselines of the same size, in the same run.
 
 // benchClient starts a server and connects a client for b.N messages.
-func benchClient(b *testing.B, test Test, size ByteSize) (context.Context, *client) {
+func benchClient(b *testing.B, test Test, size ByteSize, pathMSS bool) (context.Context, *client) {
 	b.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	opts, err := Options{Test: test, Size: size, Iters: b.N}.withDefaults()
+	opts, err := Options{Test: test, Size: size, Iters: b.N, FPDUPathMSS: pathMSS}.withDefaults()
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -37,8 +37,8 @@ func benchClient(b *testing.B, test Test, size ByteSize) (context.Context, *clie
 	return ctx, c
 }
 
-func benchBW(b *testing.B, test Test) {
-	ctx, c := benchClient(b, test, 1<<20)
+func benchBW(b *testing.B, test Test, pathMSS bool) {
+	ctx, c := benchClient(b, test, 1<<20, pathMSS)
 	b.SetBytes(1 << 20)
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -52,15 +52,19 @@ func benchBW(b *testing.B, test Test) {
 }
 
 // BenchmarkWrite1MiB: RDMA Writes of 1 MiB, DefaultDepth outstanding.
-func BenchmarkWrite1MiB(b *testing.B) { benchBW(b, WriteBW) }
+func BenchmarkWrite1MiB(b *testing.B) { benchBW(b, WriteBW, false) }
+
+// BenchmarkWrite1MiBPathMSS: the same with the client's FPDUs sized by the
+// path MSS (as Linux siw sizes them).
+func BenchmarkWrite1MiBPathMSS(b *testing.B) { benchBW(b, WriteBW, true) }
 
 // BenchmarkRead1MiB: RDMA Reads of 1 MiB, DefaultDepth outstanding.
-func BenchmarkRead1MiB(b *testing.B) { benchBW(b, ReadBW) }
+func BenchmarkRead1MiB(b *testing.B) { benchBW(b, ReadBW, false) }
 
 // BenchmarkSendLat64: one 64-byte Send ping-pong per op (ns/op is the
 // round trip).
 func BenchmarkSendLat64(b *testing.B) {
-	ctx, c := benchClient(b, SendLat, 64)
+	ctx, c := benchClient(b, SendLat, 64, false)
 	b.SetBytes(64)
 	b.ReportAllocs()
 	b.ResetTimer()

@@ -28,7 +28,7 @@ type Server struct {
 
 // Listen starts a server on addr ("host:port"; port 0 picks one).
 func Listen(ctx context.Context, addr string) (*Server, error) {
-	dev := newDevice(true)
+	dev := newDevice(true, false)
 	ln, err := dev.Listen(ctx, addr)
 	if err != nil {
 		return nil, fmt.Errorf("perftest: listening on %s: %w", addr, err)

@@ -36,9 +36,14 @@ func (d *Device) tune(c *net.TCPConn) {
 	}
 }
 
-// pathULPDU returns the largest ULPDU for the connection's MSS
-// (RFC 5044 section 4.5), or the configured limit.
+// pathULPDU returns the largest ULPDU we send: Config.MaxULPDU when set
+// (larger than the path allows only between peers known to take it, such
+// as two ends of this stack), else the MULPDU of the connection's MSS
+// (RFC 5044 section 4.5).
 func (d *Device) pathULPDU(c *net.TCPConn, markers bool) int {
+	if d.cfg.MaxULPDU > 0 {
+		return d.cfg.MaxULPDU
+	}
 	emss := 1460
 	if rc, err := c.SyscallConn(); err == nil {
 		_ = rc.Control(func(fd uintptr) {
@@ -47,11 +52,7 @@ func (d *Device) pathULPDU(c *net.TCPConn, markers bool) int {
 			}
 		})
 	}
-	m := mulpdu(emss, markers)
-	if d.cfg.MaxULPDU > 0 && d.cfg.MaxULPDU < m {
-		m = d.cfg.MaxULPDU
-	}
-	return m
+	return mulpdu(emss, markers)
 }
 
 func clampIRDORD(v int) int { return max(0, min(v, MaxIRDORD)) }

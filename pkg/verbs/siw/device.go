@@ -21,8 +21,10 @@ type Config struct {
 	// Markers makes us require MPA markers in the stream we receive (RFC
 	// 5044 section 4.3). Linux siw refuses markers.
 	Markers bool
-	// MaxULPDU caps the ULPDU (FPDU payload incl. DDP/RDMAP header) we send,
-	// bytes. 0: derived from the path MSS (RFC 5044 section 4.5), at most 64768.
+	// MaxULPDU is the largest ULPDU (FPDU payload incl. DDP/RDMAP header) we
+	// send, bytes, 128..64768. 0: the MULPDU of the path MSS (RFC 5044
+	// section 4.5), as Linux siw does. Larger than the path allows only
+	// toward peers that take it (two ends of this stack).
 	MaxULPDU int
 	// Revision1 makes Connect send an MPA revision 1 request (no IRD/ORD
 	// block, no RTR). knfsd and siw refuse it; for testing only.
