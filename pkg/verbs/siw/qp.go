@@ -329,10 +329,19 @@ func wcOpcode(o verbs.WROpcode) verbs.WCOpcode {
 // fail moves the QP to the error state with err (first error wins),
 // flushes every outstanding work request and closes the connection.
 func (q *qp) fail(err error) {
+	if q.setError(err) {
+		q.closeConn()
+	}
+}
+
+// setError does what fail does but keeps the connection open, so that a
+// Terminate can still be sent after the error is recorded. It reports
+// whether this call moved the QP to the error state.
+func (q *qp) setError(err error) bool {
 	q.stateMu.Lock()
 	if q.state == verbs.QPError {
 		q.stateMu.Unlock()
-		return
+		return false
 	}
 	q.state = verbs.QPError
 	q.err = err
@@ -368,18 +377,23 @@ func (q *qp) fail(err error) {
 	}
 	q.rqMu.Unlock()
 	q.wakeTx()
+	return true
+}
+
+// closeConn closes the connection, if one is attached.
+func (q *qp) closeConn() {
 	q.stateMu.Lock()
 	c := q.conn
 	q.stateMu.Unlock()
 	if c != nil {
-		closeConn(c)
+		closeTCP(c)
 	}
 }
 
 // closeConn closes the TCP connection without resetting it while the peer
 // may still be reading what we sent last (a Terminate): FIN first, the
 // socket itself a little later.
-func closeConn(c *net.TCPConn) {
+func closeTCP(c *net.TCPConn) {
 	_ = c.CloseWrite()
 	_ = c.SetReadDeadline(time.Now().Add(closeLinger))
 	time.AfterFunc(closeLinger, func() { _ = c.Close() })

@@ -148,7 +148,12 @@ func (q *qp) rxLoop() {
 // violation schedules a Terminate for the segment whose header is in
 // q.rx.hdr and returns the error that stops the receive loop.
 func (q *qp) violation(kind *TerminateError, detail string, args ...any) error {
-	te := newTerm(kind, detail, args...)
+	return q.terminate(newTerm(kind, detail, args...))
+}
+
+// terminate schedules a Terminate carrying te for the segment whose header
+// is in q.rx.hdr and returns te.
+func (q *qp) terminate(te *TerminateError) error {
 	hl := 2 + q.rx.h.hdrLen()
 	hdr := make([]byte, hl)
 	copy(hdr, q.rx.hdr[:hl])
@@ -378,9 +383,11 @@ func (q *qp) rxSend(n uint32) error {
 	s := &q.rq[q.rqHead]
 	q.rqMu.Unlock()
 	if uint64(h.mo)+uint64(n) > uint64(s.total) {
-		err := q.violation(ErrMsgTooLong, "Send of at least %d bytes into a %d-byte receive", uint64(h.mo)+uint64(n), s.total)
-		q.completeRecv(verbs.WC{ID: s.id, Status: verbs.WCLocLenErr, Opcode: verbs.WCRecv, Err: err})
-		return err
+		// complete the receive before the Terminate goes out: sending it
+		// fails the QP, which flushes what is still posted
+		te := newTerm(ErrMsgTooLong, "Send of at least %d bytes into a %d-byte receive", uint64(h.mo)+uint64(n), s.total)
+		q.completeRecv(verbs.WC{ID: s.id, Status: verbs.WCLocLenErr, Opcode: verbs.WCRecv, Err: te})
+		return q.terminate(te)
 	}
 	// place at MO across the receive's SGEs
 	off := int(h.mo)

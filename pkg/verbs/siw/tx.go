@@ -60,8 +60,7 @@ func (q *qp) txDrain() {
 		if t := q.term; t != nil {
 			q.term = nil
 			q.sqMu.Unlock()
-			_ = q.sendTerminate(t)
-			q.fail(t.err)
+			q.terminateAndClose(t)
 			return
 		}
 		if !q.txReady.Load() {
@@ -231,8 +230,7 @@ func (q *qp) sendReadResponse(r *inboundRead) error {
 		if terr != nil {
 			var rq [readReqLen]byte
 			rr.put(rq[:])
-			_ = q.sendTerminate(&termInfo{err: terr, hdr: r.hdr[:], rreq: rq[:]})
-			q.fail(terr)
+			q.terminateAndClose(&termInfo{err: terr, hdr: r.hdr[:], rreq: rq[:]})
 			return terr
 		}
 		q.tx.segs = append(q.tx.segs, b)
@@ -244,6 +242,15 @@ func (q *qp) sendReadResponse(r *inboundRead) error {
 
 func newTerm(kind *TerminateError, format string, args ...any) *TerminateError {
 	return &TerminateError{Layer: kind.Layer, EType: kind.EType, Code: kind.Code, Detail: fmt.Sprintf(format, args...)}
+}
+
+// terminateAndClose records t's error as the QP's (so that the peer's
+// reaction to the Terminate cannot be taken for the cause), sends the
+// Terminate, then closes the connection. Called with txMu held.
+func (q *qp) terminateAndClose(t *termInfo) {
+	q.setError(t.err)
+	_ = q.sendTerminate(t)
+	q.closeConn()
 }
 
 // sendTerminate sends a Terminate message (RFC 5040 section 4.8) with the
