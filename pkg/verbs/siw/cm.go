@@ -111,7 +111,12 @@ func (d *Device) Connect(ctx context.Context, addr string, vqp verbs.QP, p verbs
 	if d.cfg.Revision1 {
 		req.rev, req.enhanced = 1, false
 	} else if !d.cfg.NoP2P {
-		req.p2p, req.rtrWrite = true, true
+		req.p2p = true
+		if d.cfg.ReadRTR && ord > 0 {
+			req.rtrRead = true
+		} else {
+			req.rtrWrite = true
+		}
 	}
 	buf, err := req.encode(nil)
 	if err == nil {
@@ -143,10 +148,10 @@ func (d *Device) Connect(ctx context.Context, addr string, vqp verbs.QP, p verbs
 	rtr := false
 	if rep.enhanced {
 		ord = min(ord, int(rep.ird))
-		rtr = req.p2p && rep.p2p && rep.rtrWrite
-		if req.p2p && rep.p2p && !rep.rtrWrite {
+		rtr = req.p2p && rep.p2p
+		if rtr && !(rep.rtrWrite && req.rtrWrite || rep.rtrRead && req.rtrRead && ord > 0) {
 			_ = c.Close()
-			err := fmt.Errorf("%w: peer chose an RTR other than the zero-length Write offered", verbs.ErrProtocol)
+			err := fmt.Errorf("%w: peer chose an RTR other than the one offered", verbs.ErrProtocol)
 			q.fail(err)
 			return verbs.ConnInfo{}, err
 		}
@@ -165,12 +170,12 @@ func (d *Device) Connect(ctx context.Context, addr string, vqp verbs.QP, p verbs
 				return verbs.ConnInfo{}, ctx.Err()
 			}
 		}
-		if err := q.sendRTR(); err != nil {
+		if err := q.sendRTR(rep.rtrRead); err != nil {
 			return verbs.ConnInfo{}, err
 		}
 	}
 	q.ready(false)
-	return verbs.ConnInfo{PrivateData: rep.priv, IRD: ird, ORD: ord, Detail: q.detail(rep.rev, rtr)}, nil
+	return verbs.ConnInfo{PrivateData: rep.priv, IRD: ird, ORD: ord, Detail: q.detail(rep.rev, rtr, rep.rtrRead)}, nil
 }
 
 // claim moves a fresh QP out of reach of a second Connect/Accept.
@@ -226,9 +231,16 @@ func (q *qp) ready(waitRTR bool) {
 	q.wakeTx()
 }
 
-func (q *qp) detail(rev uint8, rtr bool) string {
-	return fmt.Sprintf("MPA rev %d, CRC %v, markers tx %v rx %v, ULPDU %d, IRD %d, ORD %d, P2P RTR %v",
-		rev, q.crcOn, q.txMark, q.rxMark, q.ulpdu, q.ird, q.ord, rtr)
+func (q *qp) detail(rev uint8, rtr, read bool) string {
+	kind := "none"
+	if rtr {
+		kind = "zero-length Write"
+		if read {
+			kind = "zero-length Read"
+		}
+	}
+	return fmt.Sprintf("MPA rev %d, CRC %v, markers tx %v rx %v, ULPDU %d, IRD %d, ORD %d, P2P RTR %v (%s)",
+		rev, q.crcOn, q.txMark, q.rxMark, q.ulpdu, q.ird, q.ord, rtr, kind)
 }
 
 // listener accepts TCP connections and reads their MPA requests
@@ -405,7 +417,7 @@ func (cr *connRequest) Accept(ctx context.Context, vqp verbs.QP, p verbs.ConnPar
 			return verbs.ConnInfo{}, ctx.Err()
 		}
 	}
-	return verbs.ConnInfo{PrivateData: r.priv, IRD: ird, ORD: ord, Detail: q.detail(r.rev, rtr)}, nil
+	return verbs.ConnInfo{PrivateData: r.priv, IRD: ird, ORD: ord, Detail: q.detail(r.rev, rtr, rtrRead)}, nil
 }
 
 // Reject sends an MPA reply with the reject bit and closes the connection.

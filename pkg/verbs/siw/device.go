@@ -31,6 +31,10 @@ type Config struct {
 	Revision1 bool
 	// NoP2P makes Connect not ask for peer-to-peer mode (no RTR message).
 	NoP2P bool
+	// ReadRTR makes Connect offer a zero-length RDMA Read as the RTR
+	// instead of a zero-length RDMA Write (RFC 6581 section 3). It needs
+	// an ORD of at least 1.
+	ReadRTR bool
 	// RTRDelay is the pause between receiving the MPA reply and sending the
 	// RTR: Linux siw installs its RTR reader only after it sent the reply
 	// and misses an RTR that comes at once. 0 means DefaultRTRDelay;

@@ -87,8 +87,14 @@ func newFuzzServer(f *testing.F, cfg Config) *fuzzServer {
 // RTR, to the real receive path of a connected QP over TCP. Whatever
 // arrives, the QP ends in a clean error or keeps running; nothing panics,
 // hangs, or touches memory outside the registered region.
-func FuzzFPDUStream(f *testing.F) {
-	fsNoCRC := newFuzzServer(f, Config{NoCRC: true})
+func FuzzFPDUStream(f *testing.F) { fuzzStream(f, Config{NoCRC: true}) }
+
+// FuzzFPDUStreamMarkers is FuzzFPDUStream with MPA markers required by our
+// side: the input is read with markers stripped at every 512th octet.
+func FuzzFPDUStreamMarkers(f *testing.F) { fuzzStream(f, Config{NoCRC: true, Markers: true}) }
+
+func fuzzStream(f *testing.F, cfg Config) {
+	fsrv := newFuzzServer(f, cfg)
 	p := &rawPeer{}
 	seed := func(parts ...[]byte) []byte { return bytes.Join(parts, nil) }
 	rr := func(size uint32) []byte {
@@ -102,9 +108,10 @@ func FuzzFPDUStream(f *testing.F) {
 	f.Add(seed(p.untagged(opReadRequest, true, 0, qnReadReq, 1, 0, rr(64))))
 	f.Add(seed(p.untagged(opSendInv, true, 0x101, qnSend, 1, 0, nil)))
 	f.Add(seed(p.untagged(opTerminate, true, 0, qnTerminate, 1, 0, []byte{0x02, 0x02, 0, 0})))
+	f.Add(bytes.Repeat(p.tagged(opRDMAWrite, true, 0x101, 1<<40, make([]byte, 100)), 8))
 	f.Add([]byte{0x00, 0x03, 0x41, 0x43, 0x00})
 	f.Fuzz(func(t *testing.T, in []byte) {
-		fs := fsNoCRC
+		fs := fsrv
 		scq, _ := fs.dev.CreateCQ(64)
 		rcq, _ := fs.dev.CreateCQ(64)
 		qp, _ := fs.pd.CreateQP(verbs.QPAttr{SendCQ: scq, RecvCQ: rcq, MaxRecvWR: 8})
@@ -134,7 +141,11 @@ func FuzzFPDUStream(f *testing.F) {
 		if err := readMPAFrame(c, true, &rep); err != nil {
 			t.Fatal(err)
 		}
-		c.Write((&rawPeer{}).tagged(opRDMAWrite, true, 1, 0, nil))
+		rtr := (&rawPeer{}).tagged(opRDMAWrite, true, 1, 0, nil)
+		if rep.markers { // the stream we send starts with a marker
+			rtr = append(make([]byte, mpaMarkerLen), rtr...)
+		}
+		c.Write(rtr)
 		if err := <-done; err != nil {
 			t.Fatal(err)
 		}

@@ -77,6 +77,7 @@ func TestKernelRping(t *testing.T) {
 	}{
 		{"crc", Config{}, "CRC true"},
 		{"nocrc", Config{NoCRC: true}, "CRC false"},
+		{"read RTR", Config{ReadRTR: true}, "(zero-length Read)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rping(t, addr, tc.cfg, tc.crc, 20)

@@ -3,6 +3,7 @@ package siw
 import (
 	"bytes"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/nfsrdma/nfsrdma-csi/pkg/verbs"
@@ -120,6 +121,65 @@ func TestWriteRead(t *testing.T) {
 			}
 			if !bytes.Equal(remote.Bytes()[:64], make([]byte, 64)) {
 				t.Fatal("write placed bytes before its tagged offset")
+			}
+		})
+	}
+}
+
+// TestNegotiation covers the MPA setup variants: revision 1 requests, the
+// Read RTR, CRC on when only one end wants it, markers in one direction,
+// and zero-length RDMA Write and Read after each.
+func TestNegotiation(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		c, s       Config
+		wantDetail string
+		sDetail    string // the server's view, when it differs
+	}{
+		{"rev1", Config{Revision1: true}, Config{}, "MPA rev 1, CRC true", ""},
+		{"read RTR", Config{ReadRTR: true}, Config{}, "P2P RTR true (zero-length Read)", ""},
+		{"write RTR", Config{}, Config{}, "P2P RTR true (zero-length Write)", ""},
+		{"no P2P", Config{NoP2P: true}, Config{}, "P2P RTR false", ""},
+		{"CRC wanted by the server only", Config{NoCRC: true}, Config{}, "CRC true", ""},
+		{"CRC wanted by the client only", Config{}, Config{NoCRC: true}, "CRC true", ""},
+		{"CRC off by both", Config{NoCRC: true}, Config{NoCRC: true}, "CRC false", ""},
+		{"markers toward the client", Config{Markers: true}, Config{}, "markers tx false rx true", "markers tx true rx false"},
+		{"markers toward the server", Config{}, Config{Markers: true}, "markers tx true rx false", "markers tx false rx true"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var rb verbs.MR
+			c, s := pair(t, tc.c, tc.s, verbs.QPAttr{}, func(s *end) {
+				rb = regMR(t, s, 70000, verbs.AccessLocalWrite)
+				s.qp.PostRecv(&verbs.RecvWR{ID: 1, SGL: []verbs.SGE{rb.SGE(0, 70000)}})
+			})
+			sWant := tc.sDetail
+			if sWant == "" {
+				sWant = tc.wantDetail
+			}
+			if !strings.Contains(c.info.Detail, tc.wantDetail) || !strings.Contains(s.info.Detail, sWant) {
+				t.Fatalf("negotiated %q / %q, want %q", c.info.Detail, s.info.Detail, tc.wantDetail)
+			}
+			remote := regMR(t, s, 70000, verbs.AccessRemoteRead|verbs.AccessRemoteWrite)
+			local := regMR(t, c, 70000, verbs.AccessLocalWrite)
+			fill(local.Bytes(), 5)
+			// zero-length Write and Read, then real ones, then a Send both ways
+			for _, wr := range []verbs.SendWR{
+				{ID: 1, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled, RKey: 0x77, RemoteAddr: 5},
+				{ID: 2, Opcode: verbs.WRRDMARead, Flags: verbs.SendSignaled, RKey: 0x77},
+				{ID: 3, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled, SGL: []verbs.SGE{local.SGE(0, 70000)}, RKey: remote.RKey(), RemoteAddr: remote.Addr()},
+				{ID: 4, Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGL: []verbs.SGE{local.SGE(0, 70000)}},
+			} {
+				if err := c.qp.PostSend(&wr); err != nil {
+					t.Fatal(err)
+				}
+				wc := waitWC(t, c.scq)
+				if wc.Status != verbs.WCSuccess || wc.ID != wr.ID {
+					t.Fatalf("%v: %+v (QP err %v)", wr.Opcode, wc, c.qp.Err())
+				}
+			}
+			wantOK(t, waitWC(t, s.rcq), verbs.WCRecv)
+			if !bytes.Equal(remote.Bytes(), local.Bytes()) || !bytes.Equal(rb.Bytes(), local.Bytes()) {
+				t.Fatal("data differs")
 			}
 		})
 	}

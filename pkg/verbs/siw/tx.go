@@ -268,13 +268,30 @@ func (q *qp) sendTerminate(t *termInfo) error {
 	return err
 }
 
-// sendRTR sends the peer-to-peer ready-to-receive message: a zero-length
-// RDMA Write to STag 1, TO 0 (RFC 6581 section 3; STag 1 as Linux siw,
-// which must not be checked for a zero-length Write).
-func (q *qp) sendRTR() error {
+// sendRTR sends the peer-to-peer ready-to-receive message (RFC 6581
+// section 3): a zero-length RDMA Write to STag 1, TO 0 (STag 1 as Linux
+// siw: it must not be checked for a zero-length Write), or a zero-length
+// RDMA Read, which goes through the send queue as an unsignaled Read so
+// that its (empty) Read Response finds it outstanding.
+func (q *qp) sendRTR(read bool) error {
 	q.txMu.Lock()
 	defer q.txMu.Unlock()
-	return q.sendMessage(true, opRDMAWrite, 1, 0, 0, 0, 0, nil, 0)
+	if !read {
+		return q.sendMessage(true, opRDMAWrite, 1, 0, 0, 0, 0, nil, 0)
+	}
+	q.sqMu.Lock()
+	idx := q.sqHead // the send queue is empty before the connection is up
+	s := &q.sq[idx]
+	s.wr = verbs.SendWR{Opcode: verbs.WRRDMARead, SGL: s.sgl[:0]}
+	s.state = slotSending
+	q.sqN++
+	q.sqTx = (q.sqTx + 1) % len(q.sq)
+	q.sqMu.Unlock()
+	q.execute(idx)
+	if err := q.Err(); err != nil {
+		return err
+	}
+	return nil
 }
 
 // sendMessage segments one DDP message of total bytes gathered from segs
