@@ -34,6 +34,7 @@ type txState struct {
 	segs  [][]byte
 	rr    [readReqLen]byte
 	term  [termCtrlLen + hdrSlot + readReqLen]byte
+	ir    inboundRead // the inbound RDMA Read being answered
 }
 
 // txLoop runs the transmit goroutine until the QP fails.
@@ -68,11 +69,11 @@ func (q *qp) txDrain() {
 			return
 		}
 		if q.irqN > 0 {
-			r := q.irq[q.irqHead]
+			q.tx.ir = q.irq[q.irqHead]
 			q.irqHead = (q.irqHead + 1) % len(q.irq)
 			q.irqN--
 			q.sqMu.Unlock()
-			if q.sendReadResponse(&r) != nil {
+			if q.sendReadResponse(&q.tx.ir) != nil {
 				return
 			}
 			continue
