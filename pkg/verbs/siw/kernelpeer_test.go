@@ -1,74 +1,23 @@
 package siw
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/binary"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nfsrdma/nfsrdma-csi/internal/kernelpeer"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/verbs"
 )
-
-// kernelPeer returns the kernel peer's environment (../shared/kernel-peer,
-// started by .ci/run or by hand with its `start`). Outside CI the test is
-// skipped when the peer is not running; under CI=true that is a failure.
-func kernelPeer(t *testing.T) map[string]string {
-	t.Helper()
-	dir := os.Getenv("KERNEL_PEER_DIR")
-	if dir == "" {
-		dir = "/tmp/kernel-peer"
-	}
-	env := map[string]string{}
-	f, err := os.Open(filepath.Join(dir, "env"))
-	if err == nil {
-		sc := bufio.NewScanner(f)
-		for sc.Scan() {
-			if k, v, ok := strings.Cut(sc.Text(), "="); ok {
-				env[k] = v
-			}
-		}
-		f.Close()
-	}
-	if env["KP_PID"] != "" {
-		if _, err := os.Stat("/proc/" + env["KP_PID"]); err != nil {
-			env = map[string]string{}
-		}
-	}
-	if env["KP_RPING_PORT"] == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("kernel peer not running (start ../shared/kernel-peer/start); required under CI")
-		}
-		t.Skip("kernel peer not running: start ../shared/kernel-peer/start to run the interop tests")
-	}
-	return env
-}
-
-// kpCheck runs the kernel peer's `check`: no kernel BUG/Oops/WARNING after
-// our traffic.
-func kpCheck(t *testing.T) {
-	t.Helper()
-	tools := os.Getenv("KERNEL_PEER_TOOLS")
-	if tools == "" {
-		tools = "../../../../shared/kernel-peer"
-	}
-	out, err := exec.Command(filepath.Join(tools, "check")).CombinedOutput()
-	if err != nil {
-		t.Fatalf("kernel peer check failed: %v\n%s", err, out)
-	}
-}
 
 // TestKernelRping speaks the rping protocol (rdma-core's rping, client side)
 // to the kernel's rping server over Linux siw: the kernel RDMA Reads our
 // start buffer, RDMA Writes it back into our sink buffer, and Sends to us.
 // Every byte is checked, with CRC on and off.
 func TestKernelRping(t *testing.T) {
-	env := kernelPeer(t)
+	env := kernelpeer.Env(t, "KP_RPING_PORT")
 	addr := env["KP_HOST"] + ":" + env["KP_RPING_PORT"]
 	for _, tc := range []struct {
 		name string
@@ -81,7 +30,7 @@ func TestKernelRping(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rping(t, addr, tc.cfg, tc.crc, 20)
-			kpCheck(t)
+			kernelpeer.Check(t)
 		})
 	}
 }
