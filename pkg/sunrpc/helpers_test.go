@@ -11,7 +11,6 @@ import (
 	"net"
 	"os"
 	"runtime"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -206,11 +205,4 @@ func rawRoundTrip(ctx context.Context, tr ClientTransport, msg []byte) (ReplyHea
 	}
 	defer r.Release()
 	return DecodeReplyHeader(xdr.NewDecoder(r.Body))
-}
-
-func mustContain(t testing.TB, err error, s string) {
-	t.Helper()
-	if err == nil || !strings.Contains(err.Error(), s) {
-		t.Fatalf("error %v does not mention %q", err, s)
-	}
 }

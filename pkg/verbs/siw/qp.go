@@ -49,18 +49,16 @@ type recvSlot struct {
 // inboundRead is an RDMA Read Request received from the peer, waiting for
 // our transmit path to send the Read Response (IRD bounded).
 type inboundRead struct {
-	req  readReq
-	hdr  [2 + untaggedHdrLen]byte // the request's MPA length + DDP/RDMAP header, for a Terminate
-	zero bool                     // the zero-length Read used as RTR
+	req readReq
+	hdr [2 + untaggedHdrLen]byte // the request's MPA length + DDP/RDMAP header, for a Terminate
 }
 
 // termInfo is a Terminate to send: the error and the header of the DDP
 // segment that caused it (RFC 5040 section 4.8).
 type termInfo struct {
-	err    *TerminateError
-	hdr    []byte // MPA length + DDP/RDMAP header of the offending segment
-	rreq   []byte // its Read Request header, when the segment was one
-	status verbs.WCStatus
+	err  *TerminateError
+	hdr  []byte // MPA length + DDP/RDMAP header of the offending segment
+	rreq []byte // its Read Request header, when the segment was one
 }
 
 // qp is a reliable-connected queue pair.
@@ -92,20 +90,19 @@ type qp struct {
 	rtrRead bool          // the RTR we expect is a zero-length Read
 
 	// send queue (sqMu)
-	sqMu        sync.Mutex
-	sq          []sendSlot
-	sqHead      int   // oldest slot not yet completed
-	sqTx        int   // next slot to transmit
-	sqN         int   // slots in use
-	sqQueued    int   // slots posted but not yet transmitted: [sqTx, sqTx+sqQueued)
-	orq         []int // slot indices of RDMA Reads in flight, FIFO
-	orqHead     int
-	orqN        int
-	irq         []inboundRead
-	irqHead     int
-	irqN        int
-	term        *termInfo
-	unsignaledN int
+	sqMu     sync.Mutex
+	sq       []sendSlot
+	sqHead   int   // oldest slot not yet completed
+	sqTx     int   // next slot to transmit
+	sqN      int   // slots in use
+	sqQueued int   // slots posted but not yet transmitted: [sqTx, sqTx+sqQueued)
+	orq      []int // slot indices of RDMA Reads in flight, FIFO
+	orqHead  int
+	orqN     int
+	irq      []inboundRead
+	irqHead  int
+	irqN     int
+	term     *termInfo
 
 	// receive queue (rqMu)
 	rqMu   sync.Mutex

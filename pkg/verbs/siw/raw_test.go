@@ -19,7 +19,6 @@ type rawPeer struct {
 	c   net.Conn
 	br  *bufio.Reader
 	crc bool
-	msn [numQN]uint32
 }
 
 // dialRaw connects to a listener of ours; rtr sends the RTR after the reply.

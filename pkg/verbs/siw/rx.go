@@ -94,9 +94,8 @@ type rxState struct {
 	h       ddpHdr
 	msn     [numQN]uint32 // next MSN expected per untagged queue
 	sendMO  uint32        // bytes of the current Send placed so far
-	inSend  bool
-	readMO  uint32 // bytes of the current Read Response placed so far
-	rtrWant bool   // the first FPDU must be the RTR
+	readMO  uint32        // bytes of the current Read Response placed so far
+	rtrWant bool          // the first FPDU must be the RTR
 	// delivered: this FPDU produced a completion
 	delivered bool
 	trl       [8]byte
