@@ -84,6 +84,18 @@ func (b *Builder) Payload(p []byte) {
 	b.payload, b.headEnd, b.has = p, b.Len(), true
 }
 
+// MarkPayload marks p as the DDP-eligible item whose XDR length word the
+// caller has just encoded (as the nfs3 DDP encoders do: they write the
+// length word and return the item). Like Payload, p is kept by reference
+// and a second item is encoded inline.
+func (b *Builder) MarkPayload(p []byte) {
+	if b.has {
+		b.Fixed(p)
+		return
+	}
+	b.payload, b.headEnd, b.has = p, b.Len(), true
+}
+
 // HasPayload reports whether a DDP-eligible item was marked.
 func (b *Builder) HasPayload() bool { return b.has }
 

@@ -47,3 +47,19 @@ func TestBuilderPayload(t *testing.T) {
 		t.Fatalf("AfterSend hook ran %d times", ran)
 	}
 }
+
+func TestMarkPayload(t *testing.T) {
+	b := NewBuilder(nil)
+	b.Uint32(7)
+	b.Uint32(5) // the item's length word, encoded by the caller
+	b.MarkPayload([]byte("hello"))
+	b.Uint32(9)
+	m := b.Message()
+	if !m.HasPayload || string(m.Payload) != "hello" || len(m.Head) != 8 || len(m.Tail) != 4 {
+		t.Fatalf("message %+v", m)
+	}
+	want := []byte{0, 0, 0, 7, 0, 0, 0, 5, 'h', 'e', 'l', 'l', 'o', 0, 0, 0, 0, 0, 0, 9}
+	if got := m.AppendTo(nil); string(got) != string(want) {
+		t.Fatalf("wire % x, want % x", got, want)
+	}
+}

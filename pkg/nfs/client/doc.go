@@ -1,0 +1,44 @@
+// Package client is a user-space NFSv3 client (RFC 1813) over any
+// sunrpc transport: TCP record marking now, RPC-over-RDMA (RFC 8166, bound to
+// NFSv3 by RFC 8267) through the same sunrpc.DialFunc later.
+//
+// Mount does what mount.nfs does for "vers=3": it resolves ports through
+// rpcbind when they are not given (portmap v2 GETPORT over TCP), calls
+// MOUNT v3 MNT over TCP (RFC 8267 section 5.1: MOUNT never uses RDMA), then
+// FSINFO on the root handle to size READ and WRITE. The returned *Client
+// has one method per NFSv3 procedure (RFC 1813 section 3.3), each taking a
+// context and returning the decoded result, post-op attributes included,
+// also when the server answered with an error status.
+//
+// # Errors
+//
+// An NFS error status is returned as an error wrapping the nfs3.Status, so
+// errors.Is(err, nfs3.ErrNoEnt), errors.Is(err, fs.ErrNotExist) and
+// errors.Is(err, syscall.ENOENT) all work. RPC-level failures wrap the
+// sunrpc errors (sunrpc.ErrTimeout, sunrpc.ErrProgUnavail, ...) or ctx's
+// error. NFS3ERR_JUKEBOX is retried after Options.JukeboxDelay until ctx
+// ends, as Linux does (fs/nfs/nfs3proc.c nfs3_rpc_wrapper).
+//
+// # Data placement
+//
+// WRITE data and the SYMLINK path are passed as the DDP-eligible payload of
+// the call (sunrpc.Builder.Payload): never copied by this package. READ and
+// READLINK give the transport the caller's buffer (CallSpec.ReplyPayload):
+// an RDMA transport places the data there; over TCP the data arrives
+// inline and is copied once into the caller's buffer. Every call sets
+// CallSpec.MaxReplySize from nfs3.MaxResultSize (plus the largest RPC
+// reply header) so that an RDMA transport can decide on a Reply chunk.
+//
+// # File-level helpers
+//
+// ReadAt splits a read into rsize READs issued concurrently (at most
+// Options.Window at once). File.WriteAt sends UNSTABLE WRITEs of at most
+// wsize, pipelined the same way, and keeps each write's data until a
+// COMMIT with the same write verifier covers it (File.Commit re-sends
+// what a server reboot lost). Readdirplus iterates a directory with
+// cookie/cookieverf handling. LookupPath walks a slash-separated path.
+//
+// Logging uses k8s.io/klog/v2: the transport and the negotiated sizes at
+// V(1), each retried JUKEBOX and each write re-sent after a verifier change
+// at V(2).
+package client
