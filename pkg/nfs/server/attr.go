@@ -1,0 +1,181 @@
+package server
+
+import (
+	"golang.org/x/sys/unix"
+
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nfs3"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/xdr"
+)
+
+// getattr is GETATTR (RFC 1813 section 3.3.1).
+func (c *call) getattr(d *xdr.Decoder, b *sunrpc.Builder) error {
+	var a nfs3.GetattrArgs
+	if err := a.Decode(d); err != nil {
+		return garbage(err)
+	}
+	var r nfs3.GetattrRes
+	o, st := c.open(&a.Object)
+	if st == nfs3.OK {
+		r.Attr = fattr(&o.st)
+		o.close()
+	}
+	r.Status = st
+	r.Encode(&b.Encoder)
+	return nil
+}
+
+// setattr is SETATTR (RFC 1813 section 3.3.2): with a guard, NFS3ERR_NOT_SYNC
+// when the object's ctime differs from the guard's.
+func (c *call) setattr(d *xdr.Decoder, b *sunrpc.Builder) error {
+	var a nfs3.SetattrArgs
+	if err := a.Decode(d); err != nil {
+		return garbage(err)
+	}
+	var r nfs3.SetattrRes
+	o, st := c.open(&a.Object)
+	if st == nfs3.OK {
+		pre := wccAttr(&o.st) // applySattr refreshes o.st
+		switch {
+		case a.Guard.Check && nfsTime(o.st.Ctim) != a.Guard.Ctime:
+			st = nfs3.ErrNotSync
+		case o.ex.ReadOnly:
+			st = nfs3.ErrROFS
+		default:
+			st = c.applySattr(&o, &a.Attr)
+		}
+		r.Wcc = nfs3.WccData{Before: pre, After: postAttr(o.fd)}
+		o.close()
+	}
+	r.Status = st
+	r.Encode(&b.Encoder)
+	return nil
+}
+
+// applySattr applies sa to o with the caller's rights, as the kernel's
+// notify_change/setattr_prepare would for that user: owner changes need
+// uid 0 (group: the owner, to one of its groups), mode changes the owner or
+// uid 0, size write permission (or ownership), times set to the client's
+// time the owner or uid 0, to the server's time write permission.
+func (c *call) applySattr(o *obj, sa *nfs3.Sattr) nfs3.Status {
+	id := &c.id
+	st := &o.st
+	owner := id.uid == 0 || id.uid == st.Uid
+	isLnk := st.Mode&unix.S_IFMT == unix.S_IFLNK
+	if sa.SetUID || sa.SetGID {
+		uid, gid := -1, -1
+		if sa.SetUID && sa.UID != st.Uid {
+			if id.uid != 0 {
+				return nfs3.ErrPerm
+			}
+			uid = int(sa.UID)
+		}
+		if sa.SetGID && sa.GID != st.Gid {
+			if id.uid != 0 && !(id.uid == st.Uid && id.inGroup(sa.GID)) {
+				return nfs3.ErrPerm
+			}
+			gid = int(sa.GID)
+		}
+		if uid != -1 || gid != -1 {
+			if err := unix.Fchownat(o.fd, "", uid, gid, unix.AT_EMPTY_PATH|unix.AT_SYMLINK_NOFOLLOW); err != nil {
+				return statusOf(err)
+			}
+			unix.Fstat(o.fd, st)
+		}
+	}
+	if sa.SetMode && !isLnk {
+		if !owner {
+			return nfs3.ErrPerm
+		}
+		mode := sa.Mode & 0o7777
+		if id.uid != 0 && !id.inGroup(st.Gid) && st.Mode&unix.S_IFMT != unix.S_IFDIR {
+			mode &^= unix.S_ISGID
+		}
+		if err := unix.Fchmodat(unix.AT_FDCWD, procPath(o.fd), mode, 0); err != nil {
+			return statusOf(err)
+		}
+	}
+	if sa.SetSize {
+		switch st.Mode & unix.S_IFMT {
+		case unix.S_IFREG:
+		case unix.S_IFDIR:
+			return nfs3.ErrIsDir
+		default:
+			return nfs3.ErrInval
+		}
+		if id.uid != st.Uid && !id.may(st, mayWrite) {
+			return nfs3.ErrAccess
+		}
+		fd, err := o.reopen(unix.O_WRONLY)
+		if err != nil {
+			return statusOf(err)
+		}
+		err = unix.Ftruncate(fd, int64(sa.Size))
+		unix.Close(fd)
+		if err != nil {
+			return statusOf(err)
+		}
+	}
+	if sa.Atime.How != nfs3.DontChange || sa.Mtime.How != nfs3.DontChange {
+		ts := [2]unix.Timespec{timeSpec(sa.Atime), timeSpec(sa.Mtime)}
+		client := sa.Atime.How == nfs3.SetToClientTime || sa.Mtime.How == nfs3.SetToClientTime
+		switch {
+		case owner:
+		case client:
+			return nfs3.ErrPerm
+		case !id.may(st, mayWrite):
+			return nfs3.ErrAccess
+		}
+		if err := unix.UtimesNanoAt(o.fd, "", ts[:], unix.AT_EMPTY_PATH|unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			return statusOf(err)
+		}
+	}
+	return nfs3.OK
+}
+
+func timeSpec(t nfs3.SetTime) unix.Timespec {
+	switch t.How {
+	case nfs3.SetToServerTime:
+		return unix.Timespec{Nsec: unix.UTIME_NOW}
+	case nfs3.SetToClientTime:
+		return unix.Timespec{Sec: int64(t.Time.Seconds), Nsec: int64(t.Time.Nseconds)}
+	}
+	return unix.Timespec{Nsec: unix.UTIME_OMIT}
+}
+
+// access is ACCESS (RFC 1813 section 3.3.4), answered from the mode bits
+// for the caller; a read-only export grants no MODIFY, EXTEND or DELETE.
+func (c *call) access(d *xdr.Decoder, b *sunrpc.Builder) error {
+	var a nfs3.AccessArgs
+	if err := a.Decode(d); err != nil {
+		return garbage(err)
+	}
+	var r nfs3.AccessRes
+	o, st := c.open(&a.Object)
+	if st == nfs3.OK {
+		r.Attr = o.attr()
+		check := func(bit, mask uint32) {
+			if a.Access&bit != 0 && c.id.may(&o.st, mask) {
+				r.Access |= bit
+			}
+		}
+		check(nfs3.AccessRead, mayRead)
+		if o.isDir() {
+			check(nfs3.AccessLookup, mayExec)
+			check(nfs3.AccessModify, mayWrite|mayExec)
+			check(nfs3.AccessExtend, mayWrite|mayExec)
+			check(nfs3.AccessDelete, mayWrite|mayExec)
+		} else {
+			check(nfs3.AccessModify, mayWrite)
+			check(nfs3.AccessExtend, mayWrite)
+			check(nfs3.AccessExecute, mayExec)
+		}
+		if o.ex.ReadOnly {
+			r.Access &^= nfs3.AccessModify | nfs3.AccessExtend | nfs3.AccessDelete
+		}
+		o.close()
+	}
+	r.Status = st
+	r.Encode(&b.Encoder)
+	return nil
+}

@@ -1,0 +1,107 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync"
+
+	"golang.org/x/sys/unix"
+	"k8s.io/klog/v2"
+
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nfs3"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/xdr"
+)
+
+// call is the state of one NFS call.
+type call struct {
+	ctx context.Context
+	s   *Server
+	req *sunrpc.Request
+	id  identity
+}
+
+type procFunc func(c *call, d *xdr.Decoder, b *sunrpc.Builder) error
+
+var callPool = sync.Pool{New: func() any { return new(call) }}
+
+// wrap makes a procedure a sunrpc.Handler; at klog verbosity 5 each call
+// is logged with its peer and transport.
+func (s *Server) wrap(f procFunc) sunrpc.Handler {
+	return func(ctx context.Context, req *sunrpc.Request, b *sunrpc.Builder) error {
+		if v := klog.V(5); v.Enabled() {
+			v.InfoS("nfs call", "proc", nfs3.ProcName(req.Proc), "xid", req.XID, "peer", req.Peer, "transport", req.Transport)
+		}
+		c := callPool.Get().(*call)
+		*c = call{ctx: ctx, s: s, req: req}
+		err := f(c, req.ArgsDecoder(), b)
+		*c = call{}
+		callPool.Put(c)
+		return err
+	}
+}
+
+// obj is an object opened from a file handle: an O_PATH descriptor.
+type obj struct {
+	fd     int
+	ex     *export
+	kh     unix.FileHandle
+	rootFD int
+	st     unix.Stat_t // as of open (pre-operation)
+}
+
+func (o *obj) close() {
+	if o.fd >= 0 {
+		unix.Close(o.fd)
+		o.fd = -1
+	}
+}
+
+func (o *obj) isDir() bool { return o.st.Mode&unix.S_IFMT == unix.S_IFDIR }
+
+// isExportRoot reports whether o is its export's root directory.
+func (o *obj) isExportRoot() bool { return o.st.Dev == o.ex.dev && o.st.Ino == o.ex.ino }
+
+// open resolves fh: NFS3ERR_BADHANDLE for a malformed handle or unknown
+// export, NFS3ERR_ACCES for a client outside the export's list,
+// NFS3ERR_STALE when the object is gone. It sets the caller's identity.
+func (c *call) open(fh *nfs3.FH) (obj, nfs3.Status) {
+	o := obj{fd: -1}
+	id, kh, err := c.s.seal.parseHandle(fh.Bytes())
+	if err != nil {
+		return o, nfs3.ErrBadHandle
+	}
+	ex := c.s.exports.Load().byID[id]
+	if ex == nil {
+		return o, nfs3.ErrBadHandle
+	}
+	if !ex.Allows(peerAddr(c.req.Peer)) {
+		return o, nfs3.ErrAccess
+	}
+	c.setIdentity(ex)
+	fd, err := unix.OpenByHandleAt(c.s.rootFD, kh, unix.O_PATH|unix.O_CLOEXEC|unix.O_NOFOLLOW)
+	if err != nil {
+		switch {
+		case errors.Is(err, unix.ESTALE), errors.Is(err, unix.ENOENT):
+			return o, nfs3.ErrStale
+		case errors.Is(err, unix.EINVAL), errors.Is(err, unix.EOVERFLOW), errors.Is(err, unix.EBADF):
+			return o, nfs3.ErrBadHandle
+		}
+		return o, statusOf(err)
+	}
+	o.fd, o.ex, o.kh, o.rootFD = fd, ex, kh, c.s.rootFD
+	if err := unix.Fstat(fd, &o.st); err != nil {
+		o.close()
+		return o, statusOf(err)
+	}
+	return o, nfs3.OK
+}
+
+// reopen opens o's object again from its handle with flags (O_RDONLY,
+// O_WRONLY ...), never following a symlink (ELOOP for one).
+func (o *obj) reopen(flags int) (int, error) {
+	return unix.OpenByHandleAt(o.rootFD, o.kh, flags|unix.O_CLOEXEC|unix.O_NOFOLLOW)
+}
+
+func procPath(fd int) string { return "/proc/self/fd/" + strconv.Itoa(fd) }

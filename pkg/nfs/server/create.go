@@ -1,0 +1,311 @@
+package server
+
+import (
+	"encoding/binary"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nfs3"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/xdr"
+)
+
+// openDir opens fh as a directory the caller may change: NFS3ERR_NOTDIR,
+// NFS3ERR_ROFS on a read-only export, NFS3ERR_ACCES without write and
+// search permission. The returned obj is open (close it) whenever its fd
+// is not -1, even with an error status, for wcc_data.
+func (c *call) openDir(fh *nfs3.FH) (obj, nfs3.Status) {
+	o, st := c.open(fh)
+	if st != nfs3.OK {
+		return o, st
+	}
+	switch {
+	case !o.isDir():
+		st = nfs3.ErrNotDir
+	case o.ex.ReadOnly:
+		st = nfs3.ErrROFS
+	case !c.id.may(&o.st, mayWrite|mayExec):
+		st = nfs3.ErrAccess
+	}
+	return o, st
+}
+
+// openChild opens name in directory o (O_PATH, never following it).
+func openChild(o *obj, name string) (obj, error) {
+	ch := obj{fd: -1, ex: o.ex, rootFD: o.rootFD}
+	fd, err := unix.Openat(o.fd, name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return ch, err
+	}
+	ch.fd = fd
+	if err := unix.Fstat(fd, &ch.st); err != nil {
+		ch.close()
+		return ch, err
+	}
+	kh, _, err := unix.NameToHandleAt(fd, "", unix.AT_EMPTY_PATH)
+	if err != nil {
+		ch.close()
+		return ch, err
+	}
+	ch.kh = kh
+	return ch, nil
+}
+
+// created finishes the creation of name in o: it makes the new object the
+// caller's (group: the directory's if it is set-gid), applies sa, and
+// fills r's handle and attributes. On failure the object is removed.
+func (c *call) created(o *obj, name string, sa *nfs3.Sattr, r *nfs3.CreateRes, isDir bool) nfs3.Status {
+	gid := c.id.gid
+	if o.st.Mode&unix.S_ISGID != 0 {
+		gid = o.st.Gid
+	}
+	ch, err := openChild(o, name)
+	st := statusOf(err)
+	if st == nfs3.OK {
+		defer ch.close()
+		if err := unix.Fchownat(ch.fd, "", int(c.id.uid), int(gid), unix.AT_EMPTY_PATH|unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			st = statusOf(err)
+		} else {
+			unix.Fstat(ch.fd, &ch.st)
+			st = c.applySattr(&ch, sa)
+		}
+	}
+	if st != nfs3.OK {
+		flags := 0
+		if isDir {
+			flags = unix.AT_REMOVEDIR
+		}
+		unix.Unlinkat(o.fd, name, flags)
+		return st
+	}
+	return c.fillNew(&ch, r)
+}
+
+// fillNew sets r's handle and attributes from ch.
+func (c *call) fillNew(ch *obj, r *nfs3.CreateRes) nfs3.Status {
+	fh, err := c.s.seal.fhOf(ch.ex.id, ch.kh)
+	if err != nil {
+		return statusOf(err)
+	}
+	r.Obj = nfs3.Handle(fh)
+	r.ObjAttr = postAttr(ch.fd)
+	return nfs3.OK
+}
+
+// exclVerf splits a create verifier into the atime and mtime seconds that
+// store it, as knfsd does (RFC 1813 section 3.3.8).
+func exclVerf(v nfs3.CreateVerf) (atime, mtime int64) {
+	return int64(binary.BigEndian.Uint32(v[4:]) & 0x7fffffff), int64(binary.BigEndian.Uint32(v[:4]) & 0x7fffffff)
+}
+
+// create is CREATE (RFC 1813 section 3.3.8): UNCHECKED (an existing
+// regular file is kept, truncated if the size is given), GUARDED
+// (NFS3ERR_EXIST if the name exists) or EXCLUSIVE (the verifier is kept in
+// atime/mtime; a retransmission with the same verifier succeeds).
+func (c *call) create(d *xdr.Decoder, b *sunrpc.Builder) error {
+	var a nfs3.CreateArgs
+	if err := a.Decode(d); err != nil {
+		return garbage(err)
+	}
+	var r nfs3.CreateRes
+	o, st := c.openDir(&a.Where.Dir)
+	if st == nfs3.OK {
+		st = checkName(a.Where.Name, nfs3.ErrExist)
+	}
+	if st == nfs3.OK {
+		st = c.doCreate(&o, &a, &r)
+	}
+	if o.fd >= 0 {
+		r.DirWcc = o.wcc()
+		o.close()
+	}
+	r.Status = st
+	r.Encode(&b.Encoder)
+	return nil
+}
+
+func (c *call) doCreate(o *obj, a *nfs3.CreateArgs, r *nfs3.CreateRes) nfs3.Status {
+	name := a.Where.Name
+	fd, err := unix.Openat(o.fd, name, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err == nil {
+		unix.Close(fd)
+		if a.How.Mode != nfs3.Exclusive {
+			return c.created(o, name, &a.How.Attr, r, false)
+		}
+		at, mt := exclVerf(a.How.Verf)
+		sa := nfs3.Sattr{
+			Atime: nfs3.SetTime{How: nfs3.SetToClientTime, Time: nfs3.Time{Seconds: uint32(at)}},
+			Mtime: nfs3.SetTime{How: nfs3.SetToClientTime, Time: nfs3.Time{Seconds: uint32(mt)}},
+		}
+		return c.created(o, name, &sa, r, false)
+	}
+	if err != unix.EEXIST || a.How.Mode == nfs3.Guarded {
+		return statusOf(err)
+	}
+	ch, err := openChild(o, name)
+	if err != nil {
+		return statusOf(err)
+	}
+	defer ch.close()
+	if ch.st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return nfs3.ErrExist
+	}
+	if a.How.Mode == nfs3.Exclusive {
+		at, mt := exclVerf(a.How.Verf)
+		if ch.st.Atim.Sec != at || ch.st.Mtim.Sec != mt {
+			return nfs3.ErrExist
+		}
+		return c.fillNew(&ch, r)
+	}
+	if a.How.Attr.SetSize { // UNCHECKED on an existing file: only the size applies
+		if st := c.applySattr(&ch, &nfs3.Sattr{SetSize: true, Size: a.How.Attr.Size}); st != nfs3.OK {
+			return st
+		}
+	}
+	return c.fillNew(&ch, r)
+}
+
+// mkdir is MKDIR (RFC 1813 section 3.3.9).
+func (c *call) mkdir(d *xdr.Decoder, b *sunrpc.Builder) error {
+	var a nfs3.MkdirArgs
+	if err := a.Decode(d); err != nil {
+		return garbage(err)
+	}
+	var r nfs3.CreateRes
+	o, st := c.openDir(&a.Where.Dir)
+	if st == nfs3.OK {
+		st = checkName(a.Where.Name, nfs3.ErrExist)
+	}
+	if st == nfs3.OK {
+		st = statusOf(unix.Mkdirat(o.fd, a.Where.Name, 0))
+		if st == nfs3.OK {
+			st = c.created(&o, a.Where.Name, &a.Attr, &r, true)
+		}
+	}
+	if o.fd >= 0 {
+		r.DirWcc = o.wcc()
+		o.close()
+	}
+	r.Status = st
+	r.Encode(&b.Encoder)
+	return nil
+}
+
+// symlink is SYMLINK (RFC 1813 section 3.3.10). The target (DDP-eligible)
+// is stored verbatim; the mode of a symlink is ignored, as on Linux.
+func (c *call) symlink(d *xdr.Decoder, b *sunrpc.Builder) error {
+	var a nfs3.SymlinkArgs
+	if err := a.Decode(d, c.req.ArgPayload, c.req.ArgPayload != nil); err != nil {
+		return garbage(err)
+	}
+	where, sa, target := a.Where, a.Attr, a.Path
+	sa.SetMode = false
+	var r nfs3.CreateRes
+	o, st := c.openDir(&where.Dir)
+	if st == nfs3.OK {
+		st = checkName(where.Name, nfs3.ErrExist)
+	}
+	if st == nfs3.OK {
+		st = statusOf(unix.Symlinkat(string(target), o.fd, where.Name))
+		if st == nfs3.OK {
+			st = c.created(&o, where.Name, &sa, &r, false)
+		}
+	}
+	if o.fd >= 0 {
+		r.DirWcc = o.wcc()
+		o.close()
+	}
+	r.Status = st
+	r.Encode(&b.Encoder)
+	return nil
+}
+
+// mknod is MKNOD (RFC 1813 section 3.3.11): character and block devices
+// need uid 0 (NFS3ERR_PERM), sockets and FIFOs anyone; other types are
+// NFS3ERR_BADTYPE.
+func (c *call) mknod(d *xdr.Decoder, b *sunrpc.Builder) error {
+	var a nfs3.MknodArgs
+	if err := a.Decode(d); err != nil {
+		return garbage(err)
+	}
+	var r nfs3.CreateRes
+	o, st := c.openDir(&a.Where.Dir)
+	if st == nfs3.OK {
+		st = checkName(a.Where.Name, nfs3.ErrExist)
+	}
+	var mode uint32
+	var dev uint64
+	if st == nfs3.OK {
+		switch a.Type {
+		case nfs3.TypeChr, nfs3.TypeBlk:
+			mode = unix.S_IFCHR
+			if a.Type == nfs3.TypeBlk {
+				mode = unix.S_IFBLK
+			}
+			dev = unix.Mkdev(a.Spec.Major, a.Spec.Minor)
+			if c.id.uid != 0 {
+				st = nfs3.ErrPerm
+			}
+		case nfs3.TypeSock:
+			mode = unix.S_IFSOCK
+		case nfs3.TypeFIFO:
+			mode = unix.S_IFIFO
+		default:
+			st = nfs3.ErrBadType
+		}
+	}
+	if st == nfs3.OK {
+		st = statusOf(unix.Mknodat(o.fd, a.Where.Name, mode, int(dev)))
+		if st == nfs3.OK {
+			st = c.created(&o, a.Where.Name, &a.Attr, &r, false)
+		}
+	}
+	if o.fd >= 0 {
+		r.DirWcc = o.wcc()
+		o.close()
+	}
+	r.Status = st
+	r.Encode(&b.Encoder)
+	return nil
+}
+
+// link is LINK (RFC 1813 section 3.3.15), within one export
+// (NFS3ERR_XDEV otherwise). As with fs.protected_hardlinks, a caller
+// that does not own the file needs read and write permission on it.
+func (c *call) link(d *xdr.Decoder, b *sunrpc.Builder) error {
+	var a nfs3.LinkArgs
+	if err := a.Decode(d); err != nil {
+		return garbage(err)
+	}
+	var r nfs3.LinkRes
+	f, st := c.open(&a.File)
+	if st == nfs3.OK {
+		defer f.close()
+		var o obj
+		o, st = c.openDir(&a.Link.Dir)
+		if st == nfs3.OK {
+			st = checkName(a.Link.Name, nfs3.ErrExist)
+		}
+		if st == nfs3.OK {
+			switch {
+			case o.ex.id != f.ex.id || o.st.Dev != f.st.Dev:
+				st = nfs3.ErrXDev
+			case f.isDir():
+				st = nfs3.ErrIsDir
+			case c.id.uid != 0 && c.id.uid != f.st.Uid &&
+				(f.st.Mode&unix.S_IFMT != unix.S_IFREG || !c.id.may(&f.st, mayRead|mayWrite)):
+				st = nfs3.ErrPerm
+			default:
+				st = statusOf(unix.Linkat(f.fd, "", o.fd, a.Link.Name, unix.AT_EMPTY_PATH))
+			}
+		}
+		if o.fd >= 0 {
+			r.LinkDirWcc = o.wcc()
+			o.close()
+		}
+		r.FileAttr = postAttr(f.fd)
+	}
+	r.Status = st
+	r.Encode(&b.Encoder)
+	return nil
+}

@@ -1,0 +1,214 @@
+package server
+
+import (
+	"fmt"
+	"hash/fnv"
+	"net"
+	"net/netip"
+	"path"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// Export is one exported directory.
+type Export struct {
+	// Path names the export as clients see it in MOUNT (RFC 1813 appendix
+	// I): "/" for the server root, or "/vol1" for the directory vol1 under
+	// it. It is cleaned; it must not leave the root.
+	Path string
+	// Clients are the addresses allowed to mount and use the export; an
+	// empty list allows every client.
+	Clients []netip.Prefix
+	// ReadOnly makes every modifying procedure fail with NFS3ERR_ROFS.
+	ReadOnly bool
+	// RootSquash maps uid 0 (and gid 0) to 65534, as knfsd's root_squash.
+	RootSquash bool
+}
+
+// Allows reports whether the client at addr may use e.
+func (e *Export) Allows(addr netip.Addr) bool {
+	if len(e.Clients) == 0 {
+		return true
+	}
+	addr = addr.Unmap()
+	for _, p := range e.Clients {
+		if p.Contains(addr) {
+			return true
+		}
+	}
+	return false
+}
+
+// ExportID returns the 32-bit export id of the export path p carried in
+// file handles: FNV-1a of the cleaned path, stable across restarts.
+func ExportID(p string) uint32 {
+	h := fnv.New32a()
+	h.Write([]byte(cleanPath(p)))
+	return h.Sum32()
+}
+
+func cleanPath(p string) string { return path.Clean("/" + p) }
+
+// export is an Export resolved under the root.
+type export struct {
+	Export
+	id     uint32
+	rootFH [handleMax]byte // the root's file handle
+	fhLen  int
+	dev    uint64 // st_dev and st_ino of the export's root directory
+	ino    uint64
+}
+
+// exportTable is an immutable snapshot of the exports, replaced whole.
+type exportTable struct {
+	list []*export
+	byID map[uint32]*export
+}
+
+// resolveExports opens each export's directory beneath rootFD (never
+// following a symlink, never leaving the root) and computes its root handle.
+func resolveExports(rootFD int, seal *sealer, exps []Export) (*exportTable, error) {
+	t := &exportTable{byID: make(map[uint32]*export, len(exps))}
+	for _, e := range exps {
+		e.Path = cleanPath(e.Path)
+		for i, p := range e.Clients {
+			e.Clients[i] = p.Masked()
+		}
+		id := ExportID(e.Path)
+		if o := t.byID[id]; o != nil {
+			return nil, fmt.Errorf("nfs server: export %q: duplicate of (or id collision with) %q", e.Path, o.Path)
+		}
+		ex := &export{Export: e, id: id}
+		rel := strings.TrimPrefix(e.Path, "/")
+		if rel == "" {
+			rel = "."
+		}
+		fd, err := unix.Openat2(rootFD, rel, &unix.OpenHow{
+			Flags:   unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC,
+			Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_XDEV | unix.RESOLVE_NO_MAGICLINKS,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("nfs server: export %q: %w", e.Path, err)
+		}
+		var st unix.Stat_t
+		err = unix.Fstat(fd, &st)
+		if err == nil {
+			ex.fhLen, err = seal.encodeHandle(ex.rootFH[:], id, fd, "", unix.AT_EMPTY_PATH)
+		}
+		unix.Close(fd)
+		if err != nil {
+			return nil, fmt.Errorf("nfs server: export %q: %w", e.Path, err)
+		}
+		ex.dev, ex.ino = st.Dev, st.Ino
+		t.list = append(t.list, ex)
+		t.byID[id] = ex
+	}
+	return t, nil
+}
+
+// find returns the export whose path is p or the longest one containing p,
+// and p relative to it ("." for the export itself).
+func (t *exportTable) find(p string) (*export, string) {
+	p = cleanPath(p)
+	var best *export
+	rel := ""
+	for _, e := range t.list {
+		switch {
+		case p == e.Path:
+			return e, "."
+		case e.Path == "/" && (best == nil):
+			best, rel = e, strings.TrimPrefix(p, "/")
+		case strings.HasPrefix(p, e.Path+"/") && (best == nil || len(e.Path) > len(best.Path)):
+			best, rel = e, strings.TrimPrefix(p, e.Path+"/")
+		}
+	}
+	return best, rel
+}
+
+// ParseExport parses the command-line form PATH[:CLIENTS][:OPTS]: CLIENTS
+// is a comma-separated list of addresses or CIDRs (IPv6 included; "*" or
+// empty: every client), OPTS a comma-separated list of ro, rw, root_squash,
+// no_root_squash. Defaults: every client, rw, no_root_squash.
+func ParseExport(s string) (Export, error) {
+	path, rest, _ := strings.Cut(s, ":")
+	if path == "" {
+		return Export{}, fmt.Errorf("export %q: want PATH[:CIDR[,CIDR]][:ro|rw[,root_squash]]", s)
+	}
+	e := Export{Path: cleanPath(path)}
+	if i := strings.LastIndexByte(rest, ':'); i >= 0 || isOptions(rest) {
+		opts := rest[i+1:]
+		if isOptions(opts) {
+			rest = rest[:max(i, 0)]
+			for _, o := range strings.Split(opts, ",") {
+				switch o {
+				case "ro":
+					e.ReadOnly = true
+				case "rw":
+					e.ReadOnly = false
+				case "root_squash":
+					e.RootSquash = true
+				case "no_root_squash":
+					e.RootSquash = false
+				}
+			}
+		}
+	}
+	for _, f := range strings.Split(rest, ",") {
+		if f == "" || f == "*" {
+			continue
+		}
+		p, err := parsePrefix(f)
+		if err != nil {
+			return Export{}, fmt.Errorf("export %q: %w", s, err)
+		}
+		e.Clients = append(e.Clients, p)
+	}
+	return e, nil
+}
+
+// isOptions reports whether s is a non-empty comma-separated list of
+// export options.
+func isOptions(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, o := range strings.Split(s, ",") {
+		switch o {
+		case "ro", "rw", "root_squash", "no_root_squash":
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+func parsePrefix(s string) (netip.Prefix, error) {
+	if strings.Contains(s, "/") {
+		return netip.ParsePrefix(s)
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Prefix{}, err
+	}
+	return netip.PrefixFrom(a, a.BitLen()), nil
+}
+
+// peerAddr returns the IP address of a caller, or the zero Addr.
+func peerAddr(a net.Addr) netip.Addr {
+	switch a := a.(type) {
+	case *net.TCPAddr:
+		return a.AddrPort().Addr().Unmap()
+	case *net.UDPAddr:
+		return a.AddrPort().Addr().Unmap()
+	case nil:
+		return netip.Addr{}
+	}
+	if ap, err := netip.ParseAddrPort(a.String()); err == nil {
+		return ap.Addr().Unmap()
+	}
+	if ad, err := netip.ParseAddr(a.String()); err == nil {
+		return ad.Unmap()
+	}
+	return netip.Addr{}
+}

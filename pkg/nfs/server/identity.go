@@ -1,0 +1,74 @@
+package server
+
+import (
+	"golang.org/x/sys/unix"
+
+	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
+)
+
+// nobody is the uid and gid of AUTH_NONE callers and of squashed root.
+const nobody = 65534
+
+// identity is the caller's AUTH_SYS identity after squashing.
+type identity struct {
+	uid, gid uint32
+	groups   []uint32 // aliases the request
+}
+
+// setIdentity computes the caller's identity under export ex.
+func (c *call) setIdentity(ex *export) {
+	cr := &c.req.Cred
+	if cr.Flavor != sunrpc.AuthSys {
+		c.id = identity{uid: nobody, gid: nobody}
+		return
+	}
+	c.id = identity{uid: cr.Sys.UID, gid: cr.Sys.GID, groups: cr.Sys.GIDs}
+	if ex.RootSquash {
+		if c.id.uid == 0 {
+			c.id.uid = nobody
+		}
+		if c.id.gid == 0 {
+			c.id.gid = nobody
+		}
+	}
+}
+
+func (id *identity) inGroup(g uint32) bool {
+	if id.gid == g {
+		return true
+	}
+	for _, x := range id.groups {
+		if x == g {
+			return true
+		}
+	}
+	return false
+}
+
+// Permission bits for may.
+const (
+	mayExec  = 1
+	mayWrite = 2
+	mayRead  = 4
+)
+
+// may reports whether id may access an object with stat st for mask (a
+// combination of mayRead, mayWrite, mayExec), as the kernel's
+// generic_permission without ACLs: uid 0 may do anything except execute a
+// non-directory with no execute bit.
+func (id *identity) may(st *unix.Stat_t, mask uint32) bool {
+	if id.uid == 0 {
+		if mask&mayExec != 0 && st.Mode&unix.S_IFMT != unix.S_IFDIR && st.Mode&0o111 == 0 {
+			return false
+		}
+		return true
+	}
+	m := st.Mode
+	switch {
+	case st.Uid == id.uid:
+		m >>= 6
+	case id.inGroup(st.Gid):
+		m >>= 3
+	}
+	return m&mask == mask
+}

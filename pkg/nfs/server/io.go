@@ -1,0 +1,216 @@
+package server
+
+import (
+	"errors"
+	"io"
+	"math/bits"
+	"sync"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nfs3"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/xdr"
+)
+
+// Buffer pools by power-of-two size class, 4 KiB to 1 MiB, so that READ
+// does not allocate in steady state.
+const (
+	minClass = 12
+	maxClass = 20
+)
+
+var bufPools [maxClass - minClass + 1]sync.Pool // *pbuf
+
+// pbuf is a pooled buffer; free (made once per buffer) returns it to its
+// pool, so that handing it to Builder.AfterSend does not allocate.
+type pbuf struct {
+	b    []byte
+	free func()
+}
+
+func sizeClass(n int) int {
+	if n <= 1<<minClass {
+		return 0
+	}
+	return bits.Len(uint(n-1)) - minClass
+}
+
+// getBuf returns a pooled buffer of at least n bytes (n <= MaxIO).
+func getBuf(n int) *pbuf {
+	c := sizeClass(n)
+	if p, ok := bufPools[c].Get().(*pbuf); ok {
+		return p
+	}
+	p := &pbuf{b: make([]byte, 1<<(c+minClass))}
+	p.free = func() { bufPools[c].Put(p) }
+	return p
+}
+
+// fdReader is an io.ReaderAt over a file descriptor (pread(2)).
+type fdReader int
+
+func (f fdReader) ReadAt(p []byte, off int64) (int, error) {
+	n := 0
+	for n < len(p) {
+		m, err := unix.Pread(int(f), p[n:], off+int64(n))
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return n, err
+		}
+		if m == 0 {
+			return n, io.EOF
+		}
+		n += m
+	}
+	return n, nil
+}
+
+// read is READ (RFC 1813 section 3.3.6). The data (at most MaxIO bytes)
+// is read into a pooled buffer and returned as the DDP-eligible result;
+// the buffer goes back to the pool after the transport sent it. As knfsd,
+// the owner may read whatever the mode.
+func (c *call) read(d *xdr.Decoder, b *sunrpc.Builder) error {
+	var a nfs3.ReadArgs
+	if err := a.Decode(d); err != nil {
+		return garbage(err)
+	}
+	o, st := c.open(&a.File)
+	var data []byte
+	eof := false
+	if st == nfs3.OK {
+		defer o.close()
+		switch {
+		case o.isDir():
+			st = nfs3.ErrIsDir
+		case o.st.Mode&unix.S_IFMT != unix.S_IFREG:
+			st = nfs3.ErrInval
+		case o.st.Uid != c.id.uid && !c.id.may(&o.st, mayRead):
+			st = nfs3.ErrAccess
+		}
+	}
+	if st == nfs3.OK {
+		count := min(int(a.Count), MaxIO)
+		fd, err := o.reopen(unix.O_RDONLY)
+		if err != nil {
+			st = statusOf(err)
+		} else {
+			var n int
+			if count > 0 && a.Offset < 1<<63 {
+				bp := getBuf(count)
+				b.AfterSend(bp.free)
+				n, err = fdReader(fd).ReadAt(bp.b[:count], int64(a.Offset))
+				data = bp.b[:n]
+			}
+			unix.Fstat(fd, &o.st)
+			unix.Close(fd)
+			if err != nil && !errors.Is(err, io.EOF) {
+				st = statusOf(err)
+			}
+			eof = a.Offset+uint64(n) >= uint64(o.st.Size)
+		}
+	}
+	res := nfs3.ReadRes{Status: st, Attr: o.attr(), EOF: eof, Data: data}
+	if p := res.Encode(&b.Encoder); st == nfs3.OK {
+		b.MarkPayload(p) // the DDP-eligible result (RFC 8267 section 4)
+	}
+	return nil
+}
+
+// write is WRITE (RFC 1813 section 3.3.7). The data is taken with
+// sunrpc.Request.Payload (inline, or pulled by an RDMA transport). UNSTABLE
+// data is not synced (COMMIT does), DATA_SYNC is fdatasync'ed, FILE_SYNC
+// fsync'ed; the reply carries the instance's write verifier.
+func (c *call) write(d *xdr.Decoder, b *sunrpc.Builder) error {
+	var a nfs3.WriteArgs
+	if err := a.DecodeMax(d, c.req.ArgPayload, c.req.ArgPayload != nil, MaxIO); err != nil {
+		return garbage(err)
+	}
+	fh, off, stable, data := a.File, a.Offset, a.Stable, a.Data
+	var r nfs3.WriteRes
+	o, st := c.open(&fh)
+	if st == nfs3.OK {
+		defer o.close()
+		switch {
+		case o.ex.ReadOnly:
+			st = nfs3.ErrROFS
+		case o.isDir():
+			st = nfs3.ErrIsDir
+		case o.st.Mode&unix.S_IFMT != unix.S_IFREG:
+			st = nfs3.ErrInval
+		case o.st.Uid != c.id.uid && !c.id.may(&o.st, mayWrite):
+			st = nfs3.ErrAccess
+		case off > 1<<63-1-uint64(len(data)):
+			st = nfs3.ErrFBig
+		}
+	}
+	if st == nfs3.OK {
+		fd, err := o.reopen(unix.O_WRONLY)
+		if err != nil {
+			st = statusOf(err)
+		} else {
+			n := 0
+			for n < len(data) && err == nil {
+				var m int
+				m, err = unix.Pwrite(fd, data[n:], int64(off)+int64(n))
+				if err == unix.EINTR {
+					err = nil
+				}
+				n += m
+			}
+			r.Committed = stable
+			if err == nil {
+				switch stable {
+				case nfs3.DataSync:
+					err = unix.Fdatasync(fd)
+				case nfs3.FileSync:
+					err = unix.Fsync(fd)
+				}
+			}
+			unix.Close(fd)
+			r.Count = uint32(n)
+			st = statusOf(err)
+		}
+	}
+	if o.fd >= 0 {
+		r.Wcc = o.wcc()
+	}
+	r.Status, r.Verf = st, c.s.wverf
+	r.Encode(&b.Encoder)
+	return nil
+}
+
+// commit is COMMIT (RFC 1813 section 3.3.21): fsync(2) of the whole file
+// (the range is not narrowed), with the instance's write verifier.
+func (c *call) commit(d *xdr.Decoder, b *sunrpc.Builder) error {
+	var a nfs3.CommitArgs
+	if err := a.Decode(d); err != nil {
+		return garbage(err)
+	}
+	var r nfs3.CommitRes
+	o, st := c.open(&a.File)
+	if st == nfs3.OK {
+		defer o.close()
+		switch {
+		case o.ex.ReadOnly:
+			st = nfs3.ErrROFS
+		case o.isDir():
+			st = nfs3.ErrIsDir
+		case o.st.Mode&unix.S_IFMT != unix.S_IFREG:
+			st = nfs3.ErrInval
+		default:
+			fd, err := o.reopen(unix.O_RDONLY)
+			if err == nil {
+				err = unix.Fsync(fd)
+				unix.Close(fd)
+			}
+			st = statusOf(err)
+		}
+		r.Wcc = o.wcc()
+	}
+	r.Status, r.Verf = st, c.s.wverf
+	r.Encode(&b.Encoder)
+	return nil
+}

@@ -1,0 +1,31 @@
+package server
+
+import (
+	"context"
+
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nfs3"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
+)
+
+// nfsHandlers returns the 22 procedures of NFS version 3 (RFC 1813
+// section 3.3), indexed by procedure number.
+func (s *Server) nfsHandlers() []sunrpc.Handler {
+	p := make([]sunrpc.Handler, nfs3.NumProcs)
+	p[nfs3.ProcNull] = func(_ context.Context, _ *sunrpc.Request, _ *sunrpc.Builder) error { return nil }
+	for proc, f := range map[int]procFunc{
+		nfs3.ProcGetattr: (*call).getattr, nfs3.ProcSetattr: (*call).setattr,
+		nfs3.ProcLookup: (*call).lookup, nfs3.ProcAccess: (*call).access,
+		nfs3.ProcReadlink: (*call).readlink, nfs3.ProcRead: (*call).read,
+		nfs3.ProcWrite: (*call).write, nfs3.ProcCreate: (*call).create,
+		nfs3.ProcMkdir: (*call).mkdir, nfs3.ProcSymlink: (*call).symlink,
+		nfs3.ProcMknod: (*call).mknod, nfs3.ProcRemove: (*call).remove,
+		nfs3.ProcRmdir: (*call).rmdir, nfs3.ProcRename: (*call).rename,
+		nfs3.ProcLink: (*call).link, nfs3.ProcReaddir: (*call).readdir,
+		nfs3.ProcReaddirplus: (*call).readdirplus, nfs3.ProcFsstat: (*call).fsstat,
+		nfs3.ProcFsinfo: (*call).fsinfo, nfs3.ProcPathconf: (*call).pathconf,
+		nfs3.ProcCommit: (*call).commit,
+	} {
+		p[proc] = s.wrap(f)
+	}
+	return p
+}
