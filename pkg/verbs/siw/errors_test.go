@@ -438,3 +438,37 @@ func TestCloseWhileSending(t *testing.T) {
 		waitDone(t, s)
 	}
 }
+
+// TestCloseWhileReceiving: closing the receiving QP while Sends and Read
+// Responses are arriving: no byte is placed into a receive buffer after its
+// flush completion was delivered (the race detector watches the buffers).
+func TestCloseWhileReceiving(t *testing.T) {
+	for i := 0; i < 20; i++ {
+		var rb verbs.MR
+		c, s := pair(t, Config{}, Config{}, verbs.QPAttr{}, func(s *end) {
+			rb = regMR(t, s, 8*(1<<20), verbs.AccessLocalWrite)
+			for k := 0; k < 8; k++ {
+				s.qp.PostRecv(&verbs.RecvWR{ID: uint64(k), SGL: []verbs.SGE{rb.SGE(k<<20, 1<<20)}})
+			}
+		})
+		src := regMR(t, c, 1<<20, verbs.AccessRemoteRead)
+		sink := regMR(t, s, 1<<20, verbs.AccessLocalWrite)
+		for k := 0; k < 8; k++ {
+			c.qp.PostSend(&verbs.SendWR{ID: uint64(k), Opcode: verbs.WRSend, SGL: []verbs.SGE{src.SGE(0, 1<<20)}})
+		}
+		s.qp.PostSend(&verbs.SendWR{ID: 99, Opcode: verbs.WRRDMARead, Flags: verbs.SendSignaled,
+			SGL: []verbs.SGE{sink.SGE(0, 1<<20)}, RKey: src.RKey(), RemoteAddr: src.Addr()})
+		time.Sleep(time.Duration(i) * 30 * time.Microsecond)
+		s.qp.Close()
+		for k := 0; k < 8; k++ {
+			wc := waitWC(t, s.rcq)
+			if wc.Status == verbs.WCFlushErr {
+				// the consumer owns the buffer again: writing it must not race
+				clear(rb.Bytes()[wc.ID<<20 : (wc.ID+1)<<20])
+			}
+		}
+		if wc := waitWC(t, s.scq); wc.Status == verbs.WCFlushErr {
+			clear(sink.Bytes())
+		}
+	}
+}

@@ -104,6 +104,11 @@ type qp struct {
 	irqN     int
 	term     *termInfo
 
+	// placing is held by the receive path while it places bytes into a
+	// posted receive or an RDMA Read sink; setError takes it, so that no
+	// byte lands in a buffer after its flush completion was delivered.
+	placing sync.Mutex
+
 	// receive queue (rqMu)
 	rqMu   sync.Mutex
 	rq     []recvSlot
@@ -343,8 +348,18 @@ func (q *qp) setError(err error) bool {
 	q.state = verbs.QPError
 	q.err = err
 	close(q.done)
+	c := q.conn
 	q.stateMu.Unlock()
 	q.txReady.Store(false)
+
+	// Stop the receive path's socket read (the socket stays writable for a
+	// Terminate) and wait for a placement in progress to end: the buffers
+	// flushed below must not be written afterwards.
+	if c != nil {
+		_ = c.SetReadDeadline(time.Unix(1, 0))
+	}
+	q.placing.Lock()
+	defer q.placing.Unlock()
 
 	q.sqMu.Lock()
 	for i := 0; i < q.sqN; i++ {

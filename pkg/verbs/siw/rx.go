@@ -274,6 +274,11 @@ func (q *qp) rxTagged(n uint32) error {
 		}
 		return q.markerErr(x.r.read(dst, true))
 	case opReadResponse:
+		q.placing.Lock()
+		defer q.placing.Unlock()
+		if q.State() == verbs.QPError {
+			return net.ErrClosed // flushed: nothing more is placed
+		}
 		q.sqMu.Lock()
 		if q.orqN == 0 {
 			q.sqMu.Unlock()
@@ -371,6 +376,11 @@ func (q *qp) rxUntagged(n uint32) error {
 func (q *qp) rxSend(n uint32) error {
 	x := &q.rx
 	h := &x.h
+	q.placing.Lock()
+	defer q.placing.Unlock()
+	if q.State() == verbs.QPError {
+		return net.ErrClosed // flushed: nothing more is placed
+	}
 	if h.mo != x.sendMO {
 		return q.violation(ErrInvalidMO, "MO %d, expected %d", h.mo, x.sendMO)
 	}
