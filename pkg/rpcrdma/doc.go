@@ -2,7 +2,7 @@
 // RPC-over-RDMA version 1 (RFC 8166), the transport that carries ONC RPC
 // (RFC 5531) and so NFSv3 (RFC 1813, bound by RFC 8267) over RDMA.
 //
-// It holds no connection state and performs no I/O:
+// The codec and planners hold no connection state and perform no I/O:
 //
 //   - header.go: the transport header (RFC 8166 section 4): Header, Segment,
 //     ReadSegment, Header.Encode, Header.Decode with Limits.
@@ -15,6 +15,20 @@
 //   - respond.go: the responder's choice of how to return a reply within the
 //     chunks the requester provided (modelled on Linux svcrdma), and the
 //     checks a requester makes on the chunks a reply returns.
+//
+// The transport, over any verbs.Device (pkg/verbs), uses them:
+//
+//   - requester.go: Dial returns a Client, a sunrpc.ClientTransport: RFC
+//     8797 private data, credit window (RFC 8166 section 3.3.1), pools of
+//     pre-registered send and receive buffers (Credits x Inline bytes),
+//     per-call registration of Read, Write and Reply chunks, invalidated
+//     before RoundTrip returns (or remotely, by Send With Invalidate).
+//   - responder.go: Listen returns a Server; Serve dispatches calls to a
+//     sunrpc.Dispatcher: receives posted before credits are granted, Read
+//     chunks pulled within the negotiated ORD, replies pushed into Write and
+//     Reply chunks (PlanReply, BuildReply), RDMA_ERROR for bad headers.
+//   - metrics.go: Metrics (calls, credits, chunks and bytes by kind, RDMA
+//     errors, registered memory) and ErrorReply, the RDMA_ERROR a call got.
 //
 // All sizes are in bytes. Decoders never panic, never trust a length or a
 // count before checking it against the bytes present and the configured

@@ -3,13 +3,16 @@ package rpcrdma
 import (
 	"bufio"
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/verbs"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/verbs/siw"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/xdr"
@@ -149,5 +152,67 @@ func TestKnfsdNullOverRDMA(t *testing.T) {
 			t.Logf("knfsd granted %d credits", rep.Credits)
 		}
 		qp.PostRecv(&verbs.RecvWR{ID: r.ID, SGL: []verbs.SGE{rbuf.SGE(int(r.ID)*inline, inline)}})
+	}
+}
+
+// TestKnfsdNullViaRequester makes NFSv3 NULL calls (program 100003
+// version 3 procedure 0) to Linux knfsd through our requester (Dial)
+// under sunrpc.Client, and checks the inline thresholds and credits
+// negotiated from knfsd's RFC 8797 private data and grants.
+func TestKnfsdNullViaRequester(t *testing.T) {
+	env := kernelPeer(t)
+	defer func() {
+		time.Sleep(300 * time.Millisecond)
+		kpCheck(t)
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// knfsd's listen backlog is 1: one connection at a time.
+	cli, err := Dial(ctx, siw.NewDevice(siw.Config{}), env["KP_HOST"]+":"+env["KP_NFSRDMA_PORT"], ClientOptions{Credits: 32})
+	if err != nil {
+		t.Fatal("connect to knfsd:", err)
+	}
+	defer cli.Close()
+	peer, in := cli.Peer(), cli.Inline()
+	t.Logf("connected: %s; knfsd private data %+v; inline %+v", cli.Info().Detail, peer, in)
+	if peer.SendSize != 4096 || peer.RecvSize != 4096 || in.Send != 4096 || in.Recv != 4096 {
+		t.Fatalf("knfsd's RFC 8797 private data %+v, inline %+v: want 4096/4096", peer, in)
+	}
+	used := false
+	rc, err := sunrpc.NewClient(func(context.Context) (sunrpc.ClientTransport, error) {
+		if used {
+			return nil, errors.New("no redial in this test")
+		}
+		used = true
+		return cli, nil
+	}, sunrpc.ClientOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 25 {
+				// Half the calls offer a Reply chunk (MaxReplySize 0: the
+				// largest reply), which svcrdma always uses.
+				if err := rc.Call(ctx, sunrpc.CallSpec{Prog: 100003, Vers: 3, Proc: 0, MaxReplySize: 256 * (g % 2)}); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	m := cli.Metrics()
+	t.Logf("knfsd granted %d credits; window %d; metrics %+v", m.CreditsGranted, cli.Credits(), m)
+	if m.Replies != 200 || m.ReplyChunks == 0 || m.CreditsGranted == 0 || cli.Credits() != min(32, int(m.CreditsGranted)) || m.CreditsInUse != 0 {
+		t.Fatalf("metrics %+v, window %d", m, cli.Credits())
 	}
 }

@@ -1,0 +1,719 @@
+package rpcrdma
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+
+	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/verbs"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/xdr"
+)
+
+// ServerOptions configures a responder. Zero fields take the defaults in
+// brackets.
+type ServerOptions struct {
+	// Credits is the receives posted per connection, before any credit is
+	// granted, and the most calls a connection processes at once [32].
+	Credits int
+	// Grant is the rdma_credit granted in each reply, at most Credits
+	// [Credits]; SetGrant changes it at run time.
+	Grant int
+	// Inline is our send and receive size in bytes, advertised in RFC
+	// 8797 private data [OurInline, 4096].
+	Inline int
+	// IRD and ORD offered at accept [16, 16]: ORD bounds the RDMA Reads
+	// we have outstanding per connection to pull Read chunks.
+	IRD, ORD int
+	// MaxCall bounds, in bytes, what one call's Read chunks may carry
+	// [1 MiB + 64 KiB]; larger is answered with ERR_CHUNK.
+	MaxCall int
+	// Limits bound the call headers we decode (RFC 8166 section 4.5.2).
+	Limits Limits
+	Logger *slog.Logger
+}
+
+func (o *ServerOptions) fill() error {
+	if o.Credits <= 0 {
+		o.Credits = 32
+	}
+	if o.Grant <= 0 || o.Grant > o.Credits {
+		o.Grant = o.Credits
+	}
+	if o.Inline == 0 {
+		o.Inline = OurInline
+	}
+	if o.Inline < MinInlineSize || o.Inline > MaxInlineSize || o.Inline%1024 != 0 {
+		return fmt.Errorf("%w: inline size %d (RFC 8797: 1024..262144, multiple of 1024)", ErrInvalid, o.Inline)
+	}
+	if o.IRD <= 0 {
+		o.IRD = 16
+	}
+	if o.ORD <= 0 {
+		o.ORD = 16
+	}
+	if o.MaxCall <= 0 {
+		o.MaxCall = 1<<20 + 64<<10
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return nil
+}
+
+// Server is an RPC-over-RDMA v1 responder (RFC 8166 section 3) listening
+// on one address.
+type Server struct {
+	dev   verbs.Device
+	ln    verbs.Listener
+	opts  ServerOptions
+	m     metrics
+	grant atomic.Uint32
+
+	mu     sync.Mutex
+	conns  map[*srvConn]struct{}
+	recent recentXIDs
+}
+
+// recentXIDs remembers the last 4096 XIDs, to count retransmissions.
+type recentXIDs struct {
+	ring [4096]uint32
+	n    int
+	set  map[uint32]int
+}
+
+func (r *recentXIDs) seen(x uint32) bool {
+	if r.set == nil {
+		r.set = make(map[uint32]int, len(r.ring))
+	}
+	if _, ok := r.set[x]; ok {
+		return true
+	}
+	i := r.n % len(r.ring)
+	if r.n >= len(r.ring) {
+		old := r.ring[i]
+		if r.set[old]--; r.set[old] <= 0 {
+			delete(r.set, old)
+		}
+	}
+	r.ring[i] = x
+	r.set[x]++
+	r.n++
+	return false
+}
+
+// Listen starts listening for RPC-over-RDMA connections on addr
+// ("host:port"; NFS uses 20049). Serve accepts them.
+func Listen(ctx context.Context, dev verbs.Device, addr string, opts ServerOptions) (*Server, error) {
+	if err := opts.fill(); err != nil {
+		return nil, err
+	}
+	ln, err := dev.Listen(ctx, addr)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{dev: dev, ln: ln, opts: opts, conns: map[*srvConn]struct{}{}}
+	s.grant.Store(uint32(opts.Grant))
+	s.m.creditsGranted.Store(uint64(opts.Grant))
+	return s, nil
+}
+
+// Addr is the listening address.
+func (s *Server) Addr() net.Addr { return s.ln.Addr() }
+
+// Metrics returns a snapshot of the counters over all connections.
+func (s *Server) Metrics() Metrics { return s.m.snapshot() }
+
+// SetGrant changes the credits granted in each later reply (clamped to
+// 1..Credits: receives for Credits calls are always posted).
+func (s *Server) SetGrant(n int) {
+	n = min(max(n, 1), s.opts.Credits)
+	s.grant.Store(uint32(n))
+	s.m.creditsGranted.Store(uint64(n))
+}
+
+// Close stops listening; Serve returns after closing its connections.
+func (s *Server) Close() error { return s.ln.Close() }
+
+// CloseConnections disconnects every connection (the listener stays): a
+// requester sees its connection lost and redials.
+func (s *Server) CloseConnections() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for c := range s.conns {
+		c.qp.Close()
+	}
+}
+
+// Serve accepts connections and dispatches their calls to d until ctx
+// ends or Close; it then disconnects every connection, waits for their
+// goroutines and returns the cause (ctx's error, or the listener's).
+func (s *Server) Serve(ctx context.Context, d sunrpc.Dispatcher) error {
+	var wg sync.WaitGroup
+	ctx, cancel := context.WithCancel(ctx)
+	defer func() {
+		cancel()
+		s.ln.Close()
+		s.CloseConnections()
+		wg.Wait()
+	}()
+	for {
+		req, err := s.ln.Accept(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return err
+		}
+		c, err := s.newConn(ctx, req)
+		if err != nil {
+			s.opts.Logger.Warn("rpcrdma: accept failed", "peer", req.RemoteAddr(), "err", err)
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c.run(ctx, d)
+		}()
+	}
+}
+
+// srvConn is one responder connection.
+type srvConn struct {
+	s      *Server
+	pd     verbs.PD
+	cq     verbs.CQ
+	qp     verbs.QP
+	peer   PrivateData
+	peerOK bool
+	inline int // the requester's receive size: our send threshold
+	addr   net.Addr
+
+	sendMR, recvMR verbs.MR
+	slots          []srvSlot
+	recvWRs        []verbs.RecvWR // one per receive buffer, prebuilt
+	recvSGEs       []verbs.SGE
+	readSem        chan struct{} // ORD tokens
+	done           chan struct{}
+}
+
+// srvSlot processes the call that arrived in receive buffer idx.
+type srvSlot struct {
+	c        *srvConn
+	idx      int
+	work     chan int      // byte length of a received call
+	readDone chan struct{} // RDMA Read completed
+	sendDone chan struct{} // reply Send completed
+
+	hdr, rep Header
+	req      sunrpc.Request
+	b        sunrpc.Builder
+	bbuf     []byte
+	readMR   verbs.MR // sink of Read chunks
+	streamMR verbs.MR // source of a Reply chunk
+	sge      [3]verbs.SGE
+	wr       verbs.SendWR
+}
+
+func (s *Server) reg(pd verbs.PD, b []byte, acc verbs.Access) (verbs.MR, error) {
+	mr, err := pd.RegMR(b, acc)
+	if err == nil {
+		s.m.registeredBytes.Add(int64(len(b)))
+	}
+	return mr, err
+}
+
+func (s *Server) dereg(mr verbs.MR) {
+	if mr != nil {
+		s.m.registeredBytes.Add(-int64(mr.Len()))
+		mr.Close()
+	}
+}
+
+// newConn builds a connection's QP and buffers, posts its receives, then
+// accepts req with our private data (RFC 8797).
+func (s *Server) newConn(ctx context.Context, req verbs.ConnRequest) (*srvConn, error) {
+	o := &s.opts
+	var err error
+	c := &srvConn{s: s, addr: req.RemoteAddr(), done: make(chan struct{}), readSem: make(chan struct{}, o.ORD)}
+	ok := false
+	defer func() {
+		if !ok {
+			_ = req.Reject(nil)
+			c.release()
+		}
+	}()
+	c.peer, c.peerOK = ParsePrivateData(req.PrivateData())
+	local := PrivateData{SendSize: o.Inline, RecvSize: o.Inline}
+	c.inline, _ = NegotiateInline(local, c.peer)
+	if c.pd, err = s.dev.AllocPD(); err != nil {
+		return nil, err
+	}
+	n := o.Credits
+	if c.cq, err = s.dev.CreateCQ(4*n + 16); err != nil {
+		return nil, err
+	}
+	if c.qp, err = c.pd.CreateQP(verbs.QPAttr{SendCQ: c.cq, RecvCQ: c.cq, MaxSendWR: 4*n + 4, MaxRecvWR: n, MaxSGE: 4}); err != nil {
+		return nil, err
+	}
+	if c.sendMR, err = s.reg(c.pd, make([]byte, n*o.Inline), 0); err != nil {
+		return nil, err
+	}
+	if c.recvMR, err = s.reg(c.pd, make([]byte, n*o.Inline), verbs.AccessLocalWrite); err != nil {
+		return nil, err
+	}
+	c.slots = make([]srvSlot, n)
+	c.recvWRs, c.recvSGEs = make([]verbs.RecvWR, n), make([]verbs.SGE, n)
+	for i := range c.slots {
+		c.recvSGEs[i] = c.recvMR.SGE(i*o.Inline, o.Inline)
+		c.recvWRs[i] = verbs.RecvWR{ID: wrRecv | uint64(i), SGL: c.recvSGEs[i : i+1 : i+1]}
+		sl := &c.slots[i]
+		sl.c, sl.idx = c, i
+		sl.work = make(chan int, 1)
+		sl.readDone, sl.sendDone = make(chan struct{}, 1), make(chan struct{}, 1)
+		sl.bbuf = make([]byte, 0, o.Inline)
+		if err = c.postRecv(i); err != nil {
+			return nil, err
+		}
+	}
+	pdata, err := local.Append(nil)
+	if err != nil {
+		return nil, err
+	}
+	info, err := req.Accept(ctx, c.qp, verbs.ConnParam{PrivateData: pdata, ResponderResources: o.IRD, InitiatorDepth: o.ORD})
+	if err != nil {
+		return nil, err
+	}
+	if info.ORD < cap(c.readSem) {
+		// The requester's IRD bounds our RDMA Reads (ORD as negotiated).
+		c.readSem = make(chan struct{}, max(info.ORD, 1))
+	}
+	s.mu.Lock()
+	s.conns[c] = struct{}{}
+	s.mu.Unlock()
+	s.m.connections.Add(1)
+	ok = true
+	return c, nil
+}
+
+func (c *srvConn) postRecv(i int) error {
+	return c.qp.PostRecv(&c.recvWRs[i])
+}
+
+func (c *srvConn) release() {
+	s := c.s
+	if c.qp != nil {
+		c.qp.Close()
+	}
+	for i := range c.slots {
+		s.dereg(c.slots[i].readMR)
+		s.dereg(c.slots[i].streamMR)
+	}
+	s.dereg(c.sendMR)
+	s.dereg(c.recvMR)
+	if c.cq != nil {
+		c.cq.Close()
+	}
+	if c.pd != nil {
+		c.pd.Close()
+	}
+}
+
+// run is the connection's completion goroutine; one worker per receive
+// buffer processes the calls (concurrency bounded by Credits).
+func (c *srvConn) run(ctx context.Context, d sunrpc.Dispatcher) {
+	var wg sync.WaitGroup
+	for i := range c.slots {
+		wg.Add(1)
+		go func(sl *srvSlot) {
+			defer wg.Done()
+			for n := range sl.work {
+				sl.handle(ctx, d, n)
+			}
+		}(&c.slots[i])
+	}
+	lctx, cancel := context.WithCancel(ctx)
+	go func() {
+		select {
+		case <-c.qp.Done():
+		case <-lctx.Done():
+		}
+		cancel()
+	}()
+	var wcs [32]verbs.WC
+loop:
+	for {
+		n := c.cq.Poll(wcs[:])
+		if n == 0 {
+			if c.cq.Wait(lctx) != nil {
+				break
+			}
+			continue
+		}
+		for i := range wcs[:n] {
+			if !c.complete(&wcs[i]) {
+				break loop
+			}
+		}
+	}
+	cancel()
+	c.qp.Close()
+	close(c.done)
+	for i := range c.slots {
+		close(c.slots[i].work)
+	}
+	wg.Wait()
+	c.s.mu.Lock()
+	delete(c.s.conns, c)
+	c.s.mu.Unlock()
+	c.s.m.connections.Add(-1)
+	c.release()
+}
+
+func (c *srvConn) complete(wc *verbs.WC) bool {
+	if wc.Status != verbs.WCSuccess {
+		if wc.Status != verbs.WCFlushErr {
+			c.s.opts.Logger.Warn("rpcrdma: work request failed", "peer", c.addr, "status", wc.Status, "opcode", wc.Opcode, "err", wc.Err)
+		}
+		return false
+	}
+	idx := int(wc.ID &^ wrKindMask)
+	if idx >= len(c.slots) {
+		return true
+	}
+	sl := &c.slots[idx]
+	switch wc.ID & wrKindMask {
+	case wrRecv:
+		sl.work <- int(wc.ByteLen) // the slot is idle: its receive was posted
+	case wrRead:
+		sl.readDone <- struct{}{}
+	case wrSend:
+		sl.sendDone <- struct{}{}
+	}
+	return true
+}
+
+// wait waits for a completion on ch or the connection's end.
+func (c *srvConn) wait(ch chan struct{}) error {
+	select {
+	case <-ch:
+		return nil
+	case <-c.done:
+		return sunrpc.ErrConnLost
+	}
+}
+
+// handle processes one received message of n bytes in receive buffer sl.idx.
+func (sl *srvSlot) handle(ctx context.Context, d sunrpc.Dispatcher, n int) {
+	c, s := sl.c, sl.c.s
+	in := s.opts.Inline
+	msg := c.recvMR.Bytes()[sl.idx*in:][:n]
+	hl, err := sl.hdr.Decode(msg, &s.opts.Limits)
+	if err == nil {
+		err = sl.hdr.CheckCall()
+	}
+	if err != nil {
+		if ShouldAnswer(msg, err) {
+			sl.sendError(msg, err)
+			return
+		}
+		s.opts.Logger.Debug("rpcrdma: message discarded", "peer", c.addr, "err", err)
+		c.repost(sl.idx)
+		return
+	}
+	s.m.calls.Add(1)
+	s.m.creditsInUse.Add(1)
+	defer s.m.creditsInUse.Add(-1)
+	s.mu.Lock()
+	if s.recent.seen(sl.hdr.XID) {
+		s.m.retransmits.Add(1)
+	}
+	s.mu.Unlock()
+
+	raw, arg, err := sl.pull(msg[hl:])
+	if err != nil {
+		if errors.Is(err, sunrpc.ErrConnLost) {
+			return
+		}
+		sl.sendError(msg, err)
+		return
+	}
+	sl.req.Reset(raw, arg, c.addr, "rdma")
+	sl.b.Reset(sl.bbuf[:0])
+	if !d.Dispatch(ctx, &sl.req, &sl.b) {
+		sl.b.RunAfterSend()
+		c.repost(sl.idx)
+		return
+	}
+	sl.reply(msg)
+	if b := sl.b.Bytes(); cap(b) > cap(sl.bbuf) && cap(b) <= 1<<20 {
+		sl.bbuf = b[:0] // keep a grown reply buffer, up to 1 MiB
+	}
+}
+
+// pull returns the call's Payload stream and its DDP-eligible argument,
+// RDMA Reading the Read chunks (RFC 8166 sections 3.5.2, 3.5.3). Errors
+// wrap ErrChunk (answered ERR_CHUNK) or sunrpc.ErrConnLost.
+func (sl *srvSlot) pull(inline []byte) (raw, arg []byte, err error) {
+	h := &sl.hdr
+	chunk, rest := NextReadChunk(h.Reads)
+	if len(rest) != 0 {
+		return nil, nil, fmt.Errorf("%w: more than one Read chunk", ErrChunk)
+	}
+	if len(chunk) == 0 {
+		return inline, nil, h.CheckXID(inline)
+	}
+	total := ReadChunkLen(chunk)
+	if total > uint64(sl.c.s.opts.MaxCall) {
+		return nil, nil, fmt.Errorf("%w: Read chunk of %d bytes exceeds %d", ErrChunk, total, sl.c.s.opts.MaxCall)
+	}
+	if h.Proc == ProcMsg {
+		if err := h.CheckXID(inline); err != nil {
+			return nil, nil, err
+		}
+		if p := chunk[0].Position; p%4 != 0 || uint64(p) > uint64(len(inline)) || p < 4 {
+			return nil, nil, fmt.Errorf("%w: Read chunk position %d in an inline stream of %d bytes", ErrChunk, p, len(inline))
+		}
+	}
+	if err := sl.read(chunk, int(total)); err != nil {
+		return nil, nil, err
+	}
+	b := sl.readMR.Bytes()[:total]
+	if h.Proc == ProcNoMsg {
+		return b, nil, h.CheckXID(b)
+	}
+	if total == 0 {
+		b = []byte{}
+	}
+	return inline, b, nil
+}
+
+// read pulls the segments of chunk (total bytes) into sl.readMR, one RDMA
+// Read per segment, at most ORD outstanding on the connection.
+func (sl *srvSlot) read(chunk []ReadSegment, total int) error {
+	c, s := sl.c, sl.c.s
+	if total == 0 {
+		return nil
+	}
+	if sl.readMR == nil || sl.readMR.Len() < total {
+		s.dereg(sl.readMR)
+		sl.readMR = nil
+		mr, err := s.reg(c.pd, make([]byte, max(total, 64<<10)), verbs.AccessLocalWrite)
+		if err != nil {
+			return fmt.Errorf("%w: %v", sunrpc.ErrConnLost, err)
+		}
+		sl.readMR = mr
+	}
+	off := 0
+	for _, rs := range chunk {
+		if rs.Length == 0 {
+			continue
+		}
+		select {
+		case c.readSem <- struct{}{}:
+		case <-c.done:
+			return sunrpc.ErrConnLost
+		}
+		sl.sge[0] = sl.readMR.SGE(off, int(rs.Length))
+		sl.wr = verbs.SendWR{ID: wrRead | uint64(sl.idx), Opcode: verbs.WRRDMARead, Flags: verbs.SendSignaled,
+			SGL: sl.sge[:1], RemoteAddr: rs.Offset, RKey: rs.Handle}
+		err := c.qp.PostSend(&sl.wr)
+		if err == nil {
+			err = c.wait(sl.readDone)
+		}
+		<-c.readSem
+		if err != nil {
+			return fmt.Errorf("%w: RDMA Read: %v", sunrpc.ErrConnLost, err)
+		}
+		off += int(rs.Length)
+	}
+	if sl.hdr.Proc == ProcNoMsg {
+		s.m.posZero.Add(1)
+	} else {
+		s.m.readChunks.Add(1)
+	}
+	s.m.readChunkBytes.Add(uint64(total))
+	return nil
+}
+
+func (c *srvConn) repost(i int) {
+	if err := c.postRecv(i); err != nil {
+		c.qp.Close()
+	}
+}
+
+// sendError answers msg with RDMA_ERROR (RFC 8166 section 4.5).
+func (sl *srvSlot) sendError(msg []byte, err error) {
+	c, s := sl.c, sl.c.s
+	in := s.opts.Inline
+	buf := c.sendMR.Bytes()[sl.idx*in:][:0:in]
+	b := AppendErrorReply(buf, msg, err, s.grant.Load())
+	if errors.Is(err, ErrVers) {
+		s.m.errVers.Add(1)
+	} else {
+		s.m.errChunk.Add(1)
+	}
+	c.repost(sl.idx)
+	sl.sge[0] = c.sendMR.SGE(sl.idx*in, len(b))
+	sl.wr = verbs.SendWR{ID: wrSend | uint64(sl.idx), Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGL: sl.sge[:1]}
+	if c.qp.PostSend(&sl.wr) == nil {
+		_ = c.wait(sl.sendDone)
+	}
+}
+
+// reply returns the dispatched reply within the call's chunks (PlanReply,
+// BuildReply); ERR_CHUNK when it does not fit.
+func (sl *srvSlot) reply(msg []byte) {
+	c, s := sl.c, sl.c.s
+	defer sl.b.RunAfterSend()
+	m := sl.b.Message()
+	rm := Message{Head: len(m.Head), Tail: len(m.Tail)}
+	if m.HasPayload {
+		rm.Payload, rm.DDP = len(m.Payload), true
+	}
+	p, err := PlanReply(rm, &sl.hdr, c.inline)
+	if err != nil {
+		if errors.Is(err, ErrChunk) {
+			sl.sendError(msg, err)
+		} else {
+			s.opts.Logger.Warn("rpcrdma: reply dropped", "peer", c.addr, "err", err)
+			c.repost(sl.idx)
+		}
+		return
+	}
+	var payMR verbs.MR
+	defer func() { s.dereg(payMR) }()
+	if p.Write && p.WriteLen > 0 {
+		payMR, err = s.reg(c.pd, m.Payload, 0)
+		if err != nil {
+			c.qp.Close()
+			return
+		}
+		if !sl.write(sl.hdr.Writes[0], payMR, 0, p.WriteLen) {
+			return
+		}
+		s.m.writeChunks.Add(1)
+		s.m.writeChunkBytes.Add(uint64(p.WriteLen))
+	}
+	withPayload := m.HasPayload && !p.Write
+	if p.Proc == ProcNoMsg {
+		if sl.streamMR == nil || sl.streamMR.Len() < p.ReplyLen {
+			s.dereg(sl.streamMR)
+			sl.streamMR = nil
+			if sl.streamMR, err = s.reg(c.pd, make([]byte, max(p.ReplyLen, 64<<10)), 0); err != nil {
+				c.qp.Close()
+				return
+			}
+		}
+		b := appendStream(sl.streamMR.Bytes()[:0], &m, withPayload)
+		if !sl.write(sl.hdr.Reply, sl.streamMR, 0, len(b)) {
+			return
+		}
+		s.m.replyChunks.Add(1)
+		s.m.replyChunkBytes.Add(uint64(len(b)))
+	}
+	grant := s.grant.Load()
+	sl.rep.BuildReply(&sl.hdr, p, grant)
+	in := s.opts.Inline
+	buf := c.sendMR.Bytes()[sl.idx*in:][:0:in]
+	b, err := sl.rep.Encode(buf)
+	if err != nil || len(b)+p.InlineLen > in {
+		s.opts.Logger.Warn("rpcrdma: reply header", "peer", c.addr, "err", err)
+		c.qp.Close()
+		return
+	}
+	if p.Proc == ProcMsg {
+		b = appendStream(b, &m, withPayload)
+		s.m.inlineMsgs.Add(1)
+	}
+	s.m.inlineBytes.Add(uint64(len(b)))
+	wr := &sl.wr
+	// Signaled, and waited for: the receive is reposted first, so the next
+	// call may land in it and reuse this slot's send buffer and Reply chunk
+	// source before an unsignaled Send or Write would have gone out; and the
+	// caller's payload must stay registered until its Writes completed
+	// (they complete before the Send).
+	*wr = verbs.SendWR{ID: wrSend | uint64(sl.idx), Opcode: verbs.WRSend, Flags: verbs.SendSignaled}
+	if key, ok := sl.oneKey(); ok && c.peer.RemoteInvalidate {
+		wr.Opcode, wr.InvalidateKey = verbs.WRSendWithInv, key
+		s.m.sendInv.Add(1)
+	}
+	sl.sge[0] = c.sendMR.SGE(sl.idx*in, len(b))
+	wr.SGL = sl.sge[:1]
+	// The next call may come as soon as the reply lands: post the receive first.
+	c.repost(sl.idx)
+	s.m.replies.Add(1)
+	if c.qp.PostSend(wr) == nil {
+		_ = c.wait(sl.sendDone)
+	}
+}
+
+// appendStream appends the reply's Payload stream: Head, the item and its
+// pad when it stays in the stream, Tail.
+func appendStream(b []byte, m *sunrpc.Message, withPayload bool) []byte {
+	b = append(b, m.Head...)
+	if withPayload {
+		b = append(b, m.Payload...)
+		b = append(b, zero4[:xdr.Pad(len(m.Payload))]...)
+	}
+	return append(b, m.Tail...)
+}
+
+// write RDMA Writes n bytes of src from offset off into the segments of
+// chunk, in order, never past a segment's length (the caller checked n
+// against the chunk with PlanReply). It reports false when the
+// connection failed.
+func (sl *srvSlot) write(chunk []Segment, src verbs.MR, off, n int) bool {
+	c := sl.c
+	for _, seg := range chunk {
+		if n == 0 {
+			break
+		}
+		l := min(n, int(seg.Length))
+		if l == 0 {
+			continue
+		}
+		sl.sge[0] = src.SGE(off, l)
+		sl.wr = verbs.SendWR{ID: wrWrite | uint64(sl.idx), Opcode: verbs.WRRDMAWrite, SGL: sl.sge[:1],
+			RemoteAddr: seg.Offset, RKey: seg.Handle}
+		if err := c.qp.PostSend(&sl.wr); err != nil {
+			c.qp.Close()
+			return false
+		}
+		off += l
+		n -= l
+	}
+	return true
+}
+
+// oneKey reports the requester's single R_key when the call offered
+// exactly one (RFC 8797 Remote Invalidation is used only then, as Linux
+// svcrdma's svc_rdma_get_inv_rkey).
+func (sl *srvSlot) oneKey() (uint32, bool) {
+	var key uint32
+	n := 0
+	see := func(k uint32) {
+		if n == 0 || k != key {
+			key = k
+			n++
+		}
+	}
+	for _, r := range sl.hdr.Reads {
+		see(r.Handle)
+	}
+	for _, w := range sl.hdr.Writes {
+		for _, s := range w {
+			see(s.Handle)
+		}
+	}
+	for _, s := range sl.hdr.Reply {
+		see(s.Handle)
+	}
+	return key, n == 1
+}
+
+var zero4 [4]byte
