@@ -1,71 +1,24 @@
 package rpcrdma
 
 import (
-	"bufio"
 	"context"
 	"errors"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/nfsrdma/nfsrdma-csi/internal/kernelpeer"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/verbs"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/verbs/siw"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/xdr"
 )
 
-// kernelPeer reads ../shared/kernel-peer's env file; skips (fails under
-// CI=true) when the peer is not running.
-func kernelPeer(t *testing.T) map[string]string {
-	t.Helper()
-	dir := os.Getenv("KERNEL_PEER_DIR")
-	if dir == "" {
-		dir = "/tmp/kernel-peer"
-	}
-	env := map[string]string{}
-	if f, err := os.Open(filepath.Join(dir, "env")); err == nil {
-		sc := bufio.NewScanner(f)
-		for sc.Scan() {
-			if k, v, ok := strings.Cut(sc.Text(), "="); ok {
-				env[k] = v
-			}
-		}
-		f.Close()
-	}
-	if pid := env["KP_PID"]; pid != "" {
-		if _, err := os.Stat("/proc/" + pid); err != nil {
-			env = map[string]string{}
-		}
-	}
-	if env["KP_NFSRDMA_PORT"] == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("kernel peer not running (../shared/kernel-peer/start); required under CI")
-		}
-		t.Skip("kernel peer not running: start ../shared/kernel-peer/start to run the interop tests")
-	}
-	return env
-}
-
-func kpCheck(t *testing.T) {
-	t.Helper()
-	tools := os.Getenv("KERNEL_PEER_TOOLS")
-	if tools == "" {
-		tools = "../../../shared/kernel-peer"
-	}
-	if out, err := exec.Command(filepath.Join(tools, "check")).CombinedOutput(); err != nil {
-		t.Fatalf("kernel peer check: %v\n%s", err, out)
-	}
-}
-
 // TestKnfsdNullOverRDMA connects to Linux knfsd's NFS/RDMA listener over
 // kernel siw with RFC 8797 private data, checks the inline sizes and
 // credits knfsd grants, and makes NFSv3 NULL calls as RDMA_MSG Sends.
 func TestKnfsdNullOverRDMA(t *testing.T) {
-	env := kernelPeer(t)
+	env := kernelpeer.Env(t, "KP_NFSRDMA_PORT")
 	d := siw.NewDevice(siw.Config{})
 	pd, _ := d.AllocPD()
 	scq, _ := d.CreateCQ(64)
@@ -77,7 +30,7 @@ func TestKnfsdNullOverRDMA(t *testing.T) {
 	defer func() {
 		qp.Close()
 		time.Sleep(300 * time.Millisecond)
-		kpCheck(t)
+		kernelpeer.Check(t)
 	}()
 	const inline = 4096
 	rbuf, _ := pd.RegMR(make([]byte, 32*inline), verbs.AccessLocalWrite)
@@ -160,10 +113,10 @@ func TestKnfsdNullOverRDMA(t *testing.T) {
 // under sunrpc.Client, and checks the inline thresholds and credits
 // negotiated from knfsd's RFC 8797 private data and grants.
 func TestKnfsdNullViaRequester(t *testing.T) {
-	env := kernelPeer(t)
+	env := kernelpeer.Env(t, "KP_NFSRDMA_PORT")
 	defer func() {
 		time.Sleep(300 * time.Millisecond)
-		kpCheck(t)
+		kernelpeer.Check(t)
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
