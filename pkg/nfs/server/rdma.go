@@ -1,0 +1,34 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"k8s.io/klog/v2"
+
+	"github.com/nfsrdma/nfsrdma-csi/pkg/rpcrdma"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/verbs"
+)
+
+// DefaultRDMAPort is the port of NFS over RDMA (RFC 8267 section 5.1:
+// 20049, "nfsrdma").
+const DefaultRDMAPort = 20049
+
+// ServeRDMA serves NFS v3 over RPC-over-RDMA version 1 (RFC 8166, with the
+// RFC 8267 binding) on addr ("host:port") through dev until ctx ends, then
+// returns nil; or the listener's error. MOUNT stays on TCP (RFC 8267 section
+// 5.1), served by Serve. opts sets the credits granted per connection.
+func (s *Server) ServeRDMA(ctx context.Context, dev verbs.Device, addr string, opts rpcrdma.ServerOptions) error {
+	l, err := rpcrdma.Listen(ctx, dev, addr, opts)
+	if err != nil {
+		return fmt.Errorf("nfs server: NFS/RDMA on %s: %w", addr, err)
+	}
+	defer l.Close()
+	klog.InfoS("nfs server: serving NFS over RDMA", "addr", l.Addr(), "device", dev.Name(), "transport", dev.Transport())
+	err = l.Serve(ctx, s.rpc)
+	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+		return nil
+	}
+	return err
+}
