@@ -49,16 +49,30 @@ func Env(t testing.TB, key string) map[string]string {
 	return env
 }
 
+// Sh runs cmd in the guest as root (the peer's `sh`) and returns its
+// output; a non-zero exit fails the test.
+func Sh(t testing.TB, cmd string) string {
+	t.Helper()
+	out, err := exec.Command(filepath.Join(tools(), "sh"), cmd).CombinedOutput()
+	if err != nil {
+		t.Fatalf("in the guest: %q: %v\n%s", cmd, err, out)
+	}
+	return string(out)
+}
+
+func tools() string {
+	if d := os.Getenv("KERNEL_PEER_TOOLS"); d != "" {
+		return d
+	}
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "../../../shared/kernel-peer")
+}
+
 // Check runs the peer's `check`: it fails the test when the guest logged a
 // kernel BUG, Oops or WARNING, or stopped answering.
 func Check(t testing.TB) {
 	t.Helper()
-	tools := os.Getenv("KERNEL_PEER_TOOLS")
-	if tools == "" {
-		_, file, _, _ := runtime.Caller(0)
-		tools = filepath.Join(filepath.Dir(file), "../../../shared/kernel-peer")
-	}
-	if out, err := exec.Command(filepath.Join(tools, "check")).CombinedOutput(); err != nil {
+	if out, err := exec.Command(filepath.Join(tools(), "check")).CombinedOutput(); err != nil {
 		t.Fatalf("kernel peer check failed: %v\n%s", err, out)
 	}
 }
