@@ -24,6 +24,15 @@ import (
 // siw. It creates a file, writes 64 MiB, reads it back, lists the
 // directory and removes the file, and checks in the guest that the bytes on
 // knfsd's /export are exactly what was written.
+//
+// MPA CRC is off here: kernel siw (6.1, and mainline's siw_get_trailer)
+// copies each piece of a pad+CRC trailer that arrives split across two
+// skbs to the start of its trailer buffer, so such a trailer fails the CRC
+// check (seen as "siw: crc error ... op 2" on our Read Responses, after
+// which nfsd threads hang). qemu's user-mode network re-segments our FPDUs
+// and splits a trailer now and then under bulk traffic; with CRC off siw
+// does not look at the trailer. CRC-on interop with kernel siw is covered
+// by the rping and NULL-call tests, whose single small FPDUs are not split.
 func TestKnfsdOverRDMA(t *testing.T) {
 	env := kernelpeer.Env(t, "KP_NFSRDMA_PORT")
 	defer kernelpeer.Check(t)
@@ -37,7 +46,7 @@ func TestKnfsdOverRDMA(t *testing.T) {
 		Export:    "/export",
 		AuthSys:   sunrpc.AuthSysParams{MachineName: "nfsrdma-test"},
 		Transport: "rdma",
-		Dial:      rpcrdma.Dialer(siw.NewDevice(siw.Config{}), env["KP_HOST"]+":"+env["KP_NFSRDMA_PORT"], rpcrdma.ClientOptions{Metrics: m}),
+		Dial:      rpcrdma.Dialer(siw.NewDevice(siw.Config{NoCRC: true}), env["KP_HOST"]+":"+env["KP_NFSRDMA_PORT"], rpcrdma.ClientOptions{Metrics: m}),
 	})
 	if err != nil {
 		t.Fatal("mount knfsd over RDMA:", err)
@@ -62,7 +71,6 @@ func TestKnfsdOverRDMA(t *testing.T) {
 	if err := f.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("after write+commit: rpc %+v, resent %d, rdma %+v", c.Stats(), f.Resent(), m.Metrics())
 	got := make([]byte, len(data)+1)
 	if n, err := c.ReadAt(ctx, fh, got, 0); n != len(data) || err != io.EOF {
 		t.Fatalf("ReadAt: %d, %v", n, err)
@@ -93,5 +101,12 @@ func TestKnfsdOverRDMA(t *testing.T) {
 	t.Logf("RPC-over-RDMA to knfsd: %+v", st)
 	if st.ReadChunkBytes < uint64(len(data)) || st.WriteChunkBytes < uint64(len(data)) {
 		t.Fatal("the data did not move in Read and Write chunks")
+	}
+	if rs := c.Stats(); rs.Retransmits != 0 || rs.Reconnects != 0 || st.Calls != st.Replies {
+		t.Fatalf("calls were retransmitted or lost their replies: rpc %+v, rdma %+v", rs, st)
+	}
+	// kernel siw logs a CRC error when it met one (see above)
+	if out := kernelpeer.Sh(t, "dmesg | grep -c 'siw: crc error' || true"); strings.TrimSpace(out) != "0" {
+		t.Logf("kernel siw logged %s CRC errors since boot", strings.TrimSpace(out))
 	}
 }
