@@ -2,21 +2,100 @@ package client
 
 import (
 	"context"
+	"io"
 	"math/rand/v2"
+	"net"
+	"os"
 	"testing"
+	"time"
 
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nfs3"
+	nfsserver "github.com/nfsrdma/nfsrdma-csi/pkg/nfs/server"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/rpcrdma"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/verbs/siw"
+	"k8s.io/klog/v2"
 )
 
-// Benchmarks against NFS-Ganesha over TCP on 127.0.0.1. They are to be
-// read as ratios against the same benchmarks on other servers and
-// transports in the same run, not as absolute numbers.
+// Benchmarks of the client against three servers in one run, on
+// 127.0.0.1: NFS-Ganesha over TCP (a third-party server), our export server
+// over TCP, and our export server over RPC-over-RDMA (software iWARP, CRC
+// on). Read them as ratios between the targets of the same run (hack/bench
+// prints them), not as absolute numbers.
 
 const benchFileSize = 64 << 20
 
-// benchFile mounts Ganesha and returns a client and a 64 MiB file.
-func benchFile(b *testing.B) (*Client, nfs3.FH) {
-	c, dir := mountT(b)
+// target mounts one server and returns a client and a fresh directory.
+type target struct {
+	name  string
+	mount func(b *testing.B) (*Client, nfs3.FH)
+}
+
+var targets = []target{
+	{"ganesha-tcp", func(b *testing.B) (*Client, nfs3.FH) { return mountT(b) }},
+	{"ours-tcp", func(b *testing.B) (*Client, nfs3.FH) { return mountOurs(b, "tcp") }},
+	{"ours-rdma", func(b *testing.B) (*Client, nfs3.FH) { return mountOurs(b, "rdma") }},
+}
+
+// mountOurs starts our export server on a temporary directory (NFS over
+// TCP and, for proto "rdma", over RPC-over-RDMA) and mounts it.
+func mountOurs(b *testing.B, proto string) (*Client, nfs3.FH) {
+	b.Helper()
+	srv, err := nfsserver.New(nfsserver.Options{Root: b.TempDir(), Exports: []nfsserver.Export{{Path: "/"}}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	listen := func() net.Listener {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			b.Fatal(err)
+		}
+		return l
+	}
+	nfsL, mountL := listen(), listen()
+	done := make(chan error, 2)
+	go func() { done <- srv.Serve(ctx, nfsL, mountL) }()
+	n := 1
+	opts := Options{
+		Server:    "127.0.0.1",
+		NFSPort:   nfsL.Addr().(*net.TCPAddr).Port,
+		MountPort: mountL.Addr().(*net.TCPAddr).Port,
+		Export:    "/",
+		AuthSys:   sunrpc.AuthSysParams{MachineName: "bench"},
+	}
+	if proto == "rdma" {
+		l := listen()
+		addr := l.Addr().String()
+		l.Close()
+		n++
+		go func() {
+			done <- srv.ServeRDMA(ctx, siw.NewDevice(siw.Config{RTRDelay: -1}), addr, rpcrdma.ServerOptions{})
+		}()
+		opts.Transport = "rdma"
+		opts.Dial = rpcrdma.Dialer(siw.NewDevice(siw.Config{RTRDelay: -1}), addr, rpcrdma.ClientOptions{})
+	}
+	mctx, mcancel := context.WithTimeout(ctx, 20*time.Second)
+	defer mcancel()
+	c, err := Mount(mctx, opts)
+	if err != nil {
+		cancel()
+		b.Fatal("mount our server:", err)
+	}
+	b.Cleanup(func() {
+		c.Unmount(context.Background())
+		cancel()
+		for range n {
+			<-done
+		}
+		srv.Close()
+	})
+	return c, c.Root()
+}
+
+// benchFile mounts t and returns a client and a 64 MiB file.
+func benchFile(b *testing.B, t target) (*Client, nfs3.FH) {
+	c, dir := t.mount(b)
 	ctx := context.Background()
 	f := c.OpenFile(mustCreate(b, c, dir, "bench"))
 	if _, err := f.WriteAt(ctx, randBytes(benchFileSize, 99), 0); err != nil {
@@ -28,153 +107,114 @@ func benchFile(b *testing.B) (*Client, nfs3.FH) {
 	return c, f.FH()
 }
 
-// BenchmarkGaneshaSeqRead1M: one 1 MiB READ per op, sequential offsets.
-func BenchmarkGaneshaSeqRead1M(b *testing.B) {
-	c, fh := benchFile(b)
-	ctx := context.Background()
-	buf := make([]byte, 1<<20)
-	b.SetBytes(int64(len(buf)))
-	b.ReportAllocs()
-	off := 0
-	for b.Loop() {
-		if _, err := c.ReadAt(ctx, fh, buf, int64(off)); err != nil {
-			b.Fatal(err)
-		}
-		off = (off + len(buf)) % benchFileSize
+func forTargets(b *testing.B, f func(b *testing.B, t target)) {
+	// servers' logs would land in the middle of benchmark result lines
+	klog.LogToStderr(false)
+	klog.SetOutput(io.Discard)
+	b.Cleanup(func() { klog.SetOutput(os.Stderr); klog.LogToStderr(true) })
+	for _, t := range targets {
+		b.Run(t.name, func(b *testing.B) { f(b, t) })
 	}
 }
 
-// BenchmarkGaneshaSeqWrite1M: one 1 MiB UNSTABLE WRITE per op, sequential
-// offsets, one COMMIT per 64 MiB and at the end (counted).
-func BenchmarkGaneshaSeqWrite1M(b *testing.B) {
-	c, dir := mountT(b)
-	ctx := context.Background()
-	fh := mustCreate(b, c, dir, "bench-w")
-	buf := randBytes(1<<20, 5)
-	b.SetBytes(int64(len(buf)))
-	b.ReportAllocs()
-	off := 0
-	for b.Loop() {
-		if _, err := c.Write(ctx, fh, uint64(off), buf, nfs3.Unstable); err != nil {
-			b.Fatal(err)
-		}
-		off += len(buf)
-		if off == benchFileSize {
-			off = 0
-			if _, err := c.Commit(ctx, fh, 0, 0); err != nil {
+// BenchmarkSeqRead1M: one 1 MiB READ per op into the caller's buffer,
+// sequential offsets.
+func BenchmarkSeqRead1M(b *testing.B) {
+	forTargets(b, func(b *testing.B, t target) {
+		c, fh := benchFile(b, t)
+		ctx := context.Background()
+		buf := make([]byte, 1<<20)
+		b.SetBytes(int64(len(buf)))
+		b.ReportAllocs()
+		off := 0
+		for b.Loop() {
+			if _, err := c.ReadAt(ctx, fh, buf, int64(off)); err != nil {
 				b.Fatal(err)
 			}
+			off = (off + len(buf)) % benchFileSize
 		}
-	}
-	if _, err := c.Commit(ctx, fh, 0, 0); err != nil {
-		b.Fatal(err)
-	}
+	})
 }
 
-// BenchmarkGaneshaRandRead4K: one 4 KiB READ per op at a random aligned
-// offset, one call at a time (latency).
-func BenchmarkGaneshaRandRead4K(b *testing.B) {
-	c, fh := benchFile(b)
-	ctx := context.Background()
-	buf := make([]byte, 4096)
-	b.SetBytes(4096)
-	b.ReportAllocs()
-	for b.Loop() {
-		off := uint64(rand.IntN(benchFileSize/4096)) * 4096
-		if _, _, _, err := c.Read(ctx, fh, off, buf); err != nil {
+// BenchmarkSeqWrite1M: one 1 MiB UNSTABLE WRITE per op, sequential
+// offsets, one COMMIT per 64 MiB and at the end (counted).
+func BenchmarkSeqWrite1M(b *testing.B) {
+	forTargets(b, func(b *testing.B, t target) {
+		c, dir := t.mount(b)
+		ctx := context.Background()
+		fh := mustCreate(b, c, dir, "bench-w")
+		buf := randBytes(1<<20, 5)
+		b.SetBytes(int64(len(buf)))
+		b.ReportAllocs()
+		off := 0
+		for b.Loop() {
+			if _, err := c.Write(ctx, fh, uint64(off), buf, nfs3.Unstable); err != nil {
+				b.Fatal(err)
+			}
+			off += len(buf)
+			if off == benchFileSize {
+				off = 0
+				if _, err := c.Commit(ctx, fh, 0, 0); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+		if _, err := c.Commit(ctx, fh, 0, 0); err != nil {
 			b.Fatal(err)
 		}
-	}
+	})
 }
 
-// BenchmarkGaneshaRandRead4KParallel: the same with GOMAXPROCS*4 callers
-// sharing the connection (throughput).
-func BenchmarkGaneshaRandRead4KParallel(b *testing.B) {
-	c, fh := benchFile(b)
-	ctx := context.Background()
-	b.SetBytes(4096)
-	b.ReportAllocs()
-	b.SetParallelism(4)
-	b.RunParallel(func(pb *testing.PB) {
+// BenchmarkRandRead4K: one 4 KiB READ per op at a random aligned offset,
+// one call at a time (latency).
+func BenchmarkRandRead4K(b *testing.B) {
+	forTargets(b, func(b *testing.B, t target) {
+		c, fh := benchFile(b, t)
+		ctx := context.Background()
 		buf := make([]byte, 4096)
-		for pb.Next() {
+		b.SetBytes(4096)
+		b.ReportAllocs()
+		for b.Loop() {
 			off := uint64(rand.IntN(benchFileSize/4096)) * 4096
 			if _, _, _, err := c.Read(ctx, fh, off, buf); err != nil {
-				b.Error(err)
-				return
-			}
-		}
-	})
-}
-
-// BenchmarkGaneshaGetattr: GETATTR rate, one call at a time.
-func BenchmarkGaneshaGetattr(b *testing.B) {
-	c, dir := mountT(b)
-	ctx := context.Background()
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := c.Getattr(ctx, dir); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
-
-// BenchmarkGaneshaGetattrParallel: GETATTR rate with GOMAXPROCS*4 callers.
-func BenchmarkGaneshaGetattrParallel(b *testing.B) {
-	c, dir := mountT(b)
-	ctx := context.Background()
-	b.ReportAllocs()
-	b.SetParallelism(4)
-	b.RunParallel(func(pb *testing.PB) {
-		for pb.Next() {
-			if _, err := c.Getattr(ctx, dir); err != nil {
-				b.Error(err)
-				return
-			}
-		}
-	})
-}
-
-// BenchmarkGaneshaReadAt16M: ReadAt of 16 MiB per op (16 READs of 1 MiB,
-// Window in flight), sequential offsets.
-func BenchmarkGaneshaReadAt16M(b *testing.B) {
-	c, fh := benchFile(b)
-	ctx := context.Background()
-	buf := make([]byte, 16<<20)
-	b.SetBytes(int64(len(buf)))
-	b.ReportAllocs()
-	off := 0
-	for b.Loop() {
-		if _, err := c.ReadAt(ctx, fh, buf, int64(off)); err != nil {
-			b.Fatal(err)
-		}
-		off = (off + len(buf)) % benchFileSize
-	}
-}
-
-// BenchmarkGaneshaWriteAt16M: File.WriteAt of 16 MiB per op (UNSTABLE,
-// pipelined) and a Commit per 64 MiB.
-func BenchmarkGaneshaWriteAt16M(b *testing.B) {
-	c, dir := mountT(b)
-	ctx := context.Background()
-	f := c.OpenFile(mustCreate(b, c, dir, "bench-wa"))
-	buf := randBytes(16<<20, 6)
-	b.SetBytes(int64(len(buf)))
-	b.ReportAllocs()
-	off := 0
-	for b.Loop() {
-		if _, err := f.WriteAt(ctx, buf, int64(off)); err != nil {
-			b.Fatal(err)
-		}
-		off += len(buf)
-		if off == benchFileSize {
-			off = 0
-			if err := f.Commit(ctx); err != nil {
 				b.Fatal(err)
 			}
 		}
-	}
-	if err := f.Commit(ctx); err != nil {
-		b.Fatal(err)
-	}
+	})
+}
+
+// BenchmarkRandRead4KParallel: the same with GOMAXPROCS*4 callers sharing
+// the connection (throughput).
+func BenchmarkRandRead4KParallel(b *testing.B) {
+	forTargets(b, func(b *testing.B, t target) {
+		c, fh := benchFile(b, t)
+		ctx := context.Background()
+		b.SetBytes(4096)
+		b.ReportAllocs()
+		b.SetParallelism(4)
+		b.RunParallel(func(pb *testing.PB) {
+			buf := make([]byte, 4096)
+			for pb.Next() {
+				off := uint64(rand.IntN(benchFileSize/4096)) * 4096
+				if _, _, _, err := c.Read(ctx, fh, off, buf); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	})
+}
+
+// BenchmarkGetattr: GETATTR rate, one call at a time.
+func BenchmarkGetattr(b *testing.B) {
+	forTargets(b, func(b *testing.B, t target) {
+		c, dir := t.mount(b)
+		ctx := context.Background()
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := c.Getattr(ctx, dir); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }
