@@ -25,7 +25,7 @@ func newRootCmd() *cobra.Command {
 	root.PersistentFlags().AddGoFlagSet(klogFlags)
 	root.SetGlobalNormalizationFunc(wordSepNormalize)
 	root.CompletionOptions.HiddenDefaultCmd = true
-	root.AddCommand(newVersionCmd(), newPerfCmd(), newServerCmd())
+	root.AddCommand(newVersionCmd(), newPerfCmd(), newServerCmd(), newMountCmd())
 	return root
 }
 

@@ -1,0 +1,81 @@
+package main
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+	"k8s.io/klog/v2"
+
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/fusefs"
+)
+
+func newMountCmd() *cobra.Command {
+	var (
+		opts  string
+		debug bool
+	)
+	cmd := &cobra.Command{
+		Use:   "mount [-o OPTIONS] SERVER:/EXPORT MOUNTPOINT",
+		Short: "Mount an NFSv3 export through FUSE with the user-space NFS client (foreground)",
+		Long: `Mount SERVER:/EXPORT on MOUNTPOINT through FUSE, with the user-space NFSv3
+client over RPC-over-RDMA (software iWARP) or TCP, and serve it in the
+foreground until SIGINT or SIGTERM (then unmount) or until the mount point is
+unmounted from outside (umount MOUNTPOINT, fusermount3 -u MOUNTPOINT).
+Needs root (mount(2) of /dev/fuse).
+
+Options (-o, comma-separated, nfs(5) vocabulary; unknown options are errors):
+  proto=rdma|tcp       transport of NFS (MOUNT always uses TCP) [tcp]
+  port=N               NFS port [rdma: 20049, tcp: ask rpcbind]
+  mountport=N          MOUNT v3 port over TCP [ask rpcbind]
+  vers=3               NFS version; only 3
+  rsize=N, wsize=N     READ/WRITE size caps in bytes [server's, at most 1 MiB]
+  hard | soft          retry forever, or fail with EIO after retrans [hard]
+  timeo=N              RPC timeout in deciseconds [600]
+  retrans=N            retransmissions of a soft mount [2]
+  ac | noac            attribute caching; noac also makes writes synchronous [ac]
+  acregmin=N acregmax=N acdirmin=N acdirmax=N actimeo=N
+                       attribute cache timeouts in seconds [3, 60, 30, 60]
+  ro | rw              read-only or read-write [rw]
+  credits=N            RPC-over-RDMA credits to ask for (proto=rdma) [32]`,
+		Example: `  driver mount -o proto=rdma,port=20049,mountport=20048 10.0.0.5:/vol1 /mnt/vol1
+  driver mount -o proto=tcp,port=2049,mountport=20048,actimeo=0 127.0.0.1:/ /mnt`,
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			mo, err := fusefs.ParseOptions(opts)
+			if err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			m, err := fusefs.NewMount(ctx, args[1], fusefs.Config{Source: args[0], Options: mo, Debug: debug})
+			if err != nil {
+				return err
+			}
+			done := make(chan error, 1)
+			go func() { done <- m.Wait() }()
+			select {
+			case err := <-done: // unmounted from outside
+				return err
+			case <-ctx.Done():
+				klog.InfoS("mount: signal received, unmounting", "dir", args[1])
+				if err := m.Unmount(10 * time.Second); err != nil {
+					return fmt.Errorf("unmount %s: %w", args[1], err)
+				}
+				// After a lazy unmount of a busy mount point the kernel
+				// keeps the connection until its last user leaves; do not
+				// wait for that forever: exiting closes /dev/fuse, which
+				// ends the connection (its users then get ENOTCONN).
+				select {
+				case err := <-done:
+					return err
+				case <-time.After(10 * time.Second):
+					return fmt.Errorf("unmount %s: still in use after a lazy unmount; connection dropped", args[1])
+				}
+			}
+		},
+	}
+	f := cmd.Flags()
+	f.StringVarP(&opts, "options", "o", "", "mount options, comma-separated (see above)")
+	f.BoolVar(&debug, "fuse-debug", false, "log every FUSE request")
+	return cmd
+}

@@ -1,0 +1,58 @@
+// Package fusefs is a FUSE file system over the user-space NFSv3 client
+// (pkg/nfs/client), with the behaviour of the Linux NFS client where FUSE
+// lets us have it.
+//
+// # Mapping
+//
+// It uses go-fuse's node API (fs.InodeEmbedder) rather than the raw
+// protocol: go-fuse then keeps the kernel's node IDs, lookup counts and
+// FORGET bookkeeping, and each node only holds what NFS needs, its file
+// handle. Nodes are keyed (fs.StableAttr) by the NFS fileid and a hash of
+// the file handle as generation, so hard links share one kernel inode and a
+// fileid the server reuses for a new file gets a new inode (no stale
+// handle behind an old inode).
+//
+// # NFS semantics
+//
+//   - Close-to-open: Open GETATTRs the file; when mtime, ctime or size
+//     changed since we last saw them, the kernel's cached attributes and
+//     pages of the inode are invalidated. Flush (every close) and Fsync
+//     wait for the pending writes and COMMIT them, and report a write
+//     error, as close(2) does on Linux NFS.
+//   - Attribute cache: entry and attribute timeouts given to the kernel
+//     follow Linux's adaptive attrtimeo: acregmin/acdirmin after a change,
+//     doubled each time the attributes are found unchanged, up to
+//     acregmax/acdirmax; noac makes them 0 (the kernel asks every time).
+//   - Readahead: the kernel reads ahead (MaxReadAhead 1 MiB) and each FUSE
+//     READ becomes one client.ReadAt, pipelined in rsize READs.
+//   - Write-behind: a FUSE WRITE (at most 1 MiB, MaxWrite) is copied and
+//     sent in the background as UNSTABLE WRITEs (client.File); overlapping
+//     writes are ordered. READ, GETATTR, SETATTR, FLUSH and FSYNC of the
+//     inode wait for the writes in flight first. With noac, writes are
+//     synchronous (still UNSTABLE, committed on close).
+//   - Permissions are checked by the server only (no default_permissions);
+//     all calls carry the mount's AUTH_SYS credential (see Config).
+//   - Extended attributes answer ENOTSUP; POSIX and BSD locks ENOSYS (the
+//     kernel turns that into ENOLCK for fcntl).
+//
+// # Memory
+//
+// Memory per mount is bounded, whatever the applications do:
+//
+//   - write-behind copies of FUSE write data in flight: at most
+//     WriteBehindBytes (8 MiB) per inode and MountWriteBehindBytes (32 MiB)
+//     per mount; a write past either waits;
+//   - data acknowledged UNSTABLE and kept for a re-send until COMMIT: at
+//     most FileUncommittedBytes (16 MiB) per file (client.File commits
+//     first), and past MountDirtyBytes (64 MiB) per mount every dirty file
+//     is committed in the background (each file's own bound still holds
+//     while that runs);
+//   - go-fuse's request buffers: MaxBackground + its reader threads, each
+//     of MaxWrite (1 MiB) plus a header; READ replies are the request's
+//     buffer, at most MaxWrite;
+//   - directory listings: one READDIRPLUS reply (dtpref, at most 1 MiB)
+//     per open directory stream, kept per directory until the next reply
+//     or closedir;
+//   - one small node (handle, attributes) per inode the kernel remembers,
+//     freed by the kernel's FORGET (drop_caches or memory pressure).
+package fusefs

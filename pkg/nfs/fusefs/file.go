@@ -1,0 +1,237 @@
+package fusefs
+
+import (
+	"context"
+	"errors"
+	"io"
+	"sync"
+	"syscall"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"k8s.io/klog/v2"
+
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/client"
+)
+
+// handle is the FUSE file handle of an open regular file. All state is in
+// the node (shared by the handles of the inode, as the page cache is).
+type handle struct{}
+
+// writer is the write-behind state of one inode.
+type writer struct {
+	f     *client.File
+	mu    sync.Mutex
+	cond  sync.Cond
+	busy  []span // ranges of the writes in flight
+	n     int    // bytes in flight
+	err   error  // first error of a background write, reported by flush
+	dirty int    // bytes acknowledged since the last COMMIT (an upper bound)
+}
+
+type span struct{ off, end int64 }
+
+func (n *node) writer() *writer {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.w == nil {
+		n.w = &writer{f: n.sys.c.OpenFile(n.fh)}
+		n.w.cond.L = &n.w.mu
+	}
+	return n.w
+}
+
+// waitWrites waits until every write of n in flight was acknowledged and
+// returns the first background write error (kept for flush).
+func (n *node) waitWrites() error {
+	n.mu.Lock()
+	w := n.w
+	n.mu.Unlock()
+	if w == nil {
+		return nil
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for len(w.busy) > 0 {
+		w.cond.Wait()
+	}
+	return w.err
+}
+
+// Open answers OPEN: a GETATTR for close-to-open consistency. When the
+// file changed since we last saw it, the kernel's cached attributes and
+// data of the inode are dropped; otherwise its page cache is kept
+// (FOPEN_KEEP_CACHE).
+func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	if n.sys.o.ReadOnly && flags&(syscall.O_WRONLY|syscall.O_RDWR|syscall.O_TRUNC) != 0 {
+		return nil, 0, syscall.EROFS
+	}
+	if err := n.waitWrites(); err != nil {
+		klog.V(2).InfoS("fusefs: earlier write error pending at open", "fh", n.fh.String(), "err", err)
+	}
+	n.mu.Lock()
+	known := n.ac.valid
+	n.mu.Unlock()
+	a, err := n.sys.c.Getattr(ctx, n.fh)
+	if err != nil {
+		return nil, 0, toErrno(err)
+	}
+	_, changed := n.refresh(&a)
+	if changed && flags&syscall.O_TRUNC == 0 {
+		// Drop the kernel's attributes (size!) and pages of the inode.
+		n.NotifyContent(0, 0)
+	}
+	var fl uint32
+	if known && !changed {
+		fl |= fuse.FOPEN_KEEP_CACHE
+	}
+	return &handle{}, fl, 0
+}
+
+// Read answers READ with client.ReadAt (rsize READs, pipelined), after the
+// inode's writes in flight have reached the server.
+func (n *node) Read(ctx context.Context, _ fs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	_ = n.waitWrites() // a write error is for flush and fsync to report
+	k, err := n.sys.c.ReadAt(ctx, n.fh, dest, off)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return nil, toErrno(err)
+	}
+	return fuse.ReadResultData(dest[:k]), 0
+}
+
+// Write answers WRITE: data is copied and sent as UNSTABLE WRITEs in the
+// background (write-behind, at most WriteBehindBytes in flight per inode;
+// a write overlapping one in flight waits for it so that the server sees
+// them in order). With noac the write is synchronous. An error of a
+// background write is returned by the next flush or fsync (close(2) or
+// fsync(2)), as Linux NFS does.
+func (n *node) Write(ctx context.Context, _ fs.FileHandle, data []byte, off int64) (uint32, syscall.Errno) {
+	if n.sys.o.ReadOnly {
+		return 0, syscall.EROFS
+	}
+	w := n.writer()
+	sp := span{off, off + int64(len(data))}
+	w.mu.Lock()
+	for w.n > 0 && (w.n+len(data) > WriteBehindBytes || w.overlaps(sp)) {
+		w.cond.Wait()
+	}
+	w.busy = append(w.busy, sp)
+	w.n += len(data)
+	w.mu.Unlock()
+	if n.sys.o.NoAC {
+		k, err := w.f.WriteAt(ctx, data, off)
+		n.done(w, sp, k, nil)
+		if err != nil {
+			return uint32(k), toErrno(err)
+		}
+		return uint32(k), 0
+	}
+	n.sys.budget.acquire(len(data))
+	buf := make([]byte, len(data)) // go-fuse reuses data after we return
+	copy(buf, data)
+	go func() {
+		k, err := w.f.WriteAt(n.sys.bg, buf, off)
+		n.sys.budget.release(len(buf))
+		if err != nil {
+			klog.V(2).InfoS("fusefs: background write failed", "fh", n.fh.String(), "offset", off, "bytes", len(buf), "err", err)
+		}
+		n.done(w, sp, k, err)
+	}()
+	return uint32(len(data)), 0
+}
+
+func (w *writer) overlaps(sp span) bool {
+	for _, b := range w.busy {
+		if sp.off < b.end && b.off < sp.end {
+			return true
+		}
+	}
+	return false
+}
+
+// done ends the write of sp (k bytes of it acknowledged), recording err.
+func (n *node) done(w *writer, sp span, k int, err error) {
+	w.mu.Lock()
+	for i, b := range w.busy {
+		if b == sp {
+			w.busy = append(w.busy[:i], w.busy[i+1:]...)
+			break
+		}
+	}
+	w.n -= int(sp.end - sp.off)
+	w.dirty += k
+	if err != nil && w.err == nil {
+		w.err = err
+	}
+	w.cond.Broadcast()
+	w.mu.Unlock()
+	if k > 0 {
+		n.sys.dirtied(n, k)
+	}
+}
+
+// commit COMMITs what n's writes acknowledged so far (client.File.Commit)
+// and updates the mount's dirty accounting.
+func (n *node) commit(ctx context.Context) error {
+	n.mu.Lock()
+	w := n.w
+	n.mu.Unlock()
+	if w == nil {
+		return nil
+	}
+	w.mu.Lock()
+	d := w.dirty
+	w.dirty = 0
+	w.mu.Unlock()
+	if err := w.f.Commit(ctx); err != nil {
+		w.mu.Lock()
+		w.dirty += d
+		w.mu.Unlock()
+		return err
+	}
+	w.mu.Lock()
+	clean := w.dirty == 0 && len(w.busy) == 0
+	w.mu.Unlock()
+	n.sys.undirty(n, d, clean)
+	return nil
+}
+
+// sync waits for the writes in flight, then COMMITs; it returns (and
+// forgets) the first write error, else the COMMIT's.
+func (n *node) sync(ctx context.Context) syscall.Errno {
+	n.mu.Lock()
+	w := n.w
+	n.mu.Unlock()
+	if w == nil {
+		return 0
+	}
+	w.mu.Lock()
+	for len(w.busy) > 0 {
+		w.cond.Wait()
+	}
+	err := w.err
+	w.err = nil
+	w.mu.Unlock()
+	if cerr := n.commit(ctx); err == nil {
+		err = cerr
+	}
+	return toErrno(err)
+}
+
+// Flush answers FLUSH (each close of a descriptor): write back and COMMIT,
+// the "close" half of close-to-open.
+func (n *node) Flush(ctx context.Context, _ fs.FileHandle) syscall.Errno { return n.sync(ctx) }
+
+// Fsync answers FSYNC: write back and COMMIT.
+func (n *node) Fsync(ctx context.Context, _ fs.FileHandle, _ uint32) syscall.Errno {
+	return n.sync(ctx)
+}
+
+// Release answers RELEASE: FLUSH already wrote everything back; a write
+// that failed after the last flush is only logged.
+func (n *node) Release(ctx context.Context, _ fs.FileHandle) syscall.Errno {
+	if errno := n.sync(ctx); errno != 0 {
+		klog.InfoS("fusefs: write back at release failed", "fh", n.fh.String(), "err", errno)
+	}
+	return 0
+}

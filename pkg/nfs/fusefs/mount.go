@@ -1,0 +1,195 @@
+package fusefs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"k8s.io/klog/v2"
+
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/client"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/rpcrdma"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/verbs/siw"
+)
+
+// MaxWrite is the largest FUSE WRITE (and READ) request, 1 MiB, the
+// largest NFS rsize/wsize of this client.
+const MaxWrite = 1 << 20
+
+// Config says what Mount mounts and how.
+type Config struct {
+	// Source is "SERVER:/EXPORT" (an IPv6 server in brackets).
+	Source string
+	// Options are the parsed -o options.
+	Options MountOptions
+	// AuthSys is the credential of every NFS and MOUNT call; the zero
+	// value means uid 0, gid 0 and the host name. The server checks
+	// permissions against it, whoever the local caller is.
+	AuthSys sunrpc.AuthSysParams
+	// Debug logs every FUSE request (go-fuse debug output).
+	Debug bool
+}
+
+// SplitSource splits "SERVER:/EXPORT" into server and export path. The
+// server may be a bracketed IPv6 address. Errors wrap ErrBadOption.
+func SplitSource(src string) (server, export string, err error) {
+	i := strings.Index(src, ":/")
+	if strings.HasPrefix(src, "[") {
+		j := strings.Index(src, "]:/")
+		if j < 0 {
+			return "", "", fmt.Errorf("%w: source %q: want [IPV6]:/EXPORT", ErrBadOption, src)
+		}
+		return src[1:j], src[j+2:], nil
+	}
+	if i <= 0 {
+		return "", "", fmt.Errorf("%w: source %q: want SERVER:/EXPORT", ErrBadOption, src)
+	}
+	return src[:i], src[i+1:], nil
+}
+
+// ClientOptions builds the NFS client options for cfg: ports, sizes, the
+// retry policy (hard/soft, timeo, retrans) and, for proto=rdma, an
+// RPC-over-RDMA dialer over the software iWARP device (MOUNT stays TCP).
+func ClientOptions(cfg Config) (client.Options, error) {
+	server, export, err := SplitSource(cfg.Source)
+	if err != nil {
+		return client.Options{}, err
+	}
+	o := cfg.Options
+	cred := cfg.AuthSys
+	if cred.MachineName == "" {
+		cred.MachineName, _ = os.Hostname()
+	}
+	co := client.Options{
+		Server: server, Export: export, MountPort: o.MountPort, NFSPort: o.NFSPort(),
+		AuthSys: cred, RSize: o.RSize, WSize: o.WSize,
+		MaxUncommitted: FileUncommittedBytes,
+		Retry:          sunrpc.RetryPolicy{Soft: o.Soft, Retries: o.Retrans, Timeout: o.Timeo},
+	}
+	if o.Proto == ProtoRDMA {
+		addr := net.JoinHostPort(server, strconv.Itoa(o.NFSPort()))
+		co.Dial = rpcrdma.Dialer(siw.NewDevice(siw.Config{}), addr, rpcrdma.ClientOptions{Credits: o.Credits})
+		co.Transport = "rdma"
+	}
+	return co, nil
+}
+
+// Mount is a mounted file system.
+type Mount struct {
+	Client *client.Client
+	sys    *fsys
+	server *fuse.Server
+	dir    string
+	cancel context.CancelFunc
+}
+
+// NewMount mounts the NFS export with the NFS client (bounded by ctx),
+// then mounts it with FUSE on dir (as root a direct mount(2), no
+// fusermount3 needed), serving requests in the background.
+// Errors: ErrBadOption, the client's mount errors (client.ErrMountFailed,
+// nfs3/mount3 statuses, RPC and dial errors), and mount(2) errors.
+func NewMount(ctx context.Context, dir string, cfg Config) (*Mount, error) {
+	co, err := ClientOptions(cfg)
+	if err != nil {
+		return nil, err
+	}
+	c, err := client.Mount(ctx, co)
+	if err != nil {
+		return nil, err
+	}
+	m, err := Serve(ctx, c, dir, cfg)
+	if err != nil {
+		uctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = c.Unmount(uctx)
+		return nil, err
+	}
+	return m, nil
+}
+
+// Serve mounts the already mounted client c with FUSE on dir and serves
+// it in the background (see NewMount); ctx bounds only the GETATTR of the
+// root before mount(2). Unmount or Wait end it; c is unmounted (UMNT)
+// then. Errors: the GETATTR's, mount(2)'s.
+func Serve(ctx context.Context, c *client.Client, dir string, cfg Config) (*Mount, error) {
+	o := cfg.Options
+	rootAttr, err := c.Getattr(ctx, c.Root())
+	if err != nil {
+		return nil, fmt.Errorf("fusefs: root GETATTR: %w", err)
+	}
+	bg, cancel := context.WithCancel(context.Background())
+	sys := &fsys{c: c, o: o, blksize: uint32(c.WSize()), bg: bg, budget: newBudget()}
+	root := &node{sys: sys, fh: c.Root()}
+	root.refresh(&rootAttr)
+	rs := stableAttr(c.Root(), &rootAttr)
+	fsopts := &fs.Options{
+		NullPermissions: true, // mode 0 is 0, not 0644
+		RootStableAttr:  &rs,
+		MountOptions: fuse.MountOptions{
+			FsName:       cfg.Source,
+			Name:         "nfsrdma",
+			AllowOther:   true,
+			MaxWrite:     MaxWrite,
+			MaxReadAhead: MaxWrite,
+			// As root, mount(2) directly and report its error; otherwise
+			// fall back to fusermount3 (go-fuse does).
+			DirectMount:       true,
+			DirectMountStrict: os.Geteuid() == 0,
+			EnableLocks:       true, // so that locks reach us and get ENOSYS
+			Debug:             cfg.Debug,
+		},
+	}
+	if o.ReadOnly {
+		fsopts.MountOptions.Options = append(fsopts.MountOptions.Options, "ro")
+	}
+	srv, err := fs.Mount(dir, root, fsopts)
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("fusefs: mount %s: %w", dir, err)
+	}
+	klog.InfoS("fusefs: mounted", "source", cfg.Source, "dir", dir, "proto", o.Proto,
+		"rsize", c.RSize(), "wsize", c.WSize(), "noac", o.NoAC)
+	return &Mount{Client: c, sys: sys, server: srv, dir: dir, cancel: cancel}, nil
+}
+
+// Wait blocks until the file system is unmounted (by Unmount, umount(8)
+// or fusermount3 -u), then cancels background writes and unmounts the
+// NFS export (UMNT, at most 5 s). It returns the UMNT error, if any.
+func (m *Mount) Wait() error {
+	m.server.Wait()
+	m.cancel()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err := m.Client.Unmount(ctx)
+	klog.InfoS("fusefs: unmounted", "dir", m.dir)
+	return err
+}
+
+// Unmount unmounts the FUSE file system: umount(2), retried for up to
+// timeout while the mount is busy (EBUSY), then a lazy unmount
+// (MNT_DETACH). Wait still has to be called.
+func (m *Mount) Unmount(timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		err := m.server.Unmount()
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			klog.InfoS("fusefs: unmount failed, detaching lazily", "dir", m.dir, "err", err)
+			if derr := syscallUnmount(m.dir, mntDetach); derr != nil {
+				return errors.Join(err, derr)
+			}
+			return nil
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

@@ -1,0 +1,180 @@
+package fusefs
+
+import (
+	"bufio"
+	"context"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	nfsserver "github.com/nfsrdma/nfsrdma-csi/pkg/nfs/server"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/rpcrdma"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/verbs/siw"
+)
+
+// needFUSE skips the test without root or /dev/fuse, or fails it under CI.
+func needFUSE(t *testing.T) {
+	t.Helper()
+	why := ""
+	if os.Geteuid() != 0 {
+		why = "needs root (mount(2) of a FUSE file system)"
+	} else if f, err := os.OpenFile("/dev/fuse", os.O_RDWR, 0); err != nil {
+		why = "needs /dev/fuse: " + err.Error()
+	} else {
+		f.Close()
+	}
+	if why == "" {
+		return
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatal(why)
+	}
+	t.Skip(why)
+}
+
+// testServer is our export server on a temp dir: NFS and MOUNT over TCP,
+// NFS over RPC-over-RDMA (software iWARP) too.
+type testServer struct {
+	root               string
+	nfsPort, mountPort int
+	rdmaPort           int
+	rdma               *rpcrdma.Server
+	stop               func() // stops serving (idempotent)
+}
+
+func startServer(t *testing.T) *testServer {
+	t.Helper()
+	root := t.TempDir()
+	srv, err := nfsserver.New(nfsserver.Options{Root: root, Exports: []nfsserver.Export{{Path: "/"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	nfsL, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mountL, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rsrv, err := rpcrdma.Listen(ctx, siw.NewDevice(siw.Config{RTRDelay: -1}), "127.0.0.1:0", rpcrdma.ServerOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 2)
+	go func() { served <- srv.Serve(ctx, nfsL, mountL) }()
+	go func() { served <- rsrv.Serve(ctx, srv.Dispatcher()) }()
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			rsrv.Close()
+			rsrv.CloseConnections()
+			for range 2 {
+				select {
+				case <-served:
+				case <-time.After(10 * time.Second):
+					t.Error("server did not stop")
+				}
+			}
+			srv.Close()
+		})
+	}
+	t.Cleanup(stop)
+	return &testServer{
+		root:      root,
+		nfsPort:   nfsL.Addr().(*net.TCPAddr).Port,
+		mountPort: mountL.Addr().(*net.TCPAddr).Port,
+		rdmaPort:  rsrv.Addr().(*net.TCPAddr).Port,
+		rdma:      rsrv,
+		stop:      stop,
+	}
+}
+
+// mounted reports whether dir is a mount point in /proc/mounts.
+func mounted(t *testing.T, dir string) bool {
+	f, err := os.Open("/proc/mounts")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		if fs := strings.Fields(s.Text()); len(fs) > 1 && fs[1] == dir {
+			return true
+		}
+	}
+	return false
+}
+
+// mount mounts the test server with FUSE over proto ("tcp" or "rdma") with
+// extra -o options and unmounts it at the end of the test (bounded,
+// lazily if busy), checking that no mount is left behind.
+func (s *testServer) mount(t *testing.T, proto, extra string) (string, *Mount) {
+	t.Helper()
+	o := "proto=" + proto + ",mountport=" + strconv.Itoa(s.mountPort)
+	if proto == ProtoRDMA {
+		o += ",port=" + strconv.Itoa(s.rdmaPort) + ",credits=16"
+	} else {
+		o += ",port=" + strconv.Itoa(s.nfsPort)
+	}
+	if extra != "" {
+		o += "," + extra
+	}
+	mo, err := ParseOptions(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	m, err := NewMount(ctx, dir, Config{Source: "127.0.0.1:/", Options: mo, AuthSys: sunrpc.AuthSysParams{MachineName: "fusefs-test"}})
+	if err != nil {
+		t.Fatal("mount:", err)
+	}
+	var st syscall.Stat_t
+	if err := syscall.Stat(dir, &st); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- m.Wait() }()
+	t.Cleanup(func() {
+		if err := m.Unmount(5 * time.Second); err != nil {
+			t.Error("unmount:", err)
+		}
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			// Files of this process left open on a lazily detached
+			// mount: abort the connection, or the test binary would
+			// hang at exit flushing them to itself.
+			t.Error("FUSE server did not stop after unmount; aborting the connection")
+			abortFUSE(t, st.Dev)
+			<-done
+		}
+		if mounted(t, dir) {
+			t.Errorf("%s still mounted", dir)
+		}
+	})
+	return dir, m
+}
+
+// abortFUSE aborts the FUSE connection of device dev through fusectl.
+func abortFUSE(t *testing.T, dev uint64) {
+	const ctl = "/sys/fs/fuse/connections"
+	if ents, err := os.ReadDir(ctl); err != nil || len(ents) == 0 {
+		_ = syscall.Mount("fusectl", ctl, "fusectl", 0, "")
+	}
+	minor := (dev & 0xff) | ((dev >> 12) & 0xfff00)
+	p := ctl + "/" + strconv.FormatUint(minor, 10) + "/abort"
+	if err := os.WriteFile(p, []byte("1"), 0); err != nil {
+		t.Error("abort:", err)
+	}
+}

@@ -1,0 +1,506 @@
+package fusefs
+
+import (
+	"context"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/client"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nfs3"
+)
+
+// fsys is what every node of one mount shares.
+type fsys struct {
+	c       *client.Client
+	o       MountOptions
+	blksize uint32
+	// bg bounds the background (write-behind) WRITEs; cancelled at unmount.
+	bg     context.Context
+	budget *budget
+}
+
+// node is one NFS file, directory or other object known to the kernel.
+type node struct {
+	fs.Inode
+	sys *fsys
+	fh  nfs3.FH
+
+	mu     sync.Mutex
+	ac     attrCache
+	plus   map[string]nfs3.EntryPlus // READDIRPLUS entries not yet looked up (directories)
+	plusAt time.Time                 // when plus was read
+	w      *writer                   // write-behind state (regular files, created on first write)
+}
+
+var (
+	_ fs.NodeLookuper       = (*node)(nil)
+	_ fs.NodeGetattrer      = (*node)(nil)
+	_ fs.NodeSetattrer      = (*node)(nil)
+	_ fs.NodeCreater        = (*node)(nil)
+	_ fs.NodeMkdirer        = (*node)(nil)
+	_ fs.NodeMknoder        = (*node)(nil)
+	_ fs.NodeSymlinker      = (*node)(nil)
+	_ fs.NodeReadlinker     = (*node)(nil)
+	_ fs.NodeLinker         = (*node)(nil)
+	_ fs.NodeUnlinker       = (*node)(nil)
+	_ fs.NodeRmdirer        = (*node)(nil)
+	_ fs.NodeRenamer        = (*node)(nil)
+	_ fs.NodeOpendirHandler = (*node)(nil)
+	_ fs.NodeOpener         = (*node)(nil)
+	_ fs.NodeReader         = (*node)(nil)
+	_ fs.NodeWriter         = (*node)(nil)
+	_ fs.NodeFlusher        = (*node)(nil)
+	_ fs.NodeFsyncer        = (*node)(nil)
+	_ fs.NodeReleaser       = (*node)(nil)
+	_ fs.NodeStatfser       = (*node)(nil)
+	_ fs.NodeAccesser       = (*node)(nil)
+	_ fs.NodeGetxattrer     = (*node)(nil)
+	_ fs.NodeSetxattrer     = (*node)(nil)
+	_ fs.NodeListxattrer    = (*node)(nil)
+	_ fs.NodeRemovexattrer  = (*node)(nil)
+	_ fs.NodeGetlker        = (*node)(nil)
+	_ fs.NodeSetlker        = (*node)(nil)
+	_ fs.NodeSetlkwer       = (*node)(nil)
+)
+
+// timeouts returns the attribute cache bounds for n's type.
+func (n *node) timeouts(isDir bool) (time.Duration, time.Duration) {
+	if isDir {
+		return n.sys.o.dirTimeouts()
+	}
+	return n.sys.o.regTimeouts()
+}
+
+// refresh records fresh attributes and returns the attribute timeout and
+// whether the data may have changed.
+func (n *node) refresh(a *nfs3.Fattr) (time.Duration, bool) {
+	lo, hi := n.timeouts(a.Type == nfs3.TypeDir)
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.ac.update(a, lo, hi)
+}
+
+// dirTimeo is the entry timeout of names in directory n: its current
+// attribute timeout (Linux revalidates dentries with the directory's
+// attributes).
+func (n *node) dirTimeo() time.Duration {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if !n.ac.valid {
+		lo, _ := n.sys.o.dirTimeouts()
+		return lo
+	}
+	return n.ac.timeo
+}
+
+// child returns the inode for (fh, a) below n, creating the node if the
+// kernel does not know it yet, and fills out.
+func (n *node) child(ctx context.Context, fh nfs3.FH, a *nfs3.Fattr, out *fuse.EntryOut) *fs.Inode {
+	ch := n.NewInode(ctx, &node{sys: n.sys, fh: fh}, stableAttr(fh, a))
+	cn := ch.Operations().(*node)
+	timeo, _ := cn.refresh(a)
+	fillAttr(&out.Attr, a, n.sys.blksize)
+	out.SetAttrTimeout(timeo)
+	out.SetEntryTimeout(n.dirTimeo())
+	return ch
+}
+
+// afterDirChange notes that directory n changed through us: its cached
+// attributes are no longer trusted.
+func (n *node) afterDirChange(wcc *nfs3.WccData) {
+	if wcc != nil && wcc.After.Set {
+		n.refresh(&wcc.After.Attr)
+		return
+	}
+	n.mu.Lock()
+	n.ac.valid = false
+	n.mu.Unlock()
+}
+
+// objAttrs returns the handle and attributes of a created object,
+// looking them up when the reply lacks them.
+func (n *node) objAttrs(ctx context.Context, name string, res nfs3.CreateRes) (nfs3.FH, nfs3.Fattr, error) {
+	if res.Obj.Set && res.ObjAttr.Set {
+		return res.Obj.FH, res.ObjAttr.Attr, nil
+	}
+	return n.lookupRPC(ctx, name)
+}
+
+func (n *node) lookupRPC(ctx context.Context, name string) (nfs3.FH, nfs3.Fattr, error) {
+	res, err := n.sys.c.Lookup(ctx, n.fh, name)
+	if err != nil {
+		return nfs3.FH{}, nfs3.Fattr{}, err
+	}
+	if res.DirAttr.Set {
+		n.refresh(&res.DirAttr.Attr)
+	}
+	if res.ObjAttr.Set {
+		return res.Object, res.ObjAttr.Attr, nil
+	}
+	a, err := n.sys.c.Getattr(ctx, res.Object)
+	return res.Object, a, err
+}
+
+// Lookup answers LOOKUP, from the READDIRPLUS entries of a recent listing
+// (see plusTTL) when it has the name, else with an NFS LOOKUP.
+func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	n.mu.Lock()
+	e, ok := n.plus[name]
+	if ok {
+		delete(n.plus, name)
+		ok = time.Since(n.plusAt) <= n.plusTTL()
+	}
+	n.mu.Unlock()
+	if ok && e.Handle.Set && e.Attr.Set {
+		return n.child(ctx, e.Handle.FH, &e.Attr.Attr, out), 0
+	}
+	fh, a, err := n.lookupRPC(ctx, name)
+	if err != nil {
+		return nil, toErrno(err)
+	}
+	return n.child(ctx, fh, &a, out), 0
+}
+
+// plusTTL is how long READDIRPLUS results answer LOOKUPs: acdirmin, or
+// 100 ms with noac (long enough for the LOOKUPs of the same listing).
+func (n *node) plusTTL() time.Duration {
+	lo, _ := n.sys.o.dirTimeouts()
+	return max(lo, 100*time.Millisecond)
+}
+
+// Getattr answers GETATTR with an NFS GETATTR, after the writes in flight
+// of the file have reached the server (so size and mtime are current).
+func (n *node) Getattr(ctx context.Context, _ fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	_ = n.waitWrites()
+	a, err := n.sys.c.Getattr(ctx, n.fh)
+	if err != nil {
+		return toErrno(err)
+	}
+	timeo, _ := n.refresh(&a)
+	fillAttr(&out.Attr, &a, n.sys.blksize)
+	out.SetTimeout(timeo)
+	return 0
+}
+
+// Setattr answers SETATTR (chmod, chown, truncate, utimes; "now" is the
+// server's time) with one NFS SETATTR.
+func (n *node) Setattr(ctx context.Context, _ fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	if n.sys.o.ReadOnly {
+		return syscall.EROFS
+	}
+	var s nfs3.Sattr
+	v := in.Valid
+	if v&fuse.FATTR_MODE != 0 {
+		s.SetMode, s.Mode = true, in.Mode&0o7777
+	}
+	if v&fuse.FATTR_UID != 0 {
+		s.SetUID, s.UID = true, in.Uid
+	}
+	if v&fuse.FATTR_GID != 0 {
+		s.SetGID, s.GID = true, in.Gid
+	}
+	if v&fuse.FATTR_SIZE != 0 {
+		s.SetSize, s.Size = true, in.Size
+	}
+	switch {
+	case v&fuse.FATTR_ATIME_NOW != 0:
+		s.Atime.How = nfs3.SetToServerTime
+	case v&fuse.FATTR_ATIME != 0:
+		s.Atime = nfs3.SetTime{How: nfs3.SetToClientTime, Time: nfs3.Time{Seconds: uint32(in.Atime), Nseconds: in.Atimensec}}
+	}
+	switch {
+	case v&fuse.FATTR_MTIME_NOW != 0:
+		s.Mtime.How = nfs3.SetToServerTime
+	case v&fuse.FATTR_MTIME != 0:
+		s.Mtime = nfs3.SetTime{How: nfs3.SetToClientTime, Time: nfs3.Time{Seconds: uint32(in.Mtime), Nseconds: in.Mtimensec}}
+	}
+	_ = n.waitWrites() // so that a truncate lands after the writes; errors are for flush
+	res, err := n.sys.c.Setattr(ctx, n.fh, s, nfs3.SattrGuard{})
+	if err != nil {
+		return toErrno(err)
+	}
+	a := res.Wcc.After.Attr
+	if !res.Wcc.After.Set {
+		if a, err = n.sys.c.Getattr(ctx, n.fh); err != nil {
+			return toErrno(err)
+		}
+	}
+	timeo, _ := n.refresh(&a)
+	fillAttr(&out.Attr, &a, n.sys.blksize)
+	out.SetTimeout(timeo)
+	return 0
+}
+
+// Create answers CREATE: NFS CREATE, GUARDED with O_EXCL (EEXIST if the
+// name exists), UNCHECKED otherwise (O_TRUNC then truncates an existing
+// file), and opens the file.
+func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
+	if n.sys.o.ReadOnly {
+		return nil, nil, 0, syscall.EROFS
+	}
+	how := nfs3.CreateHow{Mode: nfs3.Unchecked, Attr: nfs3.Sattr{SetMode: true, Mode: mode & 0o7777}}
+	if flags&syscall.O_EXCL != 0 {
+		how.Mode = nfs3.Guarded
+	}
+	res, err := n.sys.c.Create(ctx, n.fh, name, how)
+	if err != nil {
+		return nil, nil, 0, toErrno(err)
+	}
+	n.afterDirChange(&res.DirWcc)
+	fh, a, err := n.objAttrs(ctx, name, res)
+	if err != nil {
+		return nil, nil, 0, toErrno(err)
+	}
+	if flags&syscall.O_TRUNC != 0 && a.Size != 0 {
+		if a, err = n.sys.c.Truncate(ctx, fh, 0); err != nil {
+			return nil, nil, 0, toErrno(err)
+		}
+	}
+	ch := n.child(ctx, fh, &a, out)
+	return ch, &handle{}, 0, 0
+}
+
+// Mkdir answers MKDIR with NFS MKDIR.
+func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	if n.sys.o.ReadOnly {
+		return nil, syscall.EROFS
+	}
+	res, err := n.sys.c.Mkdir(ctx, n.fh, name, nfs3.Sattr{SetMode: true, Mode: mode & 0o7777})
+	if err != nil {
+		return nil, toErrno(err)
+	}
+	n.afterDirChange(&res.DirWcc)
+	fh, a, err := n.objAttrs(ctx, name, res)
+	if err != nil {
+		return nil, toErrno(err)
+	}
+	return n.child(ctx, fh, &a, out), 0
+}
+
+// Mknod answers MKNOD (FIFO, socket, character and block devices) with
+// NFS MKNOD; a regular file goes through CREATE.
+func (n *node) Mknod(ctx context.Context, name string, mode uint32, dev uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	if n.sys.o.ReadOnly {
+		return nil, syscall.EROFS
+	}
+	attr := nfs3.Sattr{SetMode: true, Mode: mode & 0o7777}
+	var res nfs3.CreateRes
+	var err error
+	switch mode & syscall.S_IFMT {
+	case syscall.S_IFREG:
+		res, err = n.sys.c.Create(ctx, n.fh, name, nfs3.CreateHow{Mode: nfs3.Guarded, Attr: attr})
+	case syscall.S_IFIFO:
+		res, err = n.sys.c.Mknod(ctx, n.fh, name, nfs3.TypeFIFO, attr, nfs3.SpecData{})
+	case syscall.S_IFSOCK:
+		res, err = n.sys.c.Mknod(ctx, n.fh, name, nfs3.TypeSock, attr, nfs3.SpecData{})
+	case syscall.S_IFCHR, syscall.S_IFBLK:
+		t := nfs3.TypeChr
+		if mode&syscall.S_IFMT == syscall.S_IFBLK {
+			t = nfs3.TypeBlk
+		}
+		spec := nfs3.SpecData{Major: (dev >> 8) & 0xfff, Minor: (dev & 0xff) | (dev>>12)&^0xff}
+		res, err = n.sys.c.Mknod(ctx, n.fh, name, t, attr, spec)
+	default:
+		return nil, syscall.EINVAL
+	}
+	if err != nil {
+		return nil, toErrno(err)
+	}
+	n.afterDirChange(&res.DirWcc)
+	fh, a, err := n.objAttrs(ctx, name, res)
+	if err != nil {
+		return nil, toErrno(err)
+	}
+	return n.child(ctx, fh, &a, out), 0
+}
+
+// Symlink answers SYMLINK with NFS SYMLINK.
+func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	if n.sys.o.ReadOnly {
+		return nil, syscall.EROFS
+	}
+	res, err := n.sys.c.Symlink(ctx, n.fh, name, target, nfs3.Sattr{})
+	if err != nil {
+		return nil, toErrno(err)
+	}
+	n.afterDirChange(&res.DirWcc)
+	fh, a, err := n.objAttrs(ctx, name, res)
+	if err != nil {
+		return nil, toErrno(err)
+	}
+	return n.child(ctx, fh, &a, out), 0
+}
+
+// Readlink answers READLINK with NFS READLINK.
+func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
+	s, _, err := n.sys.c.Readlink(ctx, n.fh)
+	if err != nil {
+		return nil, toErrno(err)
+	}
+	return []byte(s), 0
+}
+
+// Link answers LINK with NFS LINK; the new name shares target's inode.
+func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	if n.sys.o.ReadOnly {
+		return nil, syscall.EROFS
+	}
+	t, ok := target.(*node)
+	if !ok {
+		return nil, syscall.EXDEV
+	}
+	res, err := n.sys.c.Link(ctx, t.fh, n.fh, name)
+	if err != nil {
+		return nil, toErrno(err)
+	}
+	n.afterDirChange(&res.LinkDirWcc)
+	a := res.FileAttr.Attr
+	if !res.FileAttr.Set {
+		if a, err = n.sys.c.Getattr(ctx, t.fh); err != nil {
+			return nil, toErrno(err)
+		}
+	}
+	return n.child(ctx, t.fh, &a, out), 0
+}
+
+// Unlink answers UNLINK with NFS REMOVE. (Linux's "silly rename" of an
+// open file is not done: a removed file that is still open reads ESTALE
+// when the server frees it.)
+func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
+	if n.sys.o.ReadOnly {
+		return syscall.EROFS
+	}
+	res, err := n.sys.c.Remove(ctx, n.fh, name)
+	if err != nil {
+		return toErrno(err)
+	}
+	n.afterDirChange(&res.DirWcc)
+	return 0
+}
+
+// Rmdir answers RMDIR with NFS RMDIR.
+func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
+	if n.sys.o.ReadOnly {
+		return syscall.EROFS
+	}
+	res, err := n.sys.c.Rmdir(ctx, n.fh, name)
+	if err != nil {
+		return toErrno(err)
+	}
+	n.afterDirChange(&res.DirWcc)
+	return 0
+}
+
+// Rename answers RENAME with NFS RENAME (replacing an existing target, as
+// rename(2)); renameat2 flags are refused with EINVAL, as Linux NFSv3 does.
+func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
+	if n.sys.o.ReadOnly {
+		return syscall.EROFS
+	}
+	if flags != 0 {
+		return syscall.EINVAL
+	}
+	np, ok := newParent.(*node)
+	if !ok {
+		return syscall.EXDEV
+	}
+	res, err := n.sys.c.Rename(ctx, n.fh, name, np.fh, newName)
+	if err != nil {
+		return toErrno(err)
+	}
+	n.afterDirChange(&res.FromDirWcc)
+	np.afterDirChange(&res.ToDirWcc)
+	return 0
+}
+
+// Statfs answers STATFS from NFS FSSTAT (block size 4 KiB).
+func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
+	res, err := n.sys.c.Fsstat(ctx, n.fh)
+	if err != nil {
+		return toErrno(err)
+	}
+	const bs = 4096
+	out.Bsize, out.Frsize, out.NameLen = bs, bs, nfs3.MaxNameLen
+	out.Blocks, out.Bfree, out.Bavail = res.TBytes/bs, res.FBytes/bs, res.ABytes/bs
+	out.Files, out.Ffree = res.TFiles, res.FFiles
+	return 0
+}
+
+// Access answers ACCESS with NFS ACCESS: the server decides.
+func (n *node) Access(ctx context.Context, mask uint32) syscall.Errno {
+	isDir := n.StableAttr().Mode&syscall.S_IFMT == syscall.S_IFDIR
+	var want uint32
+	if mask&4 != 0 { // R_OK
+		want |= nfs3.AccessRead
+	}
+	if mask&2 != 0 { // W_OK
+		want |= nfs3.AccessModify | nfs3.AccessExtend
+		if isDir {
+			want |= nfs3.AccessDelete
+		}
+	}
+	if mask&1 != 0 { // X_OK
+		if isDir {
+			want |= nfs3.AccessLookup
+		} else {
+			want |= nfs3.AccessExecute
+		}
+	}
+	if want == 0 {
+		return 0
+	}
+	if mask&2 != 0 && n.sys.o.ReadOnly {
+		return syscall.EROFS
+	}
+	got, err := n.sys.c.CheckAccess(ctx, n.fh, want)
+	if err != nil {
+		return toErrno(err)
+	}
+	if got&want != want {
+		return syscall.EACCES
+	}
+	return 0
+}
+
+// Extended attributes: NFSv3 has none.
+
+// Getxattr answers ENOTSUP.
+func (n *node) Getxattr(context.Context, string, []byte) (uint32, syscall.Errno) {
+	return 0, syscall.ENOTSUP
+}
+
+// Setxattr answers ENOTSUP.
+func (n *node) Setxattr(context.Context, string, []byte, uint32) syscall.Errno {
+	return syscall.ENOTSUP
+}
+
+// Listxattr answers ENOTSUP.
+func (n *node) Listxattr(context.Context, []byte) (uint32, syscall.Errno) {
+	return 0, syscall.ENOTSUP
+}
+
+// Removexattr answers ENOTSUP.
+func (n *node) Removexattr(context.Context, string) syscall.Errno {
+	return syscall.ENOTSUP
+}
+
+// Locks: NLM is not implemented.
+
+// Getlk answers ENOSYS.
+func (n *node) Getlk(context.Context, fs.FileHandle, uint64, *fuse.FileLock, uint32, *fuse.FileLock) syscall.Errno {
+	return syscall.ENOSYS
+}
+
+// Setlk answers ENOSYS.
+func (n *node) Setlk(context.Context, fs.FileHandle, uint64, *fuse.FileLock, uint32) syscall.Errno {
+	return syscall.ENOSYS
+}
+
+// Setlkw answers ENOSYS.
+func (n *node) Setlkw(context.Context, fs.FileHandle, uint64, *fuse.FileLock, uint32) syscall.Errno {
+	return syscall.ENOSYS
+}

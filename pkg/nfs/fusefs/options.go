@@ -1,0 +1,210 @@
+package fusefs
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// ErrBadOption is wrapped by every ParseOptions error: an unknown option,
+// a missing or malformed value, or a value out of range.
+var ErrBadOption = errors.New("bad mount option")
+
+// Transport protocols of the NFS service (nfs(5) "proto").
+const (
+	ProtoTCP  = "tcp"
+	ProtoRDMA = "rdma"
+)
+
+// Default ports and limits.
+const (
+	// DefaultRDMAPort is the NFS/RDMA port used when proto=rdma and no
+	// port (or port=0) is given (RFC 8267 section 5.1, nfs(5)).
+	DefaultRDMAPort = 20049
+	// MaxCredits bounds credits=N (RPC-over-RDMA calls outstanding).
+	MaxCredits = 1024
+)
+
+// MountOptions are the options of `driver mount -o`, in nfs(5) vocabulary.
+// The zero value is not meant to be used: start from DefaultMountOptions
+// (ParseOptions does).
+type MountOptions struct {
+	// Proto is ProtoTCP or ProtoRDMA (transport of NFS; MOUNT is always TCP).
+	Proto string
+	// Port is the NFS port; 0 means rpcbind for TCP, DefaultRDMAPort for RDMA.
+	Port int
+	// MountPort is the MOUNT v3 port over TCP; 0 asks rpcbind.
+	MountPort int
+	// Vers is the NFS version; only 3.
+	Vers int
+	// RSize and WSize cap READ and WRITE sizes in bytes; 0: the server's.
+	RSize, WSize int
+	// Soft makes RPCs give up after Retrans retransmissions (EIO); hard
+	// (false) retries until the operation is interrupted.
+	Soft bool
+	// Timeo is the RPC retransmission timeout (nfs(5) timeo, given in
+	// deciseconds); 0 waits for the connection to fail.
+	Timeo time.Duration
+	// Retrans is the retransmissions before a soft mount fails.
+	Retrans int
+	// NoAC disables attribute caching: every attribute and entry timeout
+	// is 0 and writes are not delayed (write-through, as Linux's noac).
+	NoAC bool
+	// ACRegMin..ACDirMax bound the attribute cache timeouts of regular
+	// files and directories (nfs(5), given in seconds).
+	ACRegMin, ACRegMax, ACDirMin, ACDirMax time.Duration
+	// ReadOnly mounts read-only (ro); rw is the default.
+	ReadOnly bool
+	// Credits is the RPC-over-RDMA credits the client asks for (ours,
+	// proto=rdma only); 0: the rpcrdma default (32).
+	Credits int
+}
+
+// DefaultMountOptions returns the defaults of nfs(5) for vers=3 over TCP:
+// hard, timeo=600 (60 s), retrans=2, acregmin=3, acregmax=60,
+// acdirmin=30, acdirmax=60, rw.
+func DefaultMountOptions() MountOptions {
+	return MountOptions{
+		Proto: ProtoTCP, Vers: 3, Timeo: 60 * time.Second, Retrans: 2,
+		ACRegMin: 3 * time.Second, ACRegMax: 60 * time.Second,
+		ACDirMin: 30 * time.Second, ACDirMax: 60 * time.Second,
+	}
+}
+
+// ParseOptions parses a comma-separated option list ("proto=rdma,port=20049,
+// ro,actimeo=0") over DefaultMountOptions; later options override earlier
+// ones, as in mount(8). Times are given as nfs(5) does: timeo in
+// deciseconds, ac* in seconds. An unknown option or a bad value is an
+// error wrapping ErrBadOption; nothing is ignored.
+func ParseOptions(s string) (MountOptions, error) {
+	o := DefaultMountOptions()
+	if strings.TrimSpace(s) == "" {
+		return o, nil
+	}
+	for _, opt := range strings.Split(s, ",") {
+		opt = strings.TrimSpace(opt)
+		if opt == "" {
+			continue
+		}
+		key, val, hasVal := strings.Cut(opt, "=")
+		flag := func() error {
+			if hasVal {
+				return fmt.Errorf("%w: %q takes no value", ErrBadOption, key)
+			}
+			return nil
+		}
+		num := func(lo, hi int) (int, error) {
+			if !hasVal {
+				return 0, fmt.Errorf("%w: %q needs a value", ErrBadOption, key)
+			}
+			n, err := strconv.Atoi(val)
+			if err != nil || n < lo || n > hi {
+				return 0, fmt.Errorf("%w: %s=%q: want an integer in [%d, %d]", ErrBadOption, key, val, lo, hi)
+			}
+			return n, nil
+		}
+		secs := func() (time.Duration, error) {
+			n, err := num(0, 3600*24*365)
+			return time.Duration(n) * time.Second, err
+		}
+		var err error
+		switch key {
+		case "proto":
+			switch {
+			case !hasVal:
+				err = fmt.Errorf("%w: proto needs a value", ErrBadOption)
+			case val == ProtoTCP || val == ProtoRDMA:
+				o.Proto = val
+			default:
+				err = fmt.Errorf("%w: proto=%q: want tcp or rdma", ErrBadOption, val)
+			}
+		case "port":
+			o.Port, err = num(0, 65535)
+		case "mountport":
+			o.MountPort, err = num(0, 65535)
+		case "vers", "nfsvers":
+			if o.Vers, err = num(0, 1<<30); err == nil && o.Vers != 3 {
+				err = fmt.Errorf("%w: vers=%d: only NFS version 3 is supported", ErrBadOption, o.Vers)
+			}
+		case "rsize":
+			o.RSize, err = num(1, 1<<30)
+		case "wsize":
+			o.WSize, err = num(1, 1<<30)
+		case "hard":
+			o.Soft, err = false, flag()
+		case "soft":
+			o.Soft, err = true, flag()
+		case "timeo":
+			var n int
+			n, err = num(1, 36000)
+			o.Timeo = time.Duration(n) * 100 * time.Millisecond
+		case "retrans":
+			o.Retrans, err = num(0, 1000)
+		case "ac":
+			o.NoAC, err = false, flag()
+		case "noac":
+			o.NoAC, err = true, flag()
+		case "acregmin":
+			o.ACRegMin, err = secs()
+		case "acregmax":
+			o.ACRegMax, err = secs()
+		case "acdirmin":
+			o.ACDirMin, err = secs()
+		case "acdirmax":
+			o.ACDirMax, err = secs()
+		case "actimeo":
+			var d time.Duration
+			d, err = secs()
+			o.ACRegMin, o.ACRegMax, o.ACDirMin, o.ACDirMax = d, d, d, d
+		case "ro":
+			o.ReadOnly, err = true, flag()
+		case "rw":
+			o.ReadOnly, err = false, flag()
+		case "credits":
+			o.Credits, err = num(1, MaxCredits)
+		default:
+			err = fmt.Errorf("%w: unknown option %q", ErrBadOption, opt)
+		}
+		if err != nil {
+			return MountOptions{}, err
+		}
+	}
+	if o.ACRegMax < o.ACRegMin {
+		o.ACRegMax = o.ACRegMin
+	}
+	if o.ACDirMax < o.ACDirMin {
+		o.ACDirMax = o.ACDirMin
+	}
+	if o.Credits != 0 && o.Proto != ProtoRDMA {
+		return MountOptions{}, fmt.Errorf("%w: credits=%d needs proto=rdma", ErrBadOption, o.Credits)
+	}
+	return o, nil
+}
+
+// NFSPort returns the NFS port to use: Port, or DefaultRDMAPort for RDMA
+// when Port is 0 (0 for TCP means ask rpcbind).
+func (o *MountOptions) NFSPort() int {
+	if o.Port == 0 && o.Proto == ProtoRDMA {
+		return DefaultRDMAPort
+	}
+	return o.Port
+}
+
+// regTimeouts returns (min, max) of the attribute cache of non-directories,
+// 0 with noac.
+func (o *MountOptions) regTimeouts() (time.Duration, time.Duration) {
+	if o.NoAC {
+		return 0, 0
+	}
+	return o.ACRegMin, o.ACRegMax
+}
+
+// dirTimeouts returns (min, max) of the attribute cache of directories.
+func (o *MountOptions) dirTimeouts() (time.Duration, time.Duration) {
+	if o.NoAC {
+		return 0, 0
+	}
+	return o.ACDirMin, o.ACDirMax
+}

@@ -1,0 +1,124 @@
+package fusefs
+
+import (
+	"errors"
+	"testing"
+	"time"
+)
+
+func TestParseOptions(t *testing.T) {
+	def := DefaultMountOptions()
+	with := func(f func(o *MountOptions)) MountOptions {
+		o := def
+		f(&o)
+		return o
+	}
+	tests := []struct {
+		in   string
+		want MountOptions
+		bad  bool
+	}{
+		{in: "", want: def},
+		{in: "proto=tcp,vers=3", want: def},
+		{in: "proto=rdma", want: with(func(o *MountOptions) { o.Proto = ProtoRDMA })},
+		{in: "proto=rdma,port=20050,mountport=20048,credits=8", want: with(func(o *MountOptions) {
+			o.Proto, o.Port, o.MountPort, o.Credits = ProtoRDMA, 20050, 20048, 8
+		})},
+		{in: "rsize=65536,wsize=1048576", want: with(func(o *MountOptions) { o.RSize, o.WSize = 65536, 1<<20 })},
+		{in: "soft,timeo=15,retrans=5", want: with(func(o *MountOptions) {
+			o.Soft, o.Timeo, o.Retrans = true, 1500*time.Millisecond, 5
+		})},
+		{in: "soft,hard", want: def},
+		{in: "noac", want: with(func(o *MountOptions) { o.NoAC = true })},
+		{in: "noac,ac", want: def},
+		{in: "actimeo=7", want: with(func(o *MountOptions) { o.ACRegMin, o.ACRegMax, o.ACDirMin, o.ACDirMax = 7e9, 7e9, 7e9, 7e9 })},
+		{in: "acregmin=1,acregmax=2,acdirmin=4,acdirmax=8", want: with(func(o *MountOptions) {
+			o.ACRegMin, o.ACRegMax, o.ACDirMin, o.ACDirMax = 1e9, 2e9, 4e9, 8e9
+		})},
+		{in: "acregmin=90", want: with(func(o *MountOptions) { o.ACRegMin, o.ACRegMax = 90e9, 90e9 })},
+		{in: "ro", want: with(func(o *MountOptions) { o.ReadOnly = true })},
+		{in: "ro,rw", want: def},
+		{in: " ro , ,rw ", want: def},
+		{in: "vers=4", bad: true},
+		{in: "nfsvers=3", want: def},
+		{in: "proto=udp", bad: true},
+		{in: "proto", bad: true},
+		{in: "port=70000", bad: true},
+		{in: "port=-1", bad: true},
+		{in: "rsize=0", bad: true},
+		{in: "rsize=abc", bad: true},
+		{in: "timeo=0", bad: true},
+		{in: "ro=1", bad: true},
+		{in: "credits=8", bad: true},               // needs proto=rdma
+		{in: "proto=rdma,credits=0", bad: true},    // out of range
+		{in: "proto=rdma,credits=5000", bad: true}, // out of range
+		{in: "nolock", bad: true},                  // unknown: not ignored
+		{in: "bogus=1", bad: true},
+	}
+	for _, tt := range tests {
+		got, err := ParseOptions(tt.in)
+		if tt.bad {
+			if !errors.Is(err, ErrBadOption) {
+				t.Errorf("ParseOptions(%q) = %+v, %v; want ErrBadOption", tt.in, got, err)
+			}
+			continue
+		}
+		if err != nil || got != tt.want {
+			t.Errorf("ParseOptions(%q) = %+v, %v; want %+v", tt.in, got, err, tt.want)
+		}
+	}
+}
+
+func TestNFSPortAndSource(t *testing.T) {
+	o, _ := ParseOptions("proto=rdma")
+	if o.NFSPort() != DefaultRDMAPort {
+		t.Errorf("rdma port %d", o.NFSPort())
+	}
+	o, _ = ParseOptions("proto=tcp")
+	if o.NFSPort() != 0 {
+		t.Errorf("tcp port %d", o.NFSPort())
+	}
+	for _, tt := range []struct{ in, server, export string }{
+		{"10.0.0.1:/vol/a", "10.0.0.1", "/vol/a"},
+		{"host:/", "host", "/"},
+		{"[::1]:/x", "::1", "/x"},
+	} {
+		s, e, err := SplitSource(tt.in)
+		if err != nil || s != tt.server || e != tt.export {
+			t.Errorf("SplitSource(%q) = %q, %q, %v", tt.in, s, e, err)
+		}
+	}
+	for _, bad := range []string{"host", ":/x", "host:x", "[::1/x"} {
+		if _, _, err := SplitSource(bad); !errors.Is(err, ErrBadOption) {
+			t.Errorf("SplitSource(%q): %v", bad, err)
+		}
+	}
+}
+
+func TestAttrCacheAdaptive(t *testing.T) {
+	var c attrCache
+	a := attrForTest(1)
+	lo, hi := 3*time.Second, 10*time.Second
+	steps := []struct {
+		attr    int
+		timeo   time.Duration
+		changed bool
+	}{
+		{1, 3 * time.Second, false}, // first sight
+		{1, 6 * time.Second, false}, // unchanged: doubled
+		{1, 10 * time.Second, false},
+		{1, 10 * time.Second, false}, // capped
+		{2, 3 * time.Second, true},   // changed: back to min
+	}
+	for i, s := range steps {
+		a = attrForTest(s.attr)
+		timeo, changed := c.update(&a, lo, hi)
+		if timeo != s.timeo || changed != s.changed {
+			t.Errorf("step %d: %v %v, want %v %v", i, timeo, changed, s.timeo, s.changed)
+		}
+	}
+	var z attrCache
+	if timeo, _ := z.update(&a, 0, 0); timeo != 0 {
+		t.Errorf("noac timeout %v", timeo)
+	}
+}
