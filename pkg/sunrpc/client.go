@@ -63,6 +63,10 @@ type CallSpec struct {
 	// ReplyPayload and MaxReplySize are passed to the transport (see Call).
 	ReplyPayload []byte
 	MaxReplySize int
+	// Cred, when not nil, is this call's credential instead of the
+	// client's (RFC 5531 section 8.2): how a client serving several users
+	// (a FUSE mount) makes each call as the user it is for.
+	Cred *OpaqueAuth
 }
 
 // Client makes RPC calls (RFC 5531) over transports obtained from a
@@ -142,6 +146,9 @@ func (c *Client) Close() error {
 //   - ErrTimeout (soft policy), ctx's error, ErrClosed;
 //   - ErrMalformed for an undecodable reply header; Results' error.
 func (c *Client) Call(ctx context.Context, s CallSpec) error {
+	if s.Cred != nil {
+		return c.do(ctx, &s, *s.Cred, false)
+	}
 	return c.do(ctx, &s, c.cred, false)
 }
 

@@ -242,6 +242,7 @@ func (c *Client) call(ctx context.Context, proc uint32, maxRes int, replyPayload
 			},
 			ReplyPayload: replyPayload,
 			MaxReplySize: replyHeaderMax + maxRes,
+			Cred:         credOf(ctx),
 		})
 		if err != nil {
 			return fmt.Errorf("nfs3 %s: %w", nfs3.ProcName(proc), err)

@@ -1,6 +1,7 @@
 package fusefs
 
 import (
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/client"
 	"sync"
 
 	"k8s.io/klog/v2"
@@ -95,7 +96,15 @@ func (sys *fsys) commitDirty() {
 	}
 	b.mu.Unlock()
 	for _, n := range nodes {
-		if err := n.commit(sys.bg); err != nil {
+		ctx := sys.bg
+		n.mu.Lock()
+		if n.w != nil {
+			n.w.mu.Lock()
+			ctx = client.WithCred(ctx, n.w.cred)
+			n.w.mu.Unlock()
+		}
+		n.mu.Unlock()
+		if err := n.commit(ctx); err != nil {
 			klog.V(2).InfoS("fusefs: background COMMIT failed (retried at close)", "fh", n.fh.String(), "err", err)
 		}
 	}

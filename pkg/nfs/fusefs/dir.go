@@ -39,6 +39,7 @@ func (n *node) OpendirHandle(ctx context.Context, flags uint32) (fs.FileHandle, 
 
 // Readdirent returns the next entry, nil at the end.
 func (d *dirStream) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Errno) {
+	ctx = d.n.sys.as(ctx) // the caller's credential (cred.go)
 	for len(d.ents) == 0 {
 		if d.eof {
 			return nil, 0

@@ -23,10 +23,11 @@ type writer struct {
 	f     *client.File
 	mu    sync.Mutex
 	cond  sync.Cond
-	busy  []span // ranges of the writes in flight
-	n     int    // bytes in flight
-	err   error  // first error of a background write, reported by flush
-	dirty int    // bytes acknowledged since the last COMMIT (an upper bound)
+	busy  []span       // ranges of the writes in flight
+	n     int          // bytes in flight
+	err   error        // first error of a background write, reported by flush
+	dirty int          // bytes acknowledged since the last COMMIT (an upper bound)
+	cred  *client.Cred // the credential of the last write: background COMMITs use it
 }
 
 type span struct{ off, end int64 }
@@ -63,6 +64,7 @@ func (n *node) waitWrites() error {
 // data of the inode are dropped; otherwise its page cache is kept
 // (FOPEN_KEEP_CACHE).
 func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	ctx = n.sys.as(ctx) // the caller's credential (cred.go)
 	if n.sys.o.ReadOnly && flags&(syscall.O_WRONLY|syscall.O_RDWR|syscall.O_TRUNC) != 0 {
 		return nil, 0, syscall.EROFS
 	}
@@ -91,7 +93,8 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 // Read answers READ with client.ReadAt (rsize READs, pipelined), after the
 // inode's writes in flight have reached the server.
 func (n *node) Read(ctx context.Context, _ fs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
-	_ = n.waitWrites() // a write error is for flush and fsync to report
+	ctx = n.sys.as(ctx) // the caller's credential (cred.go)
+	_ = n.waitWrites()  // a write error is for flush and fsync to report
 	k, err := n.sys.c.ReadAt(ctx, n.fh, dest, off)
 	if err != nil && !errors.Is(err, io.EOF) {
 		return nil, toErrno(err)
@@ -106,6 +109,7 @@ func (n *node) Read(ctx context.Context, _ fs.FileHandle, dest []byte, off int64
 // background write is returned by the next flush or fsync (close(2) or
 // fsync(2)), as Linux NFS does.
 func (n *node) Write(ctx context.Context, _ fs.FileHandle, data []byte, off int64) (uint32, syscall.Errno) {
+	ctx = n.sys.as(ctx) // the caller's credential (cred.go)
 	if n.sys.o.ReadOnly {
 		return 0, syscall.EROFS
 	}
@@ -129,8 +133,12 @@ func (n *node) Write(ctx context.Context, _ fs.FileHandle, data []byte, off int6
 	n.sys.budget.acquire(len(data))
 	buf := make([]byte, len(data)) // go-fuse reuses data after we return
 	copy(buf, data)
+	cred := client.CredFrom(ctx) // the writer's, as Linux's write-back uses the opener's
+	w.mu.Lock()
+	w.cred = cred
+	w.mu.Unlock()
 	go func() {
-		k, err := w.f.WriteAt(n.sys.bg, buf, off)
+		k, err := w.f.WriteAt(client.WithCred(n.sys.bg, cred), buf, off)
 		n.sys.budget.release(len(buf))
 		if err != nil {
 			klog.V(2).InfoS("fusefs: background write failed", "fh", n.fh.String(), "offset", off, "bytes", len(buf), "err", err)
@@ -220,10 +228,14 @@ func (n *node) sync(ctx context.Context) syscall.Errno {
 
 // Flush answers FLUSH (each close of a descriptor): write back and COMMIT,
 // the "close" half of close-to-open.
-func (n *node) Flush(ctx context.Context, _ fs.FileHandle) syscall.Errno { return n.sync(ctx) }
+func (n *node) Flush(ctx context.Context, _ fs.FileHandle) syscall.Errno {
+	ctx = n.sys.as(ctx)
+	return n.sync(ctx)
+}
 
 // Fsync answers FSYNC: write back and COMMIT.
 func (n *node) Fsync(ctx context.Context, _ fs.FileHandle, _ uint32) syscall.Errno {
+	ctx = n.sys.as(ctx) // the caller's credential (cred.go)
 	return n.sync(ctx)
 }
 

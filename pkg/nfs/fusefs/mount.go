@@ -126,7 +126,11 @@ func Serve(ctx context.Context, c *client.Client, dir string, cfg Config) (*Moun
 		return nil, fmt.Errorf("fusefs: root GETATTR: %w", err)
 	}
 	bg, cancel := context.WithCancel(context.Background())
-	sys := &fsys{c: c, o: o, blksize: uint32(c.WSize()), bg: bg, budget: newBudget()}
+	machine := cfg.AuthSys.MachineName
+	if machine == "" {
+		machine, _ = os.Hostname()
+	}
+	sys := &fsys{c: c, o: o, blksize: uint32(c.WSize()), bg: bg, budget: newBudget(), callers: newCallers(machine)}
 	root := &node{sys: sys, fh: c.Root()}
 	root.refresh(&rootAttr)
 	rs := stableAttr(c.Root(), &rootAttr)

@@ -19,8 +19,9 @@ type fsys struct {
 	o       MountOptions
 	blksize uint32
 	// bg bounds the background (write-behind) WRITEs; cancelled at unmount.
-	bg     context.Context
-	budget *budget
+	bg      context.Context
+	budget  *budget
+	callers *callers // the credential of each FUSE caller (cred.go)
 }
 
 // node is one NFS file, directory or other object known to the kernel.
@@ -148,6 +149,7 @@ func (n *node) lookupRPC(ctx context.Context, name string) (nfs3.FH, nfs3.Fattr,
 // Lookup answers LOOKUP, from the READDIRPLUS entries of a recent listing
 // (see plusTTL) when it has the name, else with an NFS LOOKUP.
 func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	ctx = n.sys.as(ctx) // the caller's credential (cred.go)
 	n.mu.Lock()
 	e, ok := n.plus[name]
 	if ok {
@@ -175,6 +177,7 @@ func (n *node) plusTTL() time.Duration {
 // Getattr answers GETATTR with an NFS GETATTR, after the writes in flight
 // of the file have reached the server (so size and mtime are current).
 func (n *node) Getattr(ctx context.Context, _ fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	ctx = n.sys.as(ctx) // the caller's credential (cred.go)
 	_ = n.waitWrites()
 	a, err := n.sys.c.Getattr(ctx, n.fh)
 	if err != nil {
@@ -189,6 +192,7 @@ func (n *node) Getattr(ctx context.Context, _ fs.FileHandle, out *fuse.AttrOut) 
 // Setattr answers SETATTR (chmod, chown, truncate, utimes; "now" is the
 // server's time) with one NFS SETATTR.
 func (n *node) Setattr(ctx context.Context, _ fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	ctx = n.sys.as(ctx) // the caller's credential (cred.go)
 	if n.sys.o.ReadOnly {
 		return syscall.EROFS
 	}
@@ -239,6 +243,7 @@ func (n *node) Setattr(ctx context.Context, _ fs.FileHandle, in *fuse.SetAttrIn,
 // name exists), UNCHECKED otherwise (O_TRUNC then truncates an existing
 // file), and opens the file.
 func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
+	ctx = n.sys.as(ctx) // the caller's credential (cred.go)
 	if n.sys.o.ReadOnly {
 		return nil, nil, 0, syscall.EROFS
 	}
@@ -266,6 +271,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 
 // Mkdir answers MKDIR with NFS MKDIR.
 func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	ctx = n.sys.as(ctx) // the caller's credential (cred.go)
 	if n.sys.o.ReadOnly {
 		return nil, syscall.EROFS
 	}
@@ -284,6 +290,7 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 // Mknod answers MKNOD (FIFO, socket, character and block devices) with
 // NFS MKNOD; a regular file goes through CREATE.
 func (n *node) Mknod(ctx context.Context, name string, mode uint32, dev uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	ctx = n.sys.as(ctx) // the caller's credential (cred.go)
 	if n.sys.o.ReadOnly {
 		return nil, syscall.EROFS
 	}
@@ -320,6 +327,7 @@ func (n *node) Mknod(ctx context.Context, name string, mode uint32, dev uint32, 
 
 // Symlink answers SYMLINK with NFS SYMLINK.
 func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	ctx = n.sys.as(ctx) // the caller's credential (cred.go)
 	if n.sys.o.ReadOnly {
 		return nil, syscall.EROFS
 	}
@@ -337,6 +345,7 @@ func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.Entry
 
 // Readlink answers READLINK with NFS READLINK.
 func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
+	ctx = n.sys.as(ctx) // the caller's credential (cred.go)
 	s, _, err := n.sys.c.Readlink(ctx, n.fh)
 	if err != nil {
 		return nil, toErrno(err)
@@ -346,6 +355,7 @@ func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
 
 // Link answers LINK with NFS LINK; the new name shares target's inode.
 func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	ctx = n.sys.as(ctx) // the caller's credential (cred.go)
 	if n.sys.o.ReadOnly {
 		return nil, syscall.EROFS
 	}
@@ -371,6 +381,7 @@ func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 // open file is not done: a removed file that is still open reads ESTALE
 // when the server frees it.)
 func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
+	ctx = n.sys.as(ctx) // the caller's credential (cred.go)
 	if n.sys.o.ReadOnly {
 		return syscall.EROFS
 	}
@@ -384,6 +395,7 @@ func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 
 // Rmdir answers RMDIR with NFS RMDIR.
 func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
+	ctx = n.sys.as(ctx) // the caller's credential (cred.go)
 	if n.sys.o.ReadOnly {
 		return syscall.EROFS
 	}
@@ -398,6 +410,7 @@ func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
 // Rename answers RENAME with NFS RENAME (replacing an existing target, as
 // rename(2)); renameat2 flags are refused with EINVAL, as Linux NFSv3 does.
 func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
+	ctx = n.sys.as(ctx) // the caller's credential (cred.go)
 	if n.sys.o.ReadOnly {
 		return syscall.EROFS
 	}
@@ -419,6 +432,7 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 
 // Statfs answers STATFS from NFS FSSTAT (block size 4 KiB).
 func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
+	ctx = n.sys.as(ctx) // the caller's credential (cred.go)
 	res, err := n.sys.c.Fsstat(ctx, n.fh)
 	if err != nil {
 		return toErrno(err)
@@ -432,6 +446,7 @@ func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
 
 // Access answers ACCESS with NFS ACCESS: the server decides.
 func (n *node) Access(ctx context.Context, mask uint32) syscall.Errno {
+	ctx = n.sys.as(ctx) // the caller's credential (cred.go)
 	isDir := n.StableAttr().Mode&syscall.S_IFMT == syscall.S_IFDIR
 	var want uint32
 	if mask&4 != 0 { // R_OK
