@@ -558,6 +558,11 @@ func (c *Client) RoundTrip(ctx context.Context, call *sunrpc.Call) (*sunrpc.Repl
 	s := &c.slots[si]
 	if err := s.send(call); err != nil {
 		s.dropRegs()
+		if errors.Is(err, verbs.ErrQPState) {
+			// the QP failed before the completion loop noticed: that is
+			// connection loss, and the call may be retried on a new one
+			c.fail(err)
+		}
 		c.mu.Lock()
 		delete(c.byXID, call.XID)
 		s.state = slotFree
