@@ -51,6 +51,17 @@ type obj struct {
 	st     unix.Stat_t // as of open (pre-operation)
 }
 
+// done ends a modifying operation on o: its wcc_data (RFC 1813 section
+// 2.6; empty when o never opened), then o is closed.
+func (o *obj) done() nfs3.WccData {
+	if o.fd < 0 {
+		return nfs3.WccData{}
+	}
+	w := o.wcc()
+	o.close()
+	return w
+}
+
 func (o *obj) close() {
 	if o.fd >= 0 {
 		unix.Close(o.fd)

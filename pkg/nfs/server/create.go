@@ -115,10 +115,7 @@ func (c *call) create(d *xdr.Decoder, b *sunrpc.Builder) error {
 	if st == nfs3.OK {
 		st = c.doCreate(&o, &a, &r)
 	}
-	if o.fd >= 0 {
-		r.DirWcc = o.wcc()
-		o.close()
-	}
+	r.DirWcc = o.done()
 	r.Status = st
 	r.Encode(&b.Encoder)
 	return nil
@@ -182,10 +179,7 @@ func (c *call) mkdir(d *xdr.Decoder, b *sunrpc.Builder) error {
 			st = c.created(&o, a.Where.Name, &a.Attr, &r, true)
 		}
 	}
-	if o.fd >= 0 {
-		r.DirWcc = o.wcc()
-		o.close()
-	}
+	r.DirWcc = o.done()
 	r.Status = st
 	r.Encode(&b.Encoder)
 	return nil
@@ -211,10 +205,7 @@ func (c *call) symlink(d *xdr.Decoder, b *sunrpc.Builder) error {
 			st = c.created(&o, where.Name, &sa, &r, false)
 		}
 	}
-	if o.fd >= 0 {
-		r.DirWcc = o.wcc()
-		o.close()
-	}
+	r.DirWcc = o.done()
 	r.Status = st
 	r.Encode(&b.Encoder)
 	return nil
@@ -260,10 +251,7 @@ func (c *call) mknod(d *xdr.Decoder, b *sunrpc.Builder) error {
 			st = c.created(&o, a.Where.Name, &a.Attr, &r, false)
 		}
 	}
-	if o.fd >= 0 {
-		r.DirWcc = o.wcc()
-		o.close()
-	}
+	r.DirWcc = o.done()
 	r.Status = st
 	r.Encode(&b.Encoder)
 	return nil
@@ -299,10 +287,7 @@ func (c *call) link(d *xdr.Decoder, b *sunrpc.Builder) error {
 				st = statusOf(unix.Linkat(f.fd, "", o.fd, a.Link.Name, unix.AT_EMPTY_PATH))
 			}
 		}
-		if o.fd >= 0 {
-			r.LinkDirWcc = o.wcc()
-			o.close()
-		}
+		r.LinkDirWcc = o.done()
 		r.FileAttr = postAttr(f.fd)
 	}
 	r.Status = st

@@ -44,10 +44,7 @@ func (c *call) remove(d *xdr.Decoder, b *sunrpc.Builder) error {
 			}
 		}
 	}
-	if o.fd >= 0 {
-		r.DirWcc = o.wcc()
-		o.close()
-	}
+	r.DirWcc = o.done()
 	r.Status = st
 	r.Encode(&b.Encoder)
 	return nil
@@ -79,10 +76,7 @@ func (c *call) rmdir(d *xdr.Decoder, b *sunrpc.Builder) error {
 			st = statusOf(unix.Unlinkat(o.fd, a.Object.Name, unix.AT_REMOVEDIR))
 		}
 	}
-	if o.fd >= 0 {
-		r.DirWcc = o.wcc()
-		o.close()
-	}
+	r.DirWcc = o.done()
 	r.Status = st
 	r.Encode(&b.Encoder)
 	return nil
