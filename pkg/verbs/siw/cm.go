@@ -182,7 +182,7 @@ func (d *Device) Connect(ctx context.Context, addr string, vqp verbs.QP, p verbs
 func (q *qp) claim() error {
 	q.stateMu.Lock()
 	defer q.stateMu.Unlock()
-	if q.state != verbs.QPInit || q.attached {
+	if q.State() != verbs.QPInit || q.attached {
 		return fmt.Errorf("%w: QP %d already connected or failed", verbs.ErrQPState, q.num)
 	}
 	q.attached = true
@@ -193,7 +193,7 @@ func (q *qp) claim() error {
 // receive and transmit goroutines.
 func (q *qp) attach(c *net.TCPConn, br *bufio.Reader, crcOn, txMark, rxMark bool, ird, ord int, rtrWant bool) error {
 	q.stateMu.Lock()
-	if q.state == verbs.QPError {
+	if q.State() == verbs.QPError {
 		err := q.err
 		q.stateMu.Unlock()
 		_ = c.Close()
@@ -221,8 +221,8 @@ func (q *qp) attach(c *net.TCPConn, br *bufio.Reader, crcOn, txMark, rxMark bool
 // (waitRTR), which the receive path signals.
 func (q *qp) ready(waitRTR bool) {
 	q.stateMu.Lock()
-	if q.state == verbs.QPInit {
-		q.state = verbs.QPRTS
+	if q.State() == verbs.QPInit {
+		q.state.Store(uint32(verbs.QPRTS))
 	}
 	q.stateMu.Unlock()
 	if !waitRTR {

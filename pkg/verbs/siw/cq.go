@@ -16,7 +16,6 @@ type cq struct {
 	notify  chan struct{} // capacity 1: "something arrived"
 	closed  chan struct{}
 	once    sync.Once
-	overrun bool
 }
 
 func newCQ(depth int) *cq {
@@ -28,7 +27,6 @@ func newCQ(depth int) *cq {
 func (c *cq) push(wc *verbs.WC) bool {
 	c.mu.Lock()
 	if c.n == len(c.ring) {
-		c.overrun = true
 		c.mu.Unlock()
 		return false
 	}

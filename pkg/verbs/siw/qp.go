@@ -69,8 +69,8 @@ type qp struct {
 	scq, rcq *cq
 	maxSGE   int
 
-	stateMu  sync.Mutex
-	state    verbs.QPState
+	stateMu  sync.Mutex    // serialises state changes, err, conn
+	state    atomic.Uint32 // verbs.QPState; read without stateMu on the data paths
 	err      error
 	done     chan struct{}
 	attached bool
@@ -163,11 +163,7 @@ func newQP(p *pd, attr verbs.QPAttr) (*qp, error) {
 
 func (q *qp) Num() uint32 { return q.num }
 
-func (q *qp) State() verbs.QPState {
-	q.stateMu.Lock()
-	defer q.stateMu.Unlock()
-	return q.state
-}
+func (q *qp) State() verbs.QPState { return verbs.QPState(q.state.Load()) }
 
 func (q *qp) Done() <-chan struct{} { return q.done }
 
@@ -341,11 +337,11 @@ func (q *qp) fail(err error) {
 // whether this call moved the QP to the error state.
 func (q *qp) setError(err error) bool {
 	q.stateMu.Lock()
-	if q.state == verbs.QPError {
+	if q.State() == verbs.QPError {
 		q.stateMu.Unlock()
 		return false
 	}
-	q.state = verbs.QPError
+	q.state.Store(uint32(verbs.QPError))
 	q.err = err
 	close(q.done)
 	c := q.conn
