@@ -2,9 +2,15 @@ package main
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net"
+	"net/http"
 	"os"
+	"path/filepath"
 	"strconv"
+	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	"k8s.io/klog/v2"
@@ -21,6 +27,8 @@ func newServerCmd() *cobra.Command {
 		listen, keyFile           string
 		nfsPort, mntPort, rdmaPrt int
 		credits                   int
+		adminListen, adminTokenF  string
+		stateDir, snapshotDir     string
 	)
 	cmd := &cobra.Command{
 		Use:   "server",
@@ -32,9 +40,19 @@ allowed (addresses or CIDRs, comma-separated; default every client) and
 options (ro, rw, root_squash, no_root_squash; default rw,no_root_squash).
 Without --export, the root is exported read-write to every client.
 NFS is also served over RPC-over-RDMA (RFC 8166/8267) on --rdma-port through the
-software iWARP provider (0 turns it off), granting --credits per connection.`,
+software iWARP provider (0 turns it off), granting --credits per connection.
+
+With --admin-listen, the admin API the CSI controller uses (HTTP + JSON, bearer
+token from --admin-token-file, required) is served on its own address: it
+registers volume directories as their own exports ("/" + path) with a quota
+(NFS3ERR_NOSPC past it; FSSTAT reports it) and a client list (empty: nobody),
+and makes server-side snapshots (into --snapshot-dir) and clones. The registry
+is kept in --state-dir and survives restarts. Bind the admin API to an address
+the pod network cannot reach, and restrict the root export (--export /:CIDR) to
+the controller: handles obtained through it bypass volume quotas and lists.`,
 		Example: `  driver server --root /srv/nfs --export /vol1:10.0.0.0/8:rw --export /vol2:127.0.0.1:ro
-  mount -t nfs -o vers=3,proto=tcp,port=2049,mountport=20048 127.0.0.1:/vol1 /mnt`,
+  mount -t nfs -o vers=3,proto=tcp,port=2049,mountport=20048 127.0.0.1:/vol1 /mnt
+  driver server --root /srv/nfs --export /:10.0.0.5 --admin-listen 10.0.0.1:20050 --admin-token-file /etc/nfsrdma/admin-token`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var exps []nfsserver.Export
@@ -48,7 +66,34 @@ software iWARP provider (0 turns it off), granting --credits per connection.`,
 			if len(exps) == 0 {
 				exps = []nfsserver.Export{{Path: "/"}}
 			}
-			opts := nfsserver.Options{Root: root, Exports: exps}
+			var token string
+			if adminListen != "" {
+				if adminTokenF == "" {
+					return errors.New("--admin-listen needs --admin-token-file: the admin API is never served without a token")
+				}
+				b, err := os.ReadFile(adminTokenF)
+				if err != nil {
+					return fmt.Errorf("admin token: %w", err)
+				}
+				if token = strings.TrimSpace(string(b)); token == "" {
+					return fmt.Errorf("admin token file %s is empty", adminTokenF)
+				}
+			}
+			if adminListen == "" && !cmd.Flags().Changed("state-dir") {
+				// no admin API and no explicit --state-dir: use the default
+				// state directory only if a registry is there to restore
+				if _, err := os.Stat(filepath.Join(stateDir, nfsserver.StateFileName)); err != nil {
+					stateDir = ""
+				}
+			}
+			if adminListen != "" {
+				for _, e := range exps {
+					if e.Path == "/" && len(e.Clients) == 0 {
+						klog.InfoS("nfs server: warning: the root is exported to every client; handles obtained through it bypass volume quotas and client lists (restrict it: --export /:CONTROLLER-ADDRESS)")
+					}
+				}
+			}
+			opts := nfsserver.Options{Root: root, Exports: exps, StateDir: stateDir, SnapshotDir: snapshotDir, Version: version}
 			if keyFile != "" {
 				key, err := os.ReadFile(keyFile)
 				if err != nil {
@@ -63,9 +108,38 @@ software iWARP provider (0 turns it off), granting --credits per connection.`,
 			defer srv.Close()
 			ctx, cancel := context.WithCancel(cmd.Context())
 			defer cancel()
-			errc := make(chan error, 2)
+			errc := make(chan error, 3)
 			go func() { errc <- srv.ListenAndServe(ctx, listen, nfsPort, mntPort) }()
 			n := 1
+			if adminListen != "" {
+				h, err := srv.AdminHandler(token)
+				if err != nil {
+					return err
+				}
+				l, err := net.Listen("tcp", adminListen)
+				if err != nil {
+					return fmt.Errorf("admin API: %w", err)
+				}
+				hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, IdleTimeout: 2 * time.Minute}
+				n++
+				shut := make(chan struct{})
+				go func() {
+					klog.InfoS("nfs server: serving the admin API", "addr", l.Addr(), "stateDir", stateDir)
+					err := hs.Serve(l)
+					if errors.Is(err, http.ErrServerClosed) {
+						<-shut // requests in progress have ended
+						err = nil
+					}
+					errc <- err
+				}()
+				go func() {
+					defer close(shut)
+					<-ctx.Done()
+					sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
+					defer scancel()
+					hs.Shutdown(sctx)
+				}()
+			}
 			if rdmaPrt > 0 {
 				n++
 				go func() {
@@ -93,6 +167,10 @@ software iWARP provider (0 turns it off), granting --credits per connection.`,
 	f.IntVar(&mntPort, "mount-port", nfsserver.DefaultMountPort, "TCP port of MOUNT v3")
 	f.IntVar(&rdmaPrt, "rdma-port", nfsserver.DefaultRDMAPort, "port of NFS over RDMA (software iWARP); 0: off")
 	f.IntVar(&credits, "credits", 32, "RPC-over-RDMA credits granted per connection (receives posted per connection)")
+	f.StringVar(&adminListen, "admin-listen", "", "HOST:PORT of the admin API (HTTP, bearer token); empty: off")
+	f.StringVar(&adminTokenF, "admin-token-file", "", "file holding the admin API's bearer token (required with --admin-listen)")
+	f.StringVar(&stateDir, "state-dir", "/var/lib/nfsrdma-server", "directory of the volume registry (volumes, quotas, client lists, snapshots); empty: in memory only. Without --admin-listen, the default is used only if it holds a registry")
+	f.StringVar(&snapshotDir, "snapshot-dir", "", "directory of the snapshots, not beneath --root (default: STATE-DIR/snapshots)")
 	_ = cmd.MarkFlagRequired("root")
 	return cmd
 }

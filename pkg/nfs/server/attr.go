@@ -39,7 +39,7 @@ func (c *call) setattr(d *xdr.Decoder, b *sunrpc.Builder) error {
 		switch {
 		case a.Guard.Check && nfsTime(o.st.Ctim) != a.Guard.Ctime:
 			st = nfs3.ErrNotSync
-		case o.ex.ReadOnly:
+		case o.ro:
 			st = nfs3.ErrROFS
 		default:
 			st = c.applySattr(&o, &a.Attr)
@@ -56,7 +56,8 @@ func (c *call) setattr(d *xdr.Decoder, b *sunrpc.Builder) error {
 // notify_change/setattr_prepare would for that user: owner changes need
 // uid 0 (group: the owner, to one of its groups), mode changes the owner or
 // uid 0, size write permission (or ownership), times set to the client's
-// time the owner or uid 0, to the server's time write permission.
+// time the owner or uid 0, to the server's time write permission. In a
+// volume, growing the size past the quota is errQuota (NFS3ERR_NOSPC).
 func (c *call) applySattr(o *obj, sa *nfs3.Sattr) nfs3.Status {
 	id := &c.id
 	st := &o.st
@@ -110,10 +111,14 @@ func (c *call) applySattr(o *obj, sa *nfs3.Sattr) nfs3.Status {
 		if err != nil {
 			return statusOf(err)
 		}
-		err = unix.Ftruncate(fd, int64(sa.Size))
+		if sa.Size > 1<<63-1 {
+			unix.Close(fd)
+			return nfs3.ErrFBig
+		}
+		s := c.quotaTruncate(o, fd, int64(sa.Size))
 		unix.Close(fd)
-		if err != nil {
-			return statusOf(err)
+		if s != nfs3.OK {
+			return s
 		}
 	}
 	if sa.Atime.How != nfs3.DontChange || sa.Mtime.How != nfs3.DontChange {
@@ -170,7 +175,7 @@ func (c *call) access(d *xdr.Decoder, b *sunrpc.Builder) error {
 			check(nfs3.AccessExtend, mayWrite)
 			check(nfs3.AccessExecute, mayExec)
 		}
-		if o.ex.ReadOnly {
+		if o.ro {
 			r.Access &^= nfs3.AccessModify | nfs3.AccessExtend | nfs3.AccessDelete
 		}
 		o.close()

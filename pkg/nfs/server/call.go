@@ -49,6 +49,7 @@ type obj struct {
 	kh     unix.FileHandle
 	rootFD int
 	st     unix.Stat_t // as of open (pre-operation)
+	ro     bool        // the caller may not modify (read-only export or client)
 }
 
 // done ends a modifying operation on o: its wcc_data (RFC 1813 section
@@ -75,8 +76,9 @@ func (o *obj) isDir() bool { return o.st.Mode&unix.S_IFMT == unix.S_IFDIR }
 func (o *obj) isExportRoot() bool { return o.st.Dev == o.ex.dev && o.st.Ino == o.ex.ino }
 
 // open resolves fh: NFS3ERR_BADHANDLE for a malformed handle or unknown
-// export, NFS3ERR_ACCES for a client outside the export's list,
-// NFS3ERR_STALE when the object is gone. It sets the caller's identity.
+// export, NFS3ERR_ACCES for a client outside the export's list (checked
+// at every call, so a Revoke applies to the next one), NFS3ERR_STALE when
+// the object is gone. It sets the caller's identity and o.ro.
 func (c *call) open(fh *nfs3.FH) (obj, nfs3.Status) {
 	o := obj{fd: -1}
 	id, kh, err := c.s.seal.parseHandle(fh.Bytes())
@@ -87,7 +89,8 @@ func (c *call) open(fh *nfs3.FH) (obj, nfs3.Status) {
 	if ex == nil {
 		return o, nfs3.ErrBadHandle
 	}
-	if !ex.Allows(peerAddr(c.req.Peer)) {
+	allowed, ro := ex.access(peerAddr(c.req.Peer))
+	if !allowed {
 		return o, nfs3.ErrAccess
 	}
 	c.setIdentity(ex)
@@ -101,7 +104,7 @@ func (c *call) open(fh *nfs3.FH) (obj, nfs3.Status) {
 		}
 		return o, statusOf(err)
 	}
-	o.fd, o.ex, o.kh, o.rootFD = fd, ex, kh, c.s.rootFD
+	o.fd, o.ex, o.kh, o.rootFD, o.ro = fd, ex, kh, c.s.rootFD, ro
 	if err := unix.Fstat(fd, &o.st); err != nil {
 		o.close()
 		return o, statusOf(err)

@@ -22,7 +22,7 @@ func (c *call) openDir(fh *nfs3.FH) (obj, nfs3.Status) {
 	switch {
 	case !o.isDir():
 		st = nfs3.ErrNotDir
-	case o.ex.ReadOnly:
+	case o.ro:
 		st = nfs3.ErrROFS
 	case !c.id.may(&o.st, mayWrite|mayExec):
 		st = nfs3.ErrAccess
@@ -32,7 +32,7 @@ func (c *call) openDir(fh *nfs3.FH) (obj, nfs3.Status) {
 
 // openChild opens name in directory o (O_PATH, never following it).
 func openChild(o *obj, name string) (obj, error) {
-	ch := obj{fd: -1, ex: o.ex, rootFD: o.rootFD}
+	ch := obj{fd: -1, ex: o.ex, rootFD: o.rootFD, ro: o.ro}
 	fd, err := unix.Openat(o.fd, name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return ch, err
@@ -53,7 +53,9 @@ func openChild(o *obj, name string) (obj, error) {
 
 // created finishes the creation of name in o: it makes the new object the
 // caller's (group: the directory's if it is set-gid), applies sa, and
-// fills r's handle and attributes. On failure the object is removed.
+// fills r's handle and attributes. On failure the object is removed. In
+// a volume, the new inode and its blocks are charged (and charged back on
+// failure).
 func (c *call) created(o *obj, name string, sa *nfs3.Sattr, r *nfs3.CreateRes, isDir bool) nfs3.Status {
 	gid := c.id.gid
 	if o.st.Mode&unix.S_ISGID != 0 {
@@ -63,6 +65,7 @@ func (c *call) created(o *obj, name string, sa *nfs3.Sattr, r *nfs3.CreateRes, i
 	st := statusOf(err)
 	if st == nfs3.OK {
 		defer ch.close()
+		chargeNew(&ch, false)
 		if err := unix.Fchownat(ch.fd, "", int(c.id.uid), int(gid), unix.AT_EMPTY_PATH|unix.AT_SYMLINK_NOFOLLOW); err != nil {
 			st = statusOf(err)
 		} else {
@@ -75,7 +78,9 @@ func (c *call) created(o *obj, name string, sa *nfs3.Sattr, r *nfs3.CreateRes, i
 		if isDir {
 			flags = unix.AT_REMOVEDIR
 		}
-		unix.Unlinkat(o.fd, name, flags)
+		if unix.Unlinkat(o.fd, name, flags) == nil && ch.fd >= 0 {
+			chargeNew(&ch, true)
+		}
 		return st
 	}
 	return c.fillNew(&ch, r)
@@ -114,6 +119,7 @@ func (c *call) create(d *xdr.Decoder, b *sunrpc.Builder) error {
 	}
 	if st == nfs3.OK {
 		st = c.doCreate(&o, &a, &r)
+		chargeDir(&o)
 	}
 	r.DirWcc = o.done()
 	r.Status = st
@@ -173,11 +179,17 @@ func (c *call) mkdir(d *xdr.Decoder, b *sunrpc.Builder) error {
 	if st == nfs3.OK {
 		st = checkName(a.Where.Name, nfs3.ErrExist)
 	}
+	var est int64
+	if st == nfs3.OK {
+		est, st = reserveNew(&o, true, 0)
+	}
 	if st == nfs3.OK {
 		st = statusOf(unix.Mkdirat(o.fd, a.Where.Name, 0))
 		if st == nfs3.OK {
 			st = c.created(&o, a.Where.Name, &a.Attr, &r, true)
 		}
+		chargeDir(&o)
+		o.ex.vol.release(est)
 	}
 	r.DirWcc = o.done()
 	r.Status = st
@@ -199,11 +211,17 @@ func (c *call) symlink(d *xdr.Decoder, b *sunrpc.Builder) error {
 	if st == nfs3.OK {
 		st = checkName(where.Name, nfs3.ErrExist)
 	}
+	var est int64
+	if st == nfs3.OK {
+		est, st = reserveNew(&o, false, len(target))
+	}
 	if st == nfs3.OK {
 		st = statusOf(unix.Symlinkat(string(target), o.fd, where.Name))
 		if st == nfs3.OK {
 			st = c.created(&o, where.Name, &sa, &r, false)
 		}
+		chargeDir(&o)
+		o.ex.vol.release(est)
 	}
 	r.DirWcc = o.done()
 	r.Status = st
@@ -250,6 +268,7 @@ func (c *call) mknod(d *xdr.Decoder, b *sunrpc.Builder) error {
 		if st == nfs3.OK {
 			st = c.created(&o, a.Where.Name, &a.Attr, &r, false)
 		}
+		chargeDir(&o)
 	}
 	r.DirWcc = o.done()
 	r.Status = st
@@ -285,6 +304,7 @@ func (c *call) link(d *xdr.Decoder, b *sunrpc.Builder) error {
 				st = nfs3.ErrPerm
 			default:
 				st = statusOf(unix.Linkat(f.fd, "", o.fd, a.Link.Name, unix.AT_EMPTY_PATH))
+				chargeDir(&o)
 			}
 		}
 		r.LinkDirWcc = o.done()

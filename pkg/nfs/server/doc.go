@@ -35,7 +35,43 @@
 // 65534:65534. As knfsd does, the owner of a file may read and write it
 // whatever its mode (the client checked the mode at open).
 //
+// # Volumes
+//
+// AddVolume registers a directory under the root as a volume: its own
+// export "/"+path, whose client list is the nodes granted (Grant, Revoke;
+// an empty list allows nobody, Export.ExplicitClients), each read-write or
+// read-only (Export.ReadOnlyClients). Since every file handle carries its
+// export id, the list is checked at every call and applies from the next
+// one. A volume has a quota in bytes allocated (st_blocks*512): usage is
+// counted by walking the tree at registration and at start, then kept by
+// every modifying call through the volume's export, from the pre- and
+// post-operation attributes, so that nothing walks the tree again. A
+// WRITE, a SETATTR of the size, a MKDIR or a long SYMLINK whose estimated
+// growth does not fit fails with NFS3ERR_NOSPC and changes nothing (quota.go
+// says why not NFS3ERR_DQUOT); FSSTAT of a volume reports the quota.
+// Calls that change one file's allocation are serialised per inode (as the
+// kernel's i_rwsem does), and concurrent ones reserve their estimate, so
+// pipelined writers cannot pass the quota together.
+//
+// The registry (volumes, quotas, lists, snapshots, clones) is kept in
+// Options.StateDir and restored by New. Snapshots are copies of a
+// volume's tree in Options.SnapshotDir (outside the root, never
+// exported), made in the background with progress (reflink, else
+// copy_file_range, holes kept); clones fill an empty directory from a
+// snapshot or a volume the same way. An interrupted copy starts again
+// with the next New. AdminHandler serves all this over HTTP to the CSI
+// controller (package admin).
+//
 // # Limits
+//
+// Changes made through another export containing a volume (the root
+// export the controller uses, say) or by local processes are not counted
+// in the volume's usage until the next walk (restart, or AddVolume after
+// the directory was replaced); so are the extent blocks a write may add
+// beyond its estimate, which are charged afterwards, so usage may pass
+// the quota by a few blocks. Snapshot copies are not atomic: a volume
+// written to while it is copied gives a snapshot of no single instant, as
+// with rsync. Extended attributes are not copied.
 //
 // As knfsd with no_subtree_check, a handle stays valid for a file that a
 // local process moved out of its export. Mount points below an export are

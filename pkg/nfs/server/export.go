@@ -1,6 +1,7 @@
 package server
 
 import (
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"net"
@@ -18,8 +19,16 @@ type Export struct {
 	// it. It is cleaned; it must not leave the root.
 	Path string
 	// Clients are the addresses allowed to mount and use the export; an
-	// empty list allows every client.
+	// empty list allows every client unless ExplicitClients is set.
 	Clients []netip.Prefix
+	// ReadOnlyClients are further addresses allowed to mount and use the
+	// export read-only (every modifying procedure fails with
+	// NFS3ERR_ROFS); an address in Clients too is read-write.
+	ReadOnlyClients []netip.Prefix
+	// ExplicitClients makes Clients and ReadOnlyClients the complete list:
+	// when both are empty, no client may use the export. Volume exports
+	// (AddVolume) set it.
+	ExplicitClients bool
 	// ReadOnly makes every modifying procedure fail with NFS3ERR_ROFS.
 	ReadOnly bool
 	// RootSquash maps uid 0 (and gid 0) to 65534, as knfsd's root_squash.
@@ -28,16 +37,28 @@ type Export struct {
 
 // Allows reports whether the client at addr may use e.
 func (e *Export) Allows(addr netip.Addr) bool {
-	if len(e.Clients) == 0 {
-		return true
+	ok, _ := e.access(addr)
+	return ok
+}
+
+// access reports whether the client at addr may use e, and whether only
+// read-only (e.ReadOnly, or addr only in ReadOnlyClients).
+func (e *Export) access(addr netip.Addr) (allowed, readOnly bool) {
+	if len(e.Clients) == 0 && len(e.ReadOnlyClients) == 0 {
+		return !e.ExplicitClients, e.ReadOnly
 	}
 	addr = addr.Unmap()
 	for _, p := range e.Clients {
 		if p.Contains(addr) {
-			return true
+			return true, e.ReadOnly
 		}
 	}
-	return false
+	for _, p := range e.ReadOnlyClients {
+		if p.Contains(addr) {
+			return true, true
+		}
+	}
+	return false, false
 }
 
 // ExportID returns the 32-bit export id of the export path p carried in
@@ -58,6 +79,7 @@ type export struct {
 	fhLen  int
 	dev    uint64 // st_dev and st_ino of the export's root directory
 	ino    uint64
+	vol    *volume // the volume whose export this is, or nil
 }
 
 // exportTable is an immutable snapshot of the exports, replaced whole.
@@ -68,41 +90,65 @@ type exportTable struct {
 
 // resolveExports opens each export's directory beneath rootFD (never
 // following a symlink, never leaving the root) and computes its root handle.
-func resolveExports(rootFD int, seal *sealer, exps []Export) (*exportTable, error) {
-	t := &exportTable{byID: make(map[uint32]*export, len(exps))}
+func resolveExports(rootFD int, seal *sealer, exps []Export) ([]*export, error) {
+	list := make([]*export, 0, len(exps))
 	for _, e := range exps {
-		e.Path = cleanPath(e.Path)
-		for i, p := range e.Clients {
-			e.Clients[i] = p.Masked()
-		}
-		id := ExportID(e.Path)
-		if o := t.byID[id]; o != nil {
-			return nil, fmt.Errorf("nfs server: export %q: duplicate of (or id collision with) %q", e.Path, o.Path)
-		}
-		ex := &export{Export: e, id: id}
-		rel := strings.TrimPrefix(e.Path, "/")
-		if rel == "" {
-			rel = "."
-		}
-		fd, err := unix.Openat2(rootFD, rel, &unix.OpenHow{
-			Flags:   unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC,
-			Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_XDEV | unix.RESOLVE_NO_MAGICLINKS,
-		})
+		ex, err := resolveExport(rootFD, seal, e)
 		if err != nil {
-			return nil, fmt.Errorf("nfs server: export %q: %w", e.Path, err)
+			return nil, err
 		}
-		var st unix.Stat_t
-		err = unix.Fstat(fd, &st)
-		if err == nil {
-			ex.fhLen, err = seal.encodeHandle(ex.rootFH[:], id, fd, "", unix.AT_EMPTY_PATH)
+		list = append(list, ex)
+	}
+	return list, nil
+}
+
+// resolveExport resolves one export (see resolveExports).
+func resolveExport(rootFD int, seal *sealer, e Export) (*export, error) {
+	e.Path = cleanPath(e.Path)
+	for i, p := range e.Clients {
+		e.Clients[i] = p.Masked()
+	}
+	for i, p := range e.ReadOnlyClients {
+		e.ReadOnlyClients[i] = p.Masked()
+	}
+	id := ExportID(e.Path)
+	ex := &export{Export: e, id: id}
+	rel := strings.TrimPrefix(e.Path, "/")
+	if rel == "" {
+		rel = "."
+	}
+	fd, err := unix.Openat2(rootFD, rel, &unix.OpenHow{
+		Flags:   unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_XDEV | unix.RESOLVE_NO_MAGICLINKS,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("nfs server: export %q: %w", e.Path, err)
+	}
+	var st unix.Stat_t
+	err = unix.Fstat(fd, &st)
+	if err == nil {
+		ex.fhLen, err = seal.encodeHandle(ex.rootFH[:], id, fd, "", unix.AT_EMPTY_PATH)
+	}
+	unix.Close(fd)
+	if err != nil {
+		return nil, fmt.Errorf("nfs server: export %q: %w", e.Path, err)
+	}
+	ex.dev, ex.ino = st.Dev, st.Ino
+	return ex, nil
+}
+
+// errDuplicateExport: two exports with one path or one export id.
+var errDuplicateExport = errors.New("duplicate export path or export id")
+
+// newTable makes an export table of resolved exports; two exports with the
+// same id are an error wrapping errDuplicateExport.
+func newTable(list []*export) (*exportTable, error) {
+	t := &exportTable{list: list, byID: make(map[uint32]*export, len(list))}
+	for _, ex := range list {
+		if o := t.byID[ex.id]; o != nil {
+			return nil, fmt.Errorf("nfs server: export %q: %w: %q", ex.Path, errDuplicateExport, o.Path)
 		}
-		unix.Close(fd)
-		if err != nil {
-			return nil, fmt.Errorf("nfs server: export %q: %w", e.Path, err)
-		}
-		ex.dev, ex.ino = st.Dev, st.Ino
-		t.list = append(t.list, ex)
-		t.byID[id] = ex
+		t.byID[ex.id] = ex
 	}
 	return t, nil
 }

@@ -8,7 +8,9 @@ import (
 	"github.com/nfsrdma/nfsrdma-csi/pkg/xdr"
 )
 
-// fsstat is FSSTAT (RFC 1813 section 3.3.18), from statfs(2).
+// fsstat is FSSTAT (RFC 1813 section 3.3.18), from statfs(2); in a volume
+// with a quota, tbytes is the quota and fbytes = abytes = max(0, quota -
+// used), the file counts still the file system's.
 func (c *call) fsstat(d *xdr.Decoder, b *sunrpc.Builder) error {
 	var a nfs3.FsstatArgs
 	if err := a.Decode(d); err != nil {
@@ -25,6 +27,12 @@ func (c *call) fsstat(d *xdr.Decoder, b *sunrpc.Builder) error {
 			bs := uint64(sf.Bsize)
 			r.TBytes, r.FBytes, r.ABytes = sf.Blocks*bs, sf.Bfree*bs, sf.Bavail*bs
 			r.TFiles, r.FFiles, r.AFiles = sf.Files, sf.Ffree, sf.Ffree
+			if v := o.ex.vol; v != nil {
+				if q := v.quota.Load(); q > 0 {
+					free := uint64(max(0, q-v.used.Load()))
+					r.TBytes, r.FBytes, r.ABytes = uint64(q), free, free
+				}
+			}
 		}
 		o.close()
 	}

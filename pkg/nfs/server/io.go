@@ -122,7 +122,9 @@ func (c *call) read(d *xdr.Decoder, b *sunrpc.Builder) error {
 // write is WRITE (RFC 1813 section 3.3.7). The data is taken with
 // sunrpc.Request.Payload (inline, or pulled by an RDMA transport). UNSTABLE
 // data is not synced (COMMIT does), DATA_SYNC is fdatasync'ed, FILE_SYNC
-// fsync'ed; the reply carries the instance's write verifier.
+// fsync'ed; the reply carries the instance's write verifier. In a volume,
+// a write whose estimated growth (quota.go, writeGrowth) does not fit the
+// quota fails with NFS3ERR_NOSPC and writes nothing.
 func (c *call) write(d *xdr.Decoder, b *sunrpc.Builder) error {
 	var a nfs3.WriteArgs
 	if err := a.DecodeMax(d, c.req.ArgPayload, c.req.ArgPayload != nil, MaxIO); err != nil {
@@ -134,7 +136,7 @@ func (c *call) write(d *xdr.Decoder, b *sunrpc.Builder) error {
 	if st == nfs3.OK {
 		defer o.close()
 		switch {
-		case o.ex.ReadOnly:
+		case o.ro:
 			st = nfs3.ErrROFS
 		case o.isDir():
 			st = nfs3.ErrIsDir
@@ -152,13 +154,20 @@ func (c *call) write(d *xdr.Decoder, b *sunrpc.Builder) error {
 			st = statusOf(err)
 		} else {
 			n := 0
-			for n < len(data) && err == nil {
-				var m int
-				m, err = unix.Pwrite(fd, data[n:], int64(off)+int64(n))
-				if err == unix.EINTR {
-					err = nil
+			overQuota, err := c.quotaWrite(&o, fd, int64(off), int64(len(data)), func() error {
+				var err error
+				for n < len(data) && err == nil {
+					var m int
+					m, err = unix.Pwrite(fd, data[n:], int64(off)+int64(n))
+					if err == unix.EINTR {
+						err = nil
+					}
+					n += max(m, 0)
 				}
-				n += m
+				return err
+			})
+			if overQuota {
+				err = errQuota
 			}
 			r.Committed = stable
 			if err == nil {
@@ -194,7 +203,7 @@ func (c *call) commit(d *xdr.Decoder, b *sunrpc.Builder) error {
 	if st == nfs3.OK {
 		defer o.close()
 		switch {
-		case o.ex.ReadOnly:
+		case o.ro:
 			st = nfs3.ErrROFS
 		case o.isDir():
 			st = nfs3.ErrIsDir

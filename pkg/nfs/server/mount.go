@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"path"
 	"slices"
 	"strings"
 
@@ -54,7 +55,7 @@ func (s *Server) doMnt(req *sunrpc.Request, p string, r *mount3.MntRes) mount3.S
 	if rel == "." {
 		r.FH, _ = nfs3.NewFH(ex.rootFH[:ex.fhLen])
 	} else {
-		full := strings.TrimPrefix(ex.Path+"/"+rel, "/")
+		full := strings.TrimLeft(path.Join(ex.Path, rel), "/") // relative to the root, also under the "/" export
 		fd, err := unix.Openat2(s.rootFD, full, &unix.OpenHow{
 			Flags:   unix.O_PATH | unix.O_CLOEXEC,
 			Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_XDEV | unix.RESOLVE_NO_MAGICLINKS,
@@ -123,13 +124,17 @@ func (s *Server) umntAll(_ context.Context, req *sunrpc.Request, _ *sunrpc.Build
 }
 
 // export is MOUNTPROC3_EXPORT (RFC 1813 section 5.2.5): every export with
-// its client list as groups (none: every client).
+// its client list (read-write and read-only) as groups (none: every
+// client); an export with an explicit empty list is not listed.
 func (s *Server) export(_ context.Context, _ *sunrpc.Request, b *sunrpc.Builder) error {
 	t := s.exports.Load()
 	var r mount3.ExportRes
 	for _, e := range t.list {
+		if e.ExplicitClients && len(e.Clients)+len(e.ReadOnlyClients) == 0 {
+			continue // nobody may mount it
+		}
 		x := mount3.Export{Dir: e.Path}
-		for _, p := range e.Clients {
+		for _, p := range slices.Concat(e.Clients, e.ReadOnlyClients) {
 			if p.IsSingleIP() {
 				x.Groups = append(x.Groups, p.Addr().String())
 			} else {

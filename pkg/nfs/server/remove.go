@@ -39,8 +39,10 @@ func (c *call) remove(d *xdr.Decoder, b *sunrpc.Builder) error {
 		if st = c.mayDelete(&o, a.Object.Name, &est); st == nfs3.OK {
 			if est.Mode&unix.S_IFMT == unix.S_IFDIR {
 				st = nfs3.ErrIsDir
-			} else {
-				st = statusOf(unix.Unlinkat(o.fd, a.Object.Name, 0))
+			} else if st = c.removeEntry(&o, a.Object.Name, &est, func() error {
+				return unix.Unlinkat(o.fd, a.Object.Name, 0)
+			}); st == nfs3.OK {
+				chargeDir(&o)
 			}
 		}
 	}
@@ -73,7 +75,10 @@ func (c *call) rmdir(d *xdr.Decoder, b *sunrpc.Builder) error {
 	if st == nfs3.OK {
 		var est unix.Stat_t
 		if st = c.mayDelete(&o, a.Object.Name, &est); st == nfs3.OK {
-			st = statusOf(unix.Unlinkat(o.fd, a.Object.Name, unix.AT_REMOVEDIR))
+			if st = statusOf(unix.Unlinkat(o.fd, a.Object.Name, unix.AT_REMOVEDIR)); st == nfs3.OK {
+				chargeGone(&o, &est)
+				chargeDir(&o)
+			}
 		}
 	}
 	r.DirWcc = o.done()
@@ -108,10 +113,13 @@ func (c *call) rename(d *xdr.Decoder, b *sunrpc.Builder) error {
 	}
 	if st == nfs3.OK {
 		var sst, tst unix.Stat_t
+		replaced := false
 		st = c.mayDelete(&from, a.From.Name, &sst)
 		if st == nfs3.OK {
 			switch ts := c.mayDelete(&to, a.To.Name, &tst); ts {
-			case nfs3.OK, nfs3.ErrNoEnt:
+			case nfs3.OK:
+				replaced = tst.Ino != sst.Ino || tst.Dev != sst.Dev
+			case nfs3.ErrNoEnt:
 			default:
 				st = ts
 			}
@@ -120,7 +128,18 @@ func (c *call) rename(d *xdr.Decoder, b *sunrpc.Builder) error {
 			st = nfs3.ErrAccess
 		}
 		if st == nfs3.OK {
-			st = statusOf(unix.Renameat(from.fd, a.From.Name, to.fd, a.To.Name))
+			rename := func() error { return unix.Renameat(from.fd, a.From.Name, to.fd, a.To.Name) }
+			if replaced {
+				st = c.removeEntry(&to, a.To.Name, &tst, rename)
+			} else {
+				st = statusOf(rename())
+			}
+			if st == nfs3.OK {
+				chargeDir(&from)
+				if to.st.Ino != from.st.Ino {
+					chargeDir(&to)
+				}
+			}
 		}
 	}
 	if from.fd >= 0 {

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -47,6 +48,25 @@ type Options struct {
 	HandleKey []byte
 	// Logger receives the RPC layer's logs; nil means klog.
 	Logger *slog.Logger
+
+	// StateDir is the directory where the volume registry (volumes,
+	// quotas, client lists, snapshots and clones) is kept, in
+	// StateDir/state.json, written atomically; New restores it. Empty:
+	// the registry lives in memory only. It is created (mode 0700) if
+	// missing, and must not be beneath Root. New walks every registered
+	// volume's tree to count its usage before it returns.
+	StateDir string
+	// SnapshotDir holds the snapshots' trees, one directory per snapshot
+	// id; empty means StateDir/snapshots (and no snapshots at all when
+	// StateDir is empty too). It must not be beneath Root, so that no NFS
+	// client reaches a snapshot; reflinks (FICLONE) are used when it is on
+	// Root's file system, plain copies otherwise.
+	SnapshotDir string
+	// CopyJobs bounds the snapshot and clone copies running at once; 0
+	// means 2. Further jobs wait, with no progress, until one ends.
+	CopyJobs int
+	// Version is reported by the admin API's status.
+	Version string
 }
 
 // Server is an NFSv3 + MOUNT v3 export server over a local directory. Its
@@ -59,9 +79,19 @@ type Server struct {
 	log    *slog.Logger
 	wverf  nfs3.WriteVerf
 
-	mu      sync.Mutex // serialises SetExports and the mount list
+	mu      sync.Mutex // guards the mount list
 	exports atomic.Pointer[exportTable]
 	mounts  []mount3.MountEntry
+
+	// tmu serialises changes of the export table and guards the static
+	// exports and the registry (volumes, snapshots, clones).
+	tmu     sync.Mutex
+	static  []*export
+	reg     registry
+	files   fileLocks
+	version string
+
+	jobs jobRunner
 
 	closed atomic.Bool
 }
@@ -90,49 +120,90 @@ func New(opts Options) (*Server, error) {
 	if log == nil {
 		log = slog.New(logr.ToSlogHandler(klog.Background()))
 	}
-	s := &Server{root: opts.Root, rootFD: fd, rpc: sunrpc.NewServer(log), log: log, seal: newSealer(key)}
+	s := &Server{root: opts.Root, rootFD: fd, rpc: sunrpc.NewServer(log), log: log, seal: newSealer(key), version: opts.Version}
 	rand.Read(s.wverf[:])
 	s.exports.Store(&exportTable{byID: map[uint32]*export{}})
-	if err := s.SetExports(opts.Exports); err != nil {
+	if err := s.initRegistry(opts); err != nil {
 		unix.Close(fd)
 		return nil, err
 	}
+	if err := s.SetExports(opts.Exports); err != nil {
+		s.jobs.stop()
+		unix.Close(fd)
+		return nil, err
+	}
+	s.jobs.startPending(s)
 	s.rpc.Register(nfs3.Program, nfs3.Version, s.nfsHandlers())
 	s.rpc.Register(mount3.Program, mount3.Version, s.mountHandlers())
 	return s, nil
 }
 
-// SetExports replaces the export table atomically: calls in progress finish
-// under the old table, later calls see the new one. Every path must name a
-// directory beneath Root reached without symbolic links; on error the table
-// is unchanged. A handle of a removed export becomes NFS3ERR_BADHANDLE
-// (its export id is unknown).
+// SetExports replaces the static exports (those not made by AddVolume)
+// atomically: calls in progress finish under the old table, later calls
+// see the new one. Every path must name a directory beneath Root reached
+// without symbolic links, and none may be a registered volume's; on error
+// the table is unchanged. A handle of a removed export becomes
+// NFS3ERR_BADHANDLE (its export id is unknown).
 func (s *Server) SetExports(exps []Export) error {
 	cp := make([]Export, len(exps))
 	for i, e := range exps {
 		e.Clients = slices.Clone(e.Clients)
+		e.ReadOnlyClients = slices.Clone(e.ReadOnlyClients)
 		cp[i] = e
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	t, err := resolveExports(s.rootFD, s.seal, cp)
+	s.tmu.Lock()
+	defer s.tmu.Unlock()
+	list, err := resolveExports(s.rootFD, s.seal, cp)
+	if err != nil {
+		return err
+	}
+	for _, e := range list {
+		q := strings.TrimPrefix(e.Path, "/")
+		for p := range s.reg.vols {
+			if q != "" && (within(p, q) || within(q, p)) {
+				return fmt.Errorf("nfs server: export %q overlaps volume %q", e.Path, p)
+			}
+		}
+	}
+	old := s.static
+	s.static = list
+	if err := s.rebuildLocked(); err != nil {
+		s.static = old
+		return err
+	}
+	klog.V(2).InfoS("nfs server: exports set", "count", len(list))
+	return nil
+}
+
+// Exports returns a copy of the static exports (those set by Options and
+// SetExports; volume exports are listed by Volumes).
+func (s *Server) Exports() []Export {
+	s.tmu.Lock()
+	defer s.tmu.Unlock()
+	out := make([]Export, len(s.static))
+	for i, e := range s.static {
+		out[i] = e.Export
+		out[i].Clients = slices.Clone(e.Clients)
+		out[i].ReadOnlyClients = slices.Clone(e.ReadOnlyClients)
+	}
+	return out
+}
+
+// rebuildLocked installs a new export table made of the static exports
+// and the registered volumes' exports. s.tmu is held.
+func (s *Server) rebuildLocked() error {
+	list := slices.Clone(s.static)
+	for _, v := range s.reg.sortedVolumes() {
+		if ex := v.exportLocked(); ex != nil {
+			list = append(list, ex)
+		}
+	}
+	t, err := newTable(list)
 	if err != nil {
 		return err
 	}
 	s.exports.Store(t)
-	klog.V(2).InfoS("nfs server: exports set", "count", len(t.list))
 	return nil
-}
-
-// Exports returns a copy of the current export table.
-func (s *Server) Exports() []Export {
-	t := s.exports.Load()
-	out := make([]Export, len(t.list))
-	for i, e := range t.list {
-		out[i] = e.Export
-		out[i].Clients = slices.Clone(e.Clients)
-	}
-	return out
 }
 
 // Dispatcher returns the RPC dispatcher serving both NFS v3 and MOUNT v3,
@@ -188,11 +259,14 @@ func (s *Server) ListenAndServe(ctx context.Context, host string, nfsPort, mount
 	return s.Serve(ctx, nl, ml)
 }
 
-// Close releases the root descriptor. Call it after serving has stopped.
+// Close cancels the running snapshot and clone copies (they are resumed
+// by the next New on the same StateDir), waits for them, and releases the
+// root descriptor. Call it after serving has stopped.
 func (s *Server) Close() error {
 	if s.closed.Swap(true) {
 		return nil
 	}
+	s.jobs.stop()
 	return unix.Close(s.rootFD)
 }
 

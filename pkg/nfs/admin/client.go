@@ -1,0 +1,250 @@
+package admin
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// DefaultTimeout bounds each request of a Client made with a nil
+// *http.Client.
+const DefaultTimeout = 30 * time.Second
+
+// maxAnswer bounds the body of an answer read, in bytes.
+const maxAnswer = 64 << 20
+
+// Client calls the admin API of one export server. It is safe for
+// concurrent use.
+type Client struct {
+	base  string
+	token string
+	hc    *http.Client
+}
+
+// NewClient returns a client of the server at baseURL (e.g.
+// "http://10.0.0.5:20050") sending token as its bearer token. hc nil means
+// an http.Client with a DefaultTimeout (30 s) timeout.
+func NewClient(baseURL, token string, hc *http.Client) *Client {
+	if hc == nil {
+		hc = &http.Client{Timeout: DefaultTimeout}
+	}
+	return &Client{base: strings.TrimRight(baseURL, "/"), token: token, hc: hc}
+}
+
+// escapePath escapes each segment of a volume path (one leading "/"
+// allowed) for a URL path; ErrInvalid for an empty path or an empty, "."
+// or ".." segment, which the server's URL cleaning would resolve to
+// another volume.
+func escapePath(p string) (string, error) {
+	segs := strings.Split(strings.TrimPrefix(p, "/"), "/")
+	for i, s := range segs {
+		if s == "" || s == "." || s == ".." {
+			return "", fmt.Errorf("%w: volume path %q: want a clean relative path", ErrInvalid, p)
+		}
+		segs[i] = url.PathEscape(s)
+	}
+	return strings.Join(segs, "/"), nil
+}
+
+// escapeID escapes a snapshot id for a URL path; ErrInvalid for "", "."
+// or "..".
+func escapeID(id string) (string, error) {
+	if id == "" || id == "." || id == ".." {
+		return "", fmt.Errorf("%w: snapshot id %q", ErrInvalid, id)
+	}
+	return url.PathEscape(id), nil
+}
+
+// volumeCall is do on prefix + the escaped volume path p + query.
+func (c *Client) volumeCall(ctx context.Context, method, prefix, p, query string, in, out any) error {
+	e, err := escapePath(p)
+	if err != nil {
+		return err
+	}
+	return c.do(ctx, method, prefix+e+query, in, out)
+}
+
+// snapshotCall is do on /v1/snapshots/ + the escaped id.
+func (c *Client) snapshotCall(ctx context.Context, method, id string, in, out any) error {
+	e, err := escapeID(id)
+	if err != nil {
+		return err
+	}
+	return c.do(ctx, method, "/v1/snapshots/"+e, in, out)
+}
+
+// do sends method on p (already escaped, with its query) with in as the
+// JSON body (nil: none) and decodes the answer into out (nil: ignored).
+func (c *Client) do(ctx context.Context, method, p string, in, out any) error {
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return fmt.Errorf("admin: %s %s: %w", method, p, err)
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+p, body)
+	if err != nil {
+		return fmt.Errorf("admin: %s %s: %w", method, p, err)
+	}
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	req.Header.Set("Accept", "application/json")
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return fmt.Errorf("admin: %s %s: %w", method, p, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer))
+	if err != nil {
+		return fmt.Errorf("admin: %s %s: reading the answer: %w", method, p, err)
+	}
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		var eb ErrorBody
+		msg := strings.TrimSpace(string(data))
+		if json.Unmarshal(data, &eb) == nil && eb.Error != "" {
+			msg = eb.Error
+		}
+		return fmt.Errorf("%w: %s %s: %s (HTTP %d)", sentinel(eb.Code, resp.StatusCode), method, p, msg, resp.StatusCode)
+	}
+	if out == nil {
+		return nil
+	}
+	if err := json.Unmarshal(data, out); err != nil {
+		return fmt.Errorf("%w: %s %s: bad answer: %w", ErrInternal, method, p, err)
+	}
+	return nil
+}
+
+// Status returns the server's version, root and capacity.
+func (c *Client) Status(ctx context.Context) (Status, error) {
+	var s Status
+	err := c.do(ctx, http.MethodGet, "/v1/status", nil, &s)
+	return s, err
+}
+
+// PutVolume registers the existing directory path (relative to the server
+// root) as a volume export with quotaBytes (0: unlimited), or updates the
+// quota of a registered one; idempotent. Lowering the quota below the
+// usage is allowed: further growth then fails. meta, when given (the
+// maps are merged), replaces the volume's Meta; without it Meta is kept.
+// Errors: ErrPrecondition when the directory does not exist (or is inside
+// or around another volume, or is a static export), ErrInvalid for a bad
+// path, a negative quota or metadata over the limits.
+func (c *Client) PutVolume(ctx context.Context, path string, quotaBytes int64, meta ...map[string]string) (Volume, error) {
+	req := QuotaRequest{QuotaBytes: quotaBytes}
+	for _, m := range meta {
+		if m == nil {
+			continue
+		}
+		if req.Meta == nil {
+			req.Meta = make(map[string]string, len(m))
+		}
+		for k, v := range m {
+			req.Meta[k] = v
+		}
+	}
+	var v Volume
+	err := c.volumeCall(ctx, http.MethodPut, "/v1/volumes/", path, "", req, &v)
+	return v, err
+}
+
+// GetVolume returns the registered volume path with its usage; ErrNotFound
+// when it is not registered.
+func (c *Client) GetVolume(ctx context.Context, path string) (Volume, error) {
+	var v Volume
+	err := c.volumeCall(ctx, http.MethodGet, "/v1/volumes/", path, "", nil, &v)
+	return v, err
+}
+
+// ListVolumes returns every registered volume, sorted by path.
+func (c *Client) ListVolumes(ctx context.Context) ([]Volume, error) {
+	var l VolumeList
+	err := c.do(ctx, http.MethodGet, "/v1/volumes", nil, &l)
+	return l.Volumes, err
+}
+
+// DeleteVolume unregisters volume path (its export disappears; the
+// directory stays, the controller removes it over NFS) and cancels a clone
+// job filling it. Idempotent: nil when it is not registered.
+func (c *Client) DeleteVolume(ctx context.Context, path string) error {
+	return c.volumeCall(ctx, http.MethodDelete, "/v1/volumes/", path, "", nil, nil)
+}
+
+// Grant adds a.Node's entry to the client list of volume path, or
+// replaces it; idempotent. It applies from the next NFS call. Errors:
+// ErrNotFound for an unregistered volume, ErrInvalid for an empty node or
+// an address that is not an IP address or CIDR.
+func (c *Client) Grant(ctx context.Context, path string, a Access) error {
+	return c.volumeCall(ctx, http.MethodPut, "/v1/access/", path, "", a, nil)
+}
+
+// Revoke removes node's entry from the client list of volume path; its
+// next NFS call on the volume fails with NFS3ERR_ACCES. Idempotent: nil
+// when the node has no entry; ErrNotFound for an unregistered volume.
+func (c *Client) Revoke(ctx context.Context, path, node string) error {
+	return c.volumeCall(ctx, http.MethodDelete, "/v1/access/", path, "?node="+url.QueryEscape(node), nil, nil)
+}
+
+// CreateSnapshot starts copying volume source into snapshot id, or
+// returns the job of the same id and source (in progress, done or
+// failed). Errors: ErrExists when id is taken by another source,
+// ErrNotFound when source is not a registered volume, ErrInvalid for a bad
+// id, ErrPrecondition when the server has no snapshot directory.
+func (c *Client) CreateSnapshot(ctx context.Context, id, source string) (Snapshot, error) {
+	var s Snapshot
+	err := c.snapshotCall(ctx, http.MethodPut, id, SnapshotRequest{Source: source}, &s)
+	return s, err
+}
+
+// GetSnapshot returns snapshot id with its progress; ErrNotFound when
+// unknown.
+func (c *Client) GetSnapshot(ctx context.Context, id string) (Snapshot, error) {
+	var s Snapshot
+	err := c.snapshotCall(ctx, http.MethodGet, id, nil, &s)
+	return s, err
+}
+
+// ListSnapshots returns every snapshot, sorted by id.
+func (c *Client) ListSnapshots(ctx context.Context) ([]Snapshot, error) {
+	var l SnapshotList
+	err := c.do(ctx, http.MethodGet, "/v1/snapshots", nil, &l)
+	return l.Snapshots, err
+}
+
+// DeleteSnapshot cancels a running copy and removes snapshot id and its
+// tree. Idempotent: nil when unknown.
+func (c *Client) DeleteSnapshot(ctx context.Context, id string) error {
+	return c.snapshotCall(ctx, http.MethodDelete, id, nil, nil)
+}
+
+// CreateClone starts filling cl.Dest (an existing directory, empty unless
+// this job is filling it) from cl.FromSnapshot or cl.FromVolume (exactly
+// one), or returns the job for the same destination and source. It
+// registers nothing: call PutVolume for the destination. Errors:
+// ErrInvalid (no or two sources, bad path), ErrNotFound (unknown
+// snapshot or volume), ErrPrecondition (destination missing, not empty, or
+// the snapshot not ready), ErrExists (a job from another source fills the
+// destination).
+func (c *Client) CreateClone(ctx context.Context, cl Clone) (Clone, error) {
+	var out Clone
+	err := c.volumeCall(ctx, http.MethodPut, "/v1/clones/", cl.Dest, "", cl, &out)
+	return out, err
+}
+
+// GetClone returns the clone job of destination dest with its progress;
+// ErrNotFound when there is none.
+func (c *Client) GetClone(ctx context.Context, dest string) (Clone, error) {
+	var out Clone
+	err := c.volumeCall(ctx, http.MethodGet, "/v1/clones/", dest, "", nil, &out)
+	return out, err
+}
