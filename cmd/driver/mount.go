@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -12,8 +14,11 @@ import (
 
 func newMountCmd() *cobra.Command {
 	var (
-		opts  string
-		debug bool
+		opts    string
+		debug   bool
+		fuseFD  int
+		readyFD int
+		machine string
 	)
 	cmd := &cobra.Command{
 		Use:   "mount [-o OPTIONS] SERVER:/EXPORT MOUNTPOINT",
@@ -47,7 +52,10 @@ Options (-o, comma-separated, nfs(5) vocabulary; unknown options are errors):
 				return err
 			}
 			ctx := cmd.Context()
-			m, err := fusefs.NewMount(ctx, args[1], fusefs.Config{Source: args[0], Options: mo, Debug: debug})
+			cfg := fusefs.Config{Source: args[0], Options: mo, Debug: debug, FD: fuseFD}
+			cfg.AuthSys.MachineName = machine
+			m, err := fusefs.NewMount(ctx, args[1], cfg)
+			ready(readyFD, err)
 			if err != nil {
 				return err
 			}
@@ -77,5 +85,23 @@ Options (-o, comma-separated, nfs(5) vocabulary; unknown options are errors):
 	f := cmd.Flags()
 	f.StringVarP(&opts, "options", "o", "", "mount options, comma-separated (see above)")
 	f.BoolVar(&debug, "fuse-debug", false, "log every FUSE request")
+	f.IntVar(&fuseFD, "fuse-fd", 0, "serve an inherited /dev/fuse fd that another process already mounted on MOUNTPOINT (mount(2) with fd=N) instead of mounting")
+	f.IntVar(&readyFD, "ready-fd", 0, "inherited fd to write one line to once mounted (\"ok\" or \"error: ...\"), then close")
+	f.StringVar(&machine, "machine-name", "", "AUTH_SYS machine name of NFS calls (default: the host name); the CSI node plugin sets the pod's identity")
 	return cmd
+}
+
+// ready reports the outcome of mounting on the inherited fd (a pipe to the
+// process that started us), if any: "ok\n" or "error: MESSAGE\n".
+func ready(fd int, err error) {
+	if fd <= 0 {
+		return
+	}
+	f := os.NewFile(uintptr(fd), "ready")
+	if err != nil {
+		fmt.Fprintf(f, "error: %s\n", strings.ReplaceAll(err.Error(), "\n", " "))
+	} else {
+		fmt.Fprintln(f, "ok")
+	}
+	f.Close()
 }

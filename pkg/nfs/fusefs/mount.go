@@ -36,6 +36,14 @@ type Config struct {
 	AuthSys sunrpc.AuthSysParams
 	// Debug logs every FUSE request (go-fuse debug output).
 	Debug bool
+	// FD, when positive, is an open /dev/fuse file descriptor that a
+	// privileged process already mounted on the mount point (mount(2)
+	// with "fd=FD", the libfuse /dev/fd/N convention): Serve answers the
+	// kernel's INIT on it instead of mounting, so the server needs no
+	// privilege and the mount may outlive whoever mounted it (the CSI node
+	// plugin hands the fd to a mounter process). The directory passed to
+	// Serve is then only the real mount point, for logs and Unmount.
+	FD int
 }
 
 // SplitSource splits "SERVER:/EXPORT" into server and export path. The
@@ -89,6 +97,7 @@ type Mount struct {
 	server *fuse.Server
 	dir    string
 	cancel context.CancelFunc
+	byFD   bool // mounted by another process (Config.FD): unmount dir ourselves
 }
 
 // NewMount mounts the NFS export with the NFS client (bounded by ctx),
@@ -154,14 +163,23 @@ func Serve(ctx context.Context, c *client.Client, dir string, cfg Config) (*Moun
 	if o.ReadOnly {
 		fsopts.MountOptions.Options = append(fsopts.MountOptions.Options, "ro")
 	}
-	srv, err := fs.Mount(dir, root, fsopts)
+	mountPoint := dir
+	if cfg.FD > 0 {
+		mountPoint = "/dev/fd/" + strconv.Itoa(cfg.FD)
+		// go-fuse tries a direct mount before the /dev/fd/N convention:
+		// it would mount a new file system on /dev/fuse (where
+		// /dev/fd/N leads). Never mount here.
+		fsopts.MountOptions.DirectMount = false
+		fsopts.MountOptions.DirectMountStrict = false
+	}
+	srv, err := fs.Mount(mountPoint, root, fsopts)
 	if err != nil {
 		cancel()
 		return nil, fmt.Errorf("fusefs: mount %s: %w", dir, err)
 	}
 	klog.InfoS("fusefs: mounted", "source", cfg.Source, "dir", dir, "proto", o.Proto,
 		"rsize", c.RSize(), "wsize", c.WSize(), "noac", o.NoAC)
-	return &Mount{Client: c, sys: sys, server: srv, dir: dir, cancel: cancel}, nil
+	return &Mount{Client: c, sys: sys, server: srv, dir: dir, cancel: cancel, byFD: cfg.FD > 0}, nil
 }
 
 // Wait blocks until the file system is unmounted (by Unmount, umount(8)
@@ -183,7 +201,12 @@ func (m *Mount) Wait() error {
 func (m *Mount) Unmount(timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for {
-		err := m.server.Unmount()
+		var err error
+		if m.byFD {
+			err = syscallUnmount(m.dir, 0)
+		} else {
+			err = m.server.Unmount()
+		}
 		if err == nil {
 			return nil
 		}
