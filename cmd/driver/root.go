@@ -25,7 +25,8 @@ func newRootCmd() *cobra.Command {
 	root.PersistentFlags().AddGoFlagSet(klogFlags)
 	root.SetGlobalNormalizationFunc(wordSepNormalize)
 	root.CompletionOptions.HiddenDefaultCmd = true
-	root.AddCommand(newVersionCmd(), newPerfCmd(), newServerCmd(), newMountCmd())
+	root.AddCommand(newVersionCmd(), newPerfCmd(), newServerCmd(), newMountCmd(),
+		newControllerCmd(), newNodeCmd(), newMounterCmd())
 	return root
 }
 

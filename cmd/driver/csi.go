@@ -1,0 +1,133 @@
+package main
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"k8s.io/klog/v2"
+
+	"github.com/nfsrdma/nfsrdma-csi/pkg/csi"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/csi/mounter"
+)
+
+func newControllerCmd() *cobra.Command {
+	var (
+		endpoint, tokenFile string
+		ports               csi.ServerPorts
+		servers             []string
+	)
+	cmd := &cobra.Command{
+		Use:   "controller",
+		Short: "Run the CSI controller service (volumes, export access, snapshots) on a gRPC endpoint",
+		Long: `Serve the CSI Identity and Controller services. Volumes are directories on an
+export server, made and removed through the user-space NFS client over TCP (no
+kernel mount); on the nfsrdma export server the controller also sets each
+volume's quota and client list and takes snapshots and clones through its
+admin API (authenticated with the token in --admin-token-file).`,
+		Example: `  driver controller --endpoint unix:///csi/csi.sock --admin-token-file /etc/nfsrdma/admin/token`,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			token := ""
+			if tokenFile != "" {
+				b, err := os.ReadFile(tokenFile)
+				if err != nil {
+					return fmt.Errorf("admin token: %w", err)
+				}
+				token = strings.TrimSpace(string(b))
+			}
+			d, err := csi.New(csi.Config{Version: version, Endpoint: endpoint, Controller: true,
+				Ports: ports, AdminToken: token, Servers: servers})
+			if err != nil {
+				return err
+			}
+			return d.Run(cmd.Context())
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&endpoint, "endpoint", "unix:///csi/csi.sock", "CSI endpoint: unix:///path or tcp://host:port")
+	f.StringVar(&tokenFile, "admin-token-file", "", "file holding the bearer token of the export servers' admin API (empty: no admin API, third-party NFS servers only)")
+	f.IntVar(&ports.Admin, "admin-port", 20050, "TCP port of the export servers' admin API (0: none)")
+	f.IntVar(&ports.NFS, "nfs-port", 2049, "NFS/TCP port of the export servers (the controller's own connection)")
+	f.IntVar(&ports.RDMA, "rdma-port", 20049, "NFS/RDMA port of the export servers (what nodes mount)")
+	f.IntVar(&ports.Mount, "mount-port", 20048, "MOUNT v3 TCP port of the export servers")
+	f.StringArrayVar(&servers, "server", nil, "export server known from the start, for ListVolumes, ListSnapshots and GetCapacity (repeatable)")
+	return cmd
+}
+
+func newNodeCmd() *cobra.Command {
+	var cfg csi.Config
+	cmd := &cobra.Command{
+		Use:   "node",
+		Short: "Run the CSI node service (one FUSE mount per pod) on a gRPC endpoint",
+		Long: `Serve the CSI Identity and Node services. NodePublishVolume opens /dev/fuse,
+mounts it on the pod's target path and hands the fd to the mounter (driver
+mounter, a separate process) which serves the NFS export through the
+user-space NFS client, so that restarting this plugin never breaks a running
+pod's mount. Needs root (mount(2)) and /dev/fuse.`,
+		Example: `  driver node --endpoint unix:///csi/csi.sock --nodeid "$NODE_NAME" --node-address "$NODE_IP"`,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg.Version, cfg.Node = version, true
+			if cfg.NodeAddress == "" {
+				cfg.NodeAddress = defaultAddress()
+				klog.InfoS("node: --node-address not set; using a local address", "address", cfg.NodeAddress)
+			}
+			d, err := csi.New(cfg)
+			if err != nil {
+				return err
+			}
+			return d.Run(cmd.Context())
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&cfg.Endpoint, "endpoint", "unix:///csi/csi.sock", "CSI endpoint: unix:///path or tcp://host:port")
+	f.StringVar(&cfg.NodeName, "nodeid", "", "this node's name (the node ID is NAME@ADDRESS)")
+	f.StringVar(&cfg.NodeAddress, "node-address", "", "this node's IP address, granted on the export by ControllerPublishVolume (default: the first non-loopback address)")
+	f.StringVar(&cfg.MounterSocket, "mounter-socket", "/run/nfsrdma/mounter.sock", "unix socket of driver mounter")
+	f.StringVar(&cfg.TargetRoot, "target-root", "/var/lib/kubelet", "directory every target path must be under")
+	f.DurationVar(&cfg.UnmountTimeout, "unmount-timeout", 0, "how long NodeUnpublishVolume retries a busy unmount before a lazy one (default 10s)")
+	_ = cmd.MarkFlagRequired("nodeid")
+	return cmd
+}
+
+// defaultAddress returns the first global unicast IPv4 address, else
+// 127.0.0.1.
+func defaultAddress() string {
+	addrs, err := net.InterfaceAddrs()
+	if err == nil {
+		for _, a := range addrs {
+			if n, ok := a.(*net.IPNet); ok && n.IP.To4() != nil && n.IP.IsGlobalUnicast() {
+				return n.IP.String()
+			}
+		}
+	}
+	return "127.0.0.1"
+}
+
+func newMounterCmd() *cobra.Command {
+	var s mounter.Server
+	cmd := &cobra.Command{
+		Use:   "mounter",
+		Short: "Serve FUSE mounts handed over by the node plugin, outliving its restarts",
+		Long: `Listen on a unix socket for /dev/fuse file descriptors the node plugin has
+mounted, and run one "driver mount --fuse-fd" process per mount. Run it as its
+own container (or service) beside the node plugin: the mounts it serves
+survive restarts of the node plugin, and a restarted mounter re-adopts the
+mount processes still running (state in --state-dir).`,
+		Example: `  driver mounter --socket /run/nfsrdma/mounter.sock --state-dir /var/lib/nfsrdma`,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if v := cmd.Flags().Lookup("v"); v != nil && v.Value.String() != "0" {
+				s.ExtraArgs = []string{"--v=" + v.Value.String()}
+			}
+			return s.Run(cmd.Context())
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&s.Socket, "socket", "/run/nfsrdma/mounter.sock", "unix socket to listen on")
+	f.StringVar(&s.StateDir, "state-dir", "/var/lib/nfsrdma/mounts", "directory for the state and log of each mount")
+	return cmd
+}

@@ -1,0 +1,145 @@
+package csi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"k8s.io/klog/v2"
+
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/admin"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/client"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
+)
+
+// ServerPorts are the ports of the export servers the controller manages.
+type ServerPorts struct {
+	NFS   int // NFSv3 over TCP (the controller's own connection), default 2049
+	RDMA  int // NFSv3 over RPC-over-RDMA (what nodes use), default 20049
+	Mount int // MOUNT v3 over TCP, default 20048
+	Admin int // the export server's admin API; 0: none (a third-party server)
+}
+
+// backend is the controller's connection to one share of one server: a
+// user-space NFS client over TCP (no kernel mount) and, for our export
+// server, the admin API client.
+type backend struct {
+	server string
+	share  string
+	nfs    *client.Client
+	admin  *admin.Client // nil: a third-party NFS server (no quota, ACL, snapshots)
+}
+
+// backends caches one backend per server and share.
+type backends struct {
+	ports ServerPorts
+	token string
+	// callTimeout bounds each NFS call of the controller (soft mount).
+	callTimeout time.Duration
+
+	mu sync.Mutex
+	m  map[string]*backend
+	// known servers, for ListVolumes, ListSnapshots and GetCapacity
+	// without parameters.
+	known map[string]struct{}
+}
+
+func newBackends(ports ServerPorts, token string, servers []string) *backends {
+	b := &backends{ports: ports, token: token, callTimeout: 15 * time.Second, m: map[string]*backend{}, known: map[string]struct{}{}}
+	for _, s := range servers {
+		b.known[s] = struct{}{}
+	}
+	return b
+}
+
+// servers returns the servers the controller knows of.
+func (bs *backends) servers() []string {
+	bs.mu.Lock()
+	defer bs.mu.Unlock()
+	out := make([]string, 0, len(bs.known))
+	for s := range bs.known {
+		out = append(out, s)
+	}
+	return out
+}
+
+// adminClient returns the admin client of server, or nil when the
+// controller is configured without one.
+func (bs *backends) adminClient(server string) *admin.Client {
+	if bs.ports.Admin == 0 {
+		return nil
+	}
+	u := "http://" + net.JoinHostPort(server, strconv.Itoa(bs.ports.Admin))
+	return admin.NewClient(u, bs.token, nil)
+}
+
+// get returns the backend of server and share, mounting the share (MOUNT
+// and FSINFO over TCP) on first use. A dead connection is replaced on the
+// next call that fails.
+func (bs *backends) get(ctx context.Context, server, share string) (*backend, error) {
+	key := server + idSep + share
+	bs.mu.Lock()
+	bs.known[server] = struct{}{}
+	b := bs.m[key]
+	bs.mu.Unlock()
+	if b != nil {
+		return b, nil
+	}
+	retry := sunrpc.RetryPolicy{Soft: true, Retries: 2, Timeout: bs.callTimeout}
+	c, err := client.Mount(ctx, client.Options{
+		Server: server, Export: share, NFSPort: bs.ports.NFS, MountPort: bs.ports.Mount,
+		AuthSys: sunrpc.AuthSysParams{MachineName: "nfsrdma-controller"},
+		Retry:   retry,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("mount %s:%s: %w", server, share, err)
+	}
+	b = &backend{server: server, share: share, nfs: c, admin: bs.adminClient(server)}
+	if b.admin != nil {
+		if _, err := b.admin.Status(ctx); err != nil {
+			if errors.Is(err, syscall.ECONNREFUSED) {
+				klog.InfoS("controller: the server has no admin API; volumes there get no quota, ACL or snapshots", "server", server, "err", err)
+				b.admin = nil
+			} else {
+				_ = c.Close()
+				return nil, fmt.Errorf("admin API of %s: %w", server, err)
+			}
+		}
+	}
+	bs.mu.Lock()
+	if o := bs.m[key]; o != nil {
+		bs.mu.Unlock()
+		_ = c.Close()
+		return o, nil
+	}
+	bs.m[key] = b
+	bs.mu.Unlock()
+	klog.InfoS("controller: connected to export server", "server", server, "share", share, "admin", b.admin != nil)
+	return b, nil
+}
+
+// drop forgets b after a connection error, so the next call reconnects.
+func (bs *backends) drop(b *backend) {
+	bs.mu.Lock()
+	key := b.server + idSep + b.share
+	if bs.m[key] == b {
+		delete(bs.m, key)
+	}
+	bs.mu.Unlock()
+	_ = b.nfs.Close()
+}
+
+// close closes every connection.
+func (bs *backends) close() {
+	bs.mu.Lock()
+	defer bs.mu.Unlock()
+	for k, b := range bs.m {
+		_ = b.nfs.Close()
+		delete(bs.m, k)
+	}
+}

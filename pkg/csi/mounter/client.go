@@ -1,0 +1,99 @@
+package mounter
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Client calls a mounter on its socket.
+type Client struct {
+	// Socket is the path of the mounter's unix socket.
+	Socket string
+}
+
+// Mount hands fuse (an open /dev/fuse already mounted on m.Target) to the
+// mounter and waits until the serving process has mounted the NFS export
+// and answered FUSE INIT, or failed (an error wrapping ErrMount with the
+// process's message). The caller may close fuse afterwards.
+func (c *Client) Mount(ctx context.Context, m Mount, fuse *os.File) (Mount, error) {
+	resp, err := c.call(ctx, Request{Op: OpMount, Mount: m}, fuse)
+	if err != nil {
+		return Mount{}, err
+	}
+	if len(resp.Mounts) != 1 {
+		return Mount{}, fmt.Errorf("mounter: mount answered with %d mounts", len(resp.Mounts))
+	}
+	return resp.Mounts[0], nil
+}
+
+// List returns the mounts the mounter serves.
+func (c *Client) List(ctx context.Context) ([]Mount, error) {
+	resp, err := c.call(ctx, Request{Op: OpList}, nil)
+	if err != nil {
+		return nil, err
+	}
+	return resp.Mounts, nil
+}
+
+// Release waits up to timeout for the serving process of target to exit
+// (after the caller unmounted target) and kills it if it does not; no
+// error when target is not served.
+func (c *Client) Release(ctx context.Context, target string, timeout time.Duration) error {
+	_, err := c.call(ctx, Request{Op: OpRelease, Mount: Mount{Target: target}, TimeoutMillis: timeout.Milliseconds()}, nil)
+	return err
+}
+
+func (c *Client) call(ctx context.Context, req Request, fd *os.File) (Response, error) {
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "unixpacket", c.Socket)
+	if err != nil {
+		return Response{}, fmt.Errorf("mounter: %w", err)
+	}
+	defer conn.Close()
+	uc := conn.(*net.UnixConn)
+	if dl, ok := ctx.Deadline(); ok {
+		_ = uc.SetDeadline(dl)
+	}
+	stop := context.AfterFunc(ctx, func() { _ = uc.SetDeadline(time.Now()) })
+	defer stop()
+	b, err := json.Marshal(req)
+	if err != nil {
+		return Response{}, err
+	}
+	if len(b) > MaxMessage {
+		return Response{}, fmt.Errorf("mounter: request of %d bytes exceeds %d", len(b), MaxMessage)
+	}
+	var oob []byte
+	if fd != nil {
+		oob = unix.UnixRights(int(fd.Fd()))
+	}
+	if _, _, err := uc.WriteMsgUnix(b, oob, nil); err != nil {
+		return Response{}, fmt.Errorf("mounter: send: %w", err)
+	}
+	buf := make([]byte, MaxMessage)
+	n, err := uc.Read(buf)
+	if err != nil {
+		if ctx.Err() != nil {
+			return Response{}, fmt.Errorf("mounter: %w", ctx.Err())
+		}
+		return Response{}, fmt.Errorf("mounter: receive: %w", err)
+	}
+	var resp Response
+	if err := json.Unmarshal(buf[:n], &resp); err != nil {
+		return Response{}, fmt.Errorf("mounter: bad response: %w", err)
+	}
+	if resp.Error != "" {
+		if msg, ok := strings.CutPrefix(resp.Error, ErrMount.Error()+": "); ok {
+			return resp, fmt.Errorf("%w: %s", ErrMount, msg)
+		}
+		return resp, fmt.Errorf("mounter: %s", resp.Error)
+	}
+	return resp, nil
+}

@@ -1,0 +1,78 @@
+// Package mounter keeps the FUSE servers of a node's volume mounts alive
+// outside the CSI node plugin's lifetime.
+//
+// The node plugin (privileged) opens /dev/fuse, mounts it on the pod's
+// target path with mount(2) "fd=N", and hands the open fd over a unix
+// socket (SCM_RIGHTS) to the mounter, a separate long-lived process (its
+// own container in the node DaemonSet). The mounter starts one
+// `driver mount --fuse-fd 3 --ready-fd 4 ...` process per mount, which
+// answers the kernel's FUSE INIT on the inherited fd and serves the NFS
+// export. Restarting the node plugin therefore never breaks a pod's mount
+// ("transport endpoint is not connected"); the plugin asks the mounter
+// what it serves when it starts again. This is the split mountpoint-s3's
+// and gcsfuse's CSI drivers use.
+//
+// Wire protocol: one request per connection on a SOCK_SEQPACKET unix
+// socket, one JSON Request (at most MaxMessage bytes) with the fd as
+// ancillary data for OpMount, answered by one JSON Response.
+package mounter
+
+import (
+	"errors"
+	"time"
+)
+
+// MaxMessage is the largest request or response on the socket, in bytes.
+const MaxMessage = 64 << 10
+
+// Operations of a Request.
+const (
+	// OpMount starts a FUSE server for the fd carried with the request.
+	OpMount = "mount"
+	// OpList lists the mounts being served.
+	OpList = "list"
+	// OpRelease waits (bounded) for the FUSE server of Target to exit
+	// after the caller unmounted Target, and kills it when it does not.
+	OpRelease = "release"
+)
+
+// Request is one call to the mounter.
+type Request struct {
+	Op string `json:"op"`
+	// Mount describes the mount (OpMount) or names its Target (OpRelease).
+	Mount Mount `json:"mount"`
+	// Timeout bounds OpRelease's wait, in milliseconds (default 10 s).
+	TimeoutMillis int64 `json:"timeoutMillis,omitempty"`
+}
+
+// Mount is one FUSE mount served by a `driver mount` process.
+type Mount struct {
+	// Target is the mount point (absolute path); it identifies the mount.
+	Target string `json:"target"`
+	// Source is SERVER:/EXPORT.
+	Source string `json:"source"`
+	// Options are `driver mount -o` options (nfs(5) vocabulary).
+	Options string `json:"options,omitempty"`
+	// MachineName is the AUTH_SYS machine name of the mount's NFS calls.
+	MachineName string `json:"machineName,omitempty"`
+	// VolumeID and PodUID say whose mount it is (logs, metrics).
+	VolumeID string `json:"volumeID,omitempty"`
+	PodUID   string `json:"podUID,omitempty"`
+	// PID of the serving process and when it started (set by the mounter).
+	PID     int       `json:"pid,omitempty"`
+	Started time.Time `json:"started,omitempty"`
+	// Log is the serving process's log file (set by the mounter).
+	Log string `json:"log,omitempty"`
+}
+
+// Response answers a Request.
+type Response struct {
+	// Error is empty on success.
+	Error string `json:"error,omitempty"`
+	// Mounts: the new mount (OpMount), every mount (OpList).
+	Mounts []Mount `json:"mounts,omitempty"`
+}
+
+// ErrMount wraps a mount that failed in the serving process (NFS MOUNT
+// refused, server unreachable, bad options): the process's own message.
+var ErrMount = errors.New("mounter: mount failed")

@@ -1,0 +1,402 @@
+package mounter
+
+import (
+	"bufio"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+	"k8s.io/klog/v2"
+)
+
+// DefaultReadyTimeout bounds how long a mount process may take to mount
+// the NFS export and answer FUSE INIT.
+const DefaultReadyTimeout = 2 * time.Minute
+
+// Server is the mounter: it serves Requests on a unix socket and runs one
+// `driver mount` process per mount.
+type Server struct {
+	// Socket is the path of the unix socket to listen on (a stale file
+	// there is removed).
+	Socket string
+	// StateDir holds one JSON file and one log file per mount, so that a
+	// restarted mounter re-adopts the processes still serving.
+	StateDir string
+	// Exe is the driver binary to run (default: this executable).
+	Exe string
+	// ExtraArgs are prepended to the mount command's flags (e.g. "-v=4").
+	ExtraArgs []string
+	// ReadyTimeout bounds one mount (default DefaultReadyTimeout).
+	ReadyTimeout time.Duration
+
+	mu     sync.Mutex
+	mounts map[string]*proc // by target
+}
+
+// proc is one serving process.
+type proc struct {
+	m    Mount
+	done chan struct{} // closed when the process has exited
+}
+
+// Run listens on s.Socket and serves until ctx ends. Processes already
+// serving are left running when it returns: they end when their mount
+// point is unmounted.
+func (s *Server) Run(ctx context.Context) error {
+	if s.Exe == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return fmt.Errorf("mounter: %w", err)
+		}
+		s.Exe = exe
+	}
+	if s.ReadyTimeout == 0 {
+		s.ReadyTimeout = DefaultReadyTimeout
+	}
+	if err := os.MkdirAll(s.StateDir, 0o700); err != nil {
+		return fmt.Errorf("mounter: state dir: %w", err)
+	}
+	s.mu.Lock()
+	s.mounts = map[string]*proc{}
+	s.mu.Unlock()
+	s.adopt()
+	if err := os.MkdirAll(filepath.Dir(s.Socket), 0o755); err != nil {
+		return fmt.Errorf("mounter: %w", err)
+	}
+	_ = os.Remove(s.Socket)
+	l, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: s.Socket, Net: "unixpacket"})
+	if err != nil {
+		return fmt.Errorf("mounter: %w", err)
+	}
+	_ = os.Chmod(s.Socket, 0o600)
+	klog.InfoS("mounter: listening", "socket", s.Socket, "stateDir", s.StateDir, "adopted", len(s.List()))
+	go func() { <-ctx.Done(); l.Close() }()
+	for {
+		c, err := l.AcceptUnix()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("mounter: accept: %w", err)
+		}
+		go s.serveConn(ctx, c)
+	}
+}
+
+// List returns the mounts being served, sorted by target.
+func (s *Server) List() []Mount {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]Mount, 0, len(s.mounts))
+	for _, p := range s.mounts {
+		out = append(out, p.m)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Target < out[j].Target })
+	return out
+}
+
+func (s *Server) serveConn(ctx context.Context, c *net.UnixConn) {
+	defer c.Close()
+	buf := make([]byte, MaxMessage)
+	oob := make([]byte, unix.CmsgSpace(4*4))
+	n, oobn, _, _, err := c.ReadMsgUnix(buf, oob)
+	if err != nil {
+		klog.ErrorS(err, "mounter: read request")
+		return
+	}
+	var fds []int
+	if oobn > 0 {
+		msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
+		if err == nil {
+			for _, m := range msgs {
+				if r, err := unix.ParseUnixRights(&m); err == nil {
+					fds = append(fds, r...)
+				}
+			}
+		}
+	}
+	var files []*os.File
+	for _, fd := range fds {
+		files = append(files, os.NewFile(uintptr(fd), "fuse"))
+	}
+	defer func() {
+		for _, f := range files {
+			f.Close()
+		}
+	}()
+	var req Request
+	resp := Response{}
+	if err := json.Unmarshal(buf[:n], &req); err != nil {
+		resp.Error = fmt.Sprintf("bad request: %v", err)
+	} else {
+		resp = s.handle(ctx, req, files)
+	}
+	b, _ := json.Marshal(resp)
+	if _, err := c.Write(b); err != nil {
+		klog.ErrorS(err, "mounter: write response")
+	}
+}
+
+func (s *Server) handle(ctx context.Context, req Request, files []*os.File) Response {
+	switch req.Op {
+	case OpMount:
+		if len(files) != 1 {
+			return Response{Error: fmt.Sprintf("mount: want exactly 1 fd, got %d", len(files))}
+		}
+		m, err := s.start(ctx, req.Mount, files[0])
+		if err != nil {
+			return Response{Error: err.Error()}
+		}
+		return Response{Mounts: []Mount{m}}
+	case OpList:
+		return Response{Mounts: s.List()}
+	case OpRelease:
+		t := time.Duration(req.TimeoutMillis) * time.Millisecond
+		if t <= 0 {
+			t = 10 * time.Second
+		}
+		s.release(req.Mount.Target, t)
+		return Response{}
+	default:
+		return Response{Error: fmt.Sprintf("unknown op %q", req.Op)}
+	}
+}
+
+func key(target string) string {
+	h := sha256.Sum256([]byte(target))
+	return hex.EncodeToString(h[:12])
+}
+
+func (s *Server) statePath(target string) string {
+	return filepath.Join(s.StateDir, key(target)+".json")
+}
+
+// start runs `driver mount` on the inherited fuse fd and waits for its
+// ready line.
+func (s *Server) start(ctx context.Context, m Mount, fuse *os.File) (Mount, error) {
+	if !filepath.IsAbs(m.Target) || m.Source == "" {
+		return Mount{}, errors.New("mount: target must be absolute and source set")
+	}
+	m.Target = filepath.Clean(m.Target)
+	s.mu.Lock()
+	if p, ok := s.mounts[m.Target]; ok {
+		s.mu.Unlock()
+		select {
+		case <-p.done:
+		case <-time.After(5 * time.Second):
+			return Mount{}, fmt.Errorf("mount: %s is still served by pid %d", m.Target, p.m.PID)
+		}
+		s.mu.Lock()
+	}
+	s.mu.Unlock()
+
+	rr, rw, err := os.Pipe()
+	if err != nil {
+		return Mount{}, err
+	}
+	defer rr.Close()
+	m.Log = filepath.Join(s.StateDir, key(m.Target)+".log")
+	logf, err := os.OpenFile(m.Log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		rw.Close()
+		return Mount{}, err
+	}
+	args := append([]string{"mount"}, s.ExtraArgs...)
+	args = append(args, "--fuse-fd=3", "--ready-fd=4")
+	if m.Options != "" {
+		args = append(args, "-o", m.Options)
+	}
+	if m.MachineName != "" {
+		args = append(args, "--machine-name", m.MachineName)
+	}
+	args = append(args, m.Source, m.Target)
+	cmd := exec.Command(s.Exe, args...)
+	cmd.ExtraFiles = []*os.File{fuse, rw}
+	cmd.Stdout, cmd.Stderr = logf, logf
+	// Its own session: a signal to the mounter's process group (Ctrl-C,
+	// a restart of the mounter outside a container) does not reach it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	err = cmd.Start()
+	rw.Close()
+	logf.Close()
+	if err != nil {
+		return Mount{}, fmt.Errorf("mount: start %s: %w", s.Exe, err)
+	}
+	m.PID, m.Started = cmd.Process.Pid, time.Now()
+	p := &proc{m: m, done: make(chan struct{})}
+	s.mu.Lock()
+	s.mounts[m.Target] = p
+	s.mu.Unlock()
+	go func() {
+		err := cmd.Wait()
+		klog.InfoS("mounter: mount process exited", "target", m.Target, "pid", m.PID, "err", err)
+		s.forget(p)
+	}()
+
+	line := make(chan string, 1)
+	go func() {
+		l, _ := bufio.NewReader(rr).ReadString('\n')
+		line <- strings.TrimSpace(l)
+	}()
+	timer := time.NewTimer(s.ReadyTimeout)
+	defer timer.Stop()
+	var res string
+	select {
+	case res = <-line:
+	case <-timer.C:
+		res = "error: not mounted within " + s.ReadyTimeout.String()
+	case <-ctx.Done():
+		res = "error: " + ctx.Err().Error()
+	}
+	if res != "ok" {
+		_ = cmd.Process.Kill()
+		<-p.done
+		msg := strings.TrimPrefix(res, "error: ")
+		if msg == "" {
+			msg = "exited before mounting: " + tail(m.Log)
+		}
+		return Mount{}, fmt.Errorf("%w: %s", ErrMount, msg)
+	}
+	select {
+	case <-p.done: // exited right away
+		return Mount{}, fmt.Errorf("%w: exited after mounting: %s", ErrMount, tail(m.Log))
+	default:
+	}
+	if b, err := json.Marshal(m); err == nil {
+		if err := writeFileAtomic(s.statePath(m.Target), b); err != nil {
+			klog.ErrorS(err, "mounter: state file", "target", m.Target)
+		}
+	}
+	klog.InfoS("mounter: serving", "target", m.Target, "source", m.Source, "pid", m.PID, "volume", m.VolumeID, "pod", m.PodUID)
+	return m, nil
+}
+
+// forget drops p once its process has exited.
+func (s *Server) forget(p *proc) {
+	s.mu.Lock()
+	if s.mounts[p.m.Target] == p {
+		delete(s.mounts, p.m.Target)
+		_ = os.Remove(s.statePath(p.m.Target))
+	}
+	s.mu.Unlock()
+	close(p.done)
+}
+
+// release waits for the process serving target to exit, then SIGTERM,
+// then SIGKILL.
+func (s *Server) release(target string, timeout time.Duration) {
+	s.mu.Lock()
+	p := s.mounts[filepath.Clean(target)]
+	s.mu.Unlock()
+	if p == nil {
+		return
+	}
+	select {
+	case <-p.done:
+		return
+	case <-time.After(timeout):
+	}
+	klog.InfoS("mounter: mount process did not exit after unmount; terminating", "target", target, "pid", p.m.PID)
+	_ = unix.Kill(p.m.PID, unix.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(3 * time.Second):
+		_ = unix.Kill(p.m.PID, unix.SIGKILL)
+		select {
+		case <-p.done:
+		case <-time.After(2 * time.Second):
+		}
+	}
+}
+
+// adopt re-attaches the processes of a previous mounter run that still
+// serve their mount, and drops the state of those that exited.
+func (s *Server) adopt() {
+	ents, err := os.ReadDir(s.StateDir)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		if !strings.HasSuffix(e.Name(), ".json") {
+			continue
+		}
+		path := filepath.Join(s.StateDir, e.Name())
+		b, err := os.ReadFile(path)
+		var m Mount
+		if err == nil {
+			err = json.Unmarshal(b, &m)
+		}
+		if err != nil || !alive(m) {
+			klog.InfoS("mounter: dropping the state of a mount no longer served", "file", path, "target", m.Target, "pid", m.PID)
+			_ = os.Remove(path)
+			continue
+		}
+		p := &proc{m: m, done: make(chan struct{})}
+		s.mounts[m.Target] = p
+		go func() {
+			for alive(p.m) {
+				time.Sleep(time.Second)
+			}
+			klog.InfoS("mounter: adopted mount process exited", "target", p.m.Target, "pid", p.m.PID)
+			s.forget(p)
+		}()
+		klog.InfoS("mounter: adopted", "target", m.Target, "pid", m.PID)
+	}
+}
+
+// alive reports whether m's process still runs and is a mount of m.Target.
+func alive(m Mount) bool {
+	if m.PID <= 0 {
+		return false
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(m.PID) + "/cmdline")
+	if err != nil {
+		return false
+	}
+	args := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
+	if len(args) == 0 || args[len(args)-1] != m.Target {
+		return false
+	}
+	st, err := os.ReadFile("/proc/" + strconv.Itoa(m.PID) + "/stat")
+	if err != nil {
+		return false
+	}
+	// a zombie (state Z) has exited
+	if i := strings.LastIndexByte(string(st), ')'); i > 0 && i+2 < len(st) && st[i+2] == 'Z' {
+		return false
+	}
+	return true
+}
+
+func tail(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "(no log)"
+	}
+	if len(b) > 2048 {
+		b = b[len(b)-2048:]
+	}
+	return strings.TrimSpace(string(b))
+}
+
+func writeFileAtomic(path string, b []byte) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}

@@ -1,0 +1,337 @@
+package csi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	"golang.org/x/sys/unix"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"k8s.io/klog/v2"
+	mountutils "k8s.io/mount-utils"
+
+	"github.com/nfsrdma/nfsrdma-csi/pkg/csi/mounter"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/fusefs"
+)
+
+// node is the CSI Node service: one FUSE mount per NodePublishVolume
+// (per pod), served by the mounter.
+type node struct {
+	csipb.UnimplementedNodeServer
+	cfg   Config
+	mnt   *mounter.Client
+	locks *keyLocks
+}
+
+func newNode(cfg Config) *node {
+	return &node{cfg: cfg, mnt: &mounter.Client{Socket: cfg.MounterSocket}, locks: newKeyLocks()}
+}
+
+// start logs the mounts the mounter serves (those that survived a
+// restart of this plugin).
+func (n *node) start(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	ms, err := n.mnt.List(ctx)
+	if err != nil {
+		klog.InfoS("node: mounter not reachable yet", "socket", n.cfg.MounterSocket, "err", err)
+		return
+	}
+	for _, m := range ms {
+		klog.InfoS("node: mount still served", "target", m.Target, "source", m.Source, "pid", m.PID, "volume", m.VolumeID)
+	}
+}
+
+func (n *node) probe(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	_, err := n.mnt.List(ctx)
+	return err
+}
+
+func (n *node) NodeGetInfo(context.Context, *csipb.NodeGetInfoRequest) (*csipb.NodeGetInfoResponse, error) {
+	return &csipb.NodeGetInfoResponse{NodeId: n.cfg.NodeName + "@" + n.cfg.NodeAddress}, nil
+}
+
+func (n *node) NodeGetCapabilities(context.Context, *csipb.NodeGetCapabilitiesRequest) (*csipb.NodeGetCapabilitiesResponse, error) {
+	var caps []*csipb.NodeServiceCapability
+	for _, t := range []csipb.NodeServiceCapability_RPC_Type{
+		csipb.NodeServiceCapability_RPC_GET_VOLUME_STATS,
+		csipb.NodeServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER,
+	} {
+		caps = append(caps, &csipb.NodeServiceCapability{Type: &csipb.NodeServiceCapability_Rpc{
+			Rpc: &csipb.NodeServiceCapability_RPC{Type: t}}})
+	}
+	return &csipb.NodeGetCapabilitiesResponse{Capabilities: caps}, nil
+}
+
+// checkTarget validates a target path: absolute, clean, under TargetRoot.
+func (n *node) checkTarget(p string) (string, error) {
+	if p == "" {
+		return "", status.Error(codes.InvalidArgument, "target path missing")
+	}
+	if !filepath.IsAbs(p) || filepath.Clean(p) != strings.TrimSuffix(p, "/") {
+		return "", status.Errorf(codes.InvalidArgument, "target path %q: want a clean absolute path", p)
+	}
+	p = filepath.Clean(p)
+	if n.cfg.TargetRoot != "" && (!within(p, n.cfg.TargetRoot) || p == filepath.Clean(n.cfg.TargetRoot)) {
+		return "", status.Errorf(codes.InvalidArgument, "target path %q is outside %s", p, n.cfg.TargetRoot)
+	}
+	return p, nil
+}
+
+// publishSpec is what a publish mounts.
+type publishSpec struct {
+	source  string // SERVER:/EXPORT
+	options string // driver mount -o
+	machine string // AUTH_SYS machine name: the pod
+	podUID  string
+	ro      bool
+}
+
+// spec derives the mount from the volume ID and context: a provisioned
+// volume (ID from CreateVolume, context from the controller) or an
+// ephemeral inline volume (context: server, share, optional subDir).
+func (n *node) spec(req *csipb.NodePublishVolumeRequest) (publishSpec, error) {
+	vc := req.GetVolumeContext()
+	var s publishSpec
+	server, export := vc[ctxServer], vc[ctxExport]
+	opts := []string{}
+	if vc[ctxEphemeral] == "true" {
+		server = vc[ParamServer]
+		share := vc[ParamShare]
+		if share == "" {
+			share = "/"
+		}
+		if server == "" || !path.IsAbs(share) {
+			return s, errors.New("ephemeral volume: attributes server and share (an absolute path) are required")
+		}
+		export = share
+		if sd := vc[ParamSubDir]; sd != "" {
+			if !cleanRel(sd) {
+				return s, fmt.Errorf("ephemeral volume: subDir %q: want a clean relative path", sd)
+			}
+			export = path.Join(share, sd)
+		}
+		if t := vc[ParamTransport]; t != "" {
+			opts = append(opts, "proto="+t)
+		}
+	} else {
+		id, err := parseVolumeID(req.GetVolumeId())
+		if err != nil {
+			return s, err
+		}
+		if server == "" {
+			server = id.Server
+		}
+		if export == "" {
+			export = id.Path()
+		}
+		if server != id.Server || export != id.Path() {
+			return s, fmt.Errorf("volume context names %s:%s, the volume id %s:%s", server, export, id.Server, id.Path())
+		}
+		if mo := vc[ctxMountOptions]; mo != "" {
+			opts = append(opts, mo)
+		}
+	}
+	if strings.Contains(server, ":") {
+		server = "[" + server + "]"
+	}
+	s.source = server + ":" + export
+	credits := DefaultCreditsPerPod
+	if c := vc[ctxCredits]; c != "" {
+		v, err := strconv.Atoi(c)
+		if err != nil || v < 1 || v > MaxCreditsPerPod {
+			return s, fmt.Errorf("volume context %s=%q: want 1..%d", ctxCredits, c, MaxCreditsPerPod)
+		}
+		credits = v
+	}
+	opts = append(opts, "credits="+strconv.Itoa(credits))
+	opts = append(opts, req.GetVolumeCapability().GetMount().GetMountFlags()...)
+	s.ro = req.GetReadonly() || isReaderOnly(req.GetVolumeCapability())
+	if s.ro {
+		opts = append(opts, "ro")
+	}
+	s.options = strings.Join(opts, ",")
+	if _, err := fusefs.ParseOptions(s.options); err != nil {
+		return s, err
+	}
+	s.podUID = vc[ctxPodUID]
+	s.machine = n.cfg.NodeName
+	if ns, pod := vc[ctxPodNamespace], vc[ctxPodName]; pod != "" {
+		s.machine = n.cfg.NodeName + "/" + ns + "/" + pod
+	}
+	return s, nil
+}
+
+// NodePublishVolume mounts the volume on the target for one pod: its own
+// FUSE mount, its own NFS connection (RDMA or TCP) and credit share.
+// Idempotent: a healthy mount of the same source is success; a dead one
+// (its FUSE server gone) is unmounted and mounted again.
+func (n *node) NodePublishVolume(ctx context.Context, req *csipb.NodePublishVolumeRequest) (*csipb.NodePublishVolumeResponse, error) {
+	if req.GetVolumeId() == "" {
+		return nil, status.Error(codes.InvalidArgument, "volume id missing")
+	}
+	target, err := n.checkTarget(req.GetTargetPath())
+	if err != nil {
+		return nil, err
+	}
+	if req.GetVolumeCapability() == nil {
+		return nil, status.Error(codes.InvalidArgument, "volume capability missing")
+	}
+	if err := checkCaps([]*csipb.VolumeCapability{req.GetVolumeCapability()}); err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	sp, err := n.spec(req)
+	if err != nil {
+		if req.GetVolumeContext()[ctxEphemeral] != "true" && errors.Is(err, errBadID) {
+			return nil, status.Error(codes.NotFound, err.Error())
+		}
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	unlock, err := n.locks.lock(ctx, "target/"+target)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+
+	if mi, ok, err := mountAt(target); err != nil {
+		return nil, status.Errorf(codes.Internal, "read mount table: %v", err)
+	} else if ok {
+		herr := healthy(target, 5*time.Second)
+		switch {
+		case herr == nil && mi.FsType == fuseType && mi.Source == sp.source:
+			return &csipb.NodePublishVolumeResponse{}, nil
+		case herr == nil:
+			return nil, status.Errorf(codes.AlreadyExists, "%s is mounted from %s (%s), not %s", target, mi.Source, mi.FsType, sp.source)
+		default:
+			klog.InfoS("node: repairing a dead mount", "target", target, "source", mi.Source, "err", herr, "corrupted", mountutils.IsCorruptedMnt(herr))
+			if err := unmount(target, time.Second); err != nil {
+				return nil, status.Errorf(codes.Internal, "unmount dead mount %s: %v", target, err)
+			}
+			_ = n.mnt.Release(ctx, target, 2*time.Second)
+		}
+	}
+	if req.GetVolumeCapability().GetAccessMode().GetMode() == csipb.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER {
+		ms, err := n.mnt.List(ctx)
+		if err != nil {
+			return nil, status.Errorf(codes.Unavailable, "mounter: %v", err)
+		}
+		for _, m := range ms {
+			if m.VolumeID == req.GetVolumeId() && m.Target != target {
+				return nil, status.Errorf(codes.FailedPrecondition, "single-writer volume %s is already published at %s", m.VolumeID, m.Target)
+			}
+		}
+	}
+	if err := os.MkdirAll(target, 0o750); err != nil {
+		return nil, status.Errorf(codes.Internal, "create target: %v", err)
+	}
+	fd, err := mountFUSE(sp.source, target, sp.ro)
+	if err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	defer fd.Close()
+	m, err := n.mnt.Mount(ctx, mounter.Mount{
+		Target: target, Source: sp.source, Options: sp.options, MachineName: sp.machine,
+		VolumeID: req.GetVolumeId(), PodUID: sp.podUID,
+	}, fd)
+	if err != nil {
+		fd.Close() // abort the FUSE connection, then take the mount away
+		if uerr := unix.Unmount(target, unix.MNT_DETACH); uerr != nil {
+			klog.ErrorS(uerr, "node: remove failed mount", "target", target)
+		}
+		return nil, toStatus(err, "mount "+sp.source)
+	}
+	klog.InfoS("node: volume published", "volume", req.GetVolumeId(), "target", target, "source", sp.source, "options", sp.options, "pid", m.PID, "pod", sp.podUID)
+	return &csipb.NodePublishVolumeResponse{}, nil
+}
+
+// NodeUnpublishVolume unmounts the target within UnmountTimeout (then
+// lazily: a pod never stays Terminating because a server is gone), ends
+// its FUSE server and removes the target directory.
+func (n *node) NodeUnpublishVolume(ctx context.Context, req *csipb.NodeUnpublishVolumeRequest) (*csipb.NodeUnpublishVolumeResponse, error) {
+	if req.GetVolumeId() == "" {
+		return nil, status.Error(codes.InvalidArgument, "volume id missing")
+	}
+	target, err := n.checkTarget(req.GetTargetPath())
+	if err != nil {
+		return nil, err
+	}
+	unlock, err := n.locks.lock(ctx, "target/"+target)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	for {
+		mi, ok, err := mountAt(target)
+		if err != nil {
+			return nil, status.Errorf(codes.Internal, "read mount table: %v", err)
+		}
+		if !ok {
+			break
+		}
+		if mi.FsType != fuseType {
+			return nil, status.Errorf(codes.FailedPrecondition, "%s is a %s mount, not ours", target, mi.FsType)
+		}
+		if err := unmount(target, n.cfg.UnmountTimeout); err != nil {
+			return nil, status.Errorf(codes.Internal, "unmount %s: %v", target, err)
+		}
+	}
+	if err := n.mnt.Release(ctx, target, n.cfg.UnmountTimeout); err != nil {
+		klog.InfoS("node: mounter release failed (the process ends by itself once unmounted)", "target", target, "err", err)
+	}
+	if err := removeTarget(target); err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	klog.InfoS("node: volume unpublished", "volume", req.GetVolumeId(), "target", target)
+	return &csipb.NodeUnpublishVolumeResponse{}, nil
+}
+
+// NodeGetVolumeStats reports bytes and inodes of a published volume from
+// statfs(2) of its mount, which FUSE answers from NFS FSSTAT: for a
+// volume with a quota, total = quota and available = what is left of it.
+func (n *node) NodeGetVolumeStats(ctx context.Context, req *csipb.NodeGetVolumeStatsRequest) (*csipb.NodeGetVolumeStatsResponse, error) {
+	if req.GetVolumeId() == "" {
+		return nil, status.Error(codes.InvalidArgument, "volume id missing")
+	}
+	p := req.GetVolumePath()
+	if p == "" {
+		return nil, status.Error(codes.InvalidArgument, "volume path missing")
+	}
+	mi, ok, err := mountAt(filepath.Clean(p))
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "read mount table: %v", err)
+	}
+	if !ok {
+		if _, err := os.Stat(p); err != nil {
+			return nil, status.Errorf(codes.NotFound, "volume path %s: %v", p, err)
+		}
+		return nil, status.Errorf(codes.NotFound, "volume path %s is not mounted", p)
+	}
+	var st unix.Statfs_t
+	errc := make(chan error, 1)
+	go func() { errc <- unix.Statfs(p, &st) }()
+	select {
+	case err = <-errc:
+	case <-time.After(10 * time.Second):
+		err = errors.New("statfs: no answer within 10s")
+	}
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "%s (from %s): %v", p, mi.Source, err)
+	}
+	bs := int64(st.Bsize)
+	return &csipb.NodeGetVolumeStatsResponse{
+		Usage: []*csipb.VolumeUsage{
+			{Unit: csipb.VolumeUsage_BYTES, Total: int64(st.Blocks) * bs, Available: int64(st.Bavail) * bs, Used: int64(st.Blocks-st.Bfree) * bs},
+			{Unit: csipb.VolumeUsage_INODES, Total: int64(st.Files), Available: int64(st.Ffree), Used: int64(st.Files - st.Ffree)},
+		},
+	}, nil
+}
