@@ -1,0 +1,45 @@
+{{/* Base name of the objects: the release name, or <release>-<chart>. */}}
+{{- define "nfsrdma-csi.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 50 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 50 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Labels of every object; pass a dict with "root" and "component". */}}
+{{- define "nfsrdma-csi.labels" -}}
+{{ include "nfsrdma-csi.selectorLabels" . }}
+app.kubernetes.io/part-of: nfsrdma-csi
+app.kubernetes.io/managed-by: {{ .root.Release.Service }}
+app.kubernetes.io/version: {{ .root.Chart.AppVersion | quote }}
+helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version }}
+{{- with .root.Values.customLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/* Selector labels; pass a dict with "root" and "component". */}}
+{{- define "nfsrdma-csi.selectorLabels" -}}
+app.kubernetes.io/name: nfsrdma-csi
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{/* An image reference from a .Values.image entry; pass a dict with "root" and "image". */}}
+{{- define "nfsrdma-csi.image" -}}
+{{- printf "%s:%s" .image.repository (.image.tag | default .root.Chart.AppVersion) -}}
+{{- end -}}
+
+{{/* The export server's Service name. */}}
+{{- define "nfsrdma-csi.serverName" -}}
+{{- printf "%s-server" (include "nfsrdma-csi.fullname" .) -}}
+{{- end -}}
+
+{{/* Hardened container securityContext for unprivileged containers. */}}
+{{- define "nfsrdma-csi.restricted" -}}
+allowPrivilegeEscalation: false
+readOnlyRootFilesystem: true
+capabilities:
+  drop: ["ALL"]
+{{- end -}}
