@@ -423,3 +423,93 @@ func TestBadRequests(t *testing.T) {
 	}
 	e.teardown(okID, target)
 }
+
+// TestOnDeleteAndSubDir: subDir templates name the directory; onDelete
+// retain keeps it, archive renames it to archived-NAME, delete removes it.
+func TestOnDeleteAndSubDir(t *testing.T) {
+	e := newEnv(t)
+	e.startServer()
+	e.startController()
+	ctx := ctxT(t, time.Minute)
+	c := e.controller()
+	for _, tc := range []struct{ onDelete, left string }{
+		{"retain", "ns1/claim-retain"}, {"archive", "ns1/archived-claim-archive"}, {"delete", ""},
+	} {
+		cv, err := c.CreateVolume(ctx, &csipb.CreateVolumeRequest{Name: "pv-" + tc.onDelete,
+			VolumeCapabilities: []*csipb.VolumeCapability{mountCap()},
+			Parameters: map[string]string{ParamServer: "127.0.0.1", ParamOnDelete: tc.onDelete,
+				ParamSubDir: "${pvc.metadata.namespace}/${pvc.metadata.name}", ParamMountPermissions: "0750",
+				paramPVCName: "claim-" + tc.onDelete, paramPVCNamespace: "ns1", paramPVName: "pv-" + tc.onDelete}})
+		if err != nil {
+			t.Fatalf("%s: CreateVolume: %v", tc.onDelete, err)
+		}
+		dir := filepath.Join(e.root, "ns1", "claim-"+tc.onDelete)
+		fi, err := os.Stat(dir)
+		if err != nil || fi.Mode().Perm() != 0o750 {
+			t.Fatalf("%s: volume directory %s: %v %v, want mode 0750", tc.onDelete, dir, fi, err)
+		}
+		os.WriteFile(filepath.Join(dir, "data"), []byte(tc.onDelete), 0o644)
+		if _, err := c.DeleteVolume(ctx, &csipb.DeleteVolumeRequest{VolumeId: cv.GetVolume().GetVolumeId()}); err != nil {
+			t.Fatalf("%s: DeleteVolume: %v", tc.onDelete, err)
+		}
+		if _, err := os.Stat(dir); tc.onDelete != "retain" && !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s: %s still there: %v", tc.onDelete, dir, err)
+		}
+		if tc.left != "" {
+			if b, err := os.ReadFile(filepath.Join(e.root, tc.left, "data")); err != nil || string(b) != tc.onDelete {
+				t.Errorf("%s: %s/data: %q %v", tc.onDelete, tc.left, b, err)
+			}
+		}
+		// deleting again is fine
+		if _, err := c.DeleteVolume(ctx, &csipb.DeleteVolumeRequest{VolumeId: cv.GetVolume().GetVolumeId()}); err != nil {
+			t.Errorf("%s: second DeleteVolume: %v", tc.onDelete, err)
+		}
+	}
+}
+
+// TestReadOnlyAndServerGone: a read-only publish refuses writes (EROFS);
+// with the export server gone, NodeUnpublishVolume still returns within
+// its bound and leaves nothing mounted.
+func TestReadOnlyAndServerGone(t *testing.T) {
+	e := newEnv(t)
+	e.startAll()
+	ctx := ctxT(t, 2*time.Minute)
+	id, target := e.volume("rw", 0, nil)
+	if err := os.WriteFile(filepath.Join(target, "f"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	roTarget := filepath.Join(e.targetRoot, "pods", "ro", "mount")
+	vc := map[string]string{}
+	vid, _ := parseVolumeID(id)
+	vc[ctxServer], vc[ctxExport] = vid.Server, vid.Path()
+	vc[ctxMountOptions] = "proto=rdma,port=" + strconv.Itoa(e.rdmaPort) + ",mountport=" + strconv.Itoa(e.mountPort)
+	if _, err := e.node().NodePublishVolume(ctx, &csipb.NodePublishVolumeRequest{VolumeId: id, TargetPath: roTarget,
+		VolumeCapability: mountCap(), VolumeContext: vc, Readonly: true}); err != nil {
+		t.Fatal("read-only NodePublishVolume:", err)
+	}
+	if b, err := os.ReadFile(filepath.Join(roTarget, "f")); err != nil || string(b) != "x" {
+		t.Fatalf("read through the read-only mount: %q %v", b, err)
+	}
+	if err := os.WriteFile(filepath.Join(roTarget, "g"), []byte("y"), 0o644); !errors.Is(err, syscall.EROFS) {
+		t.Fatalf("write through the read-only mount: %v, want EROFS", err)
+	}
+	// the server goes away; a pod still has a file open on the mount
+	f, err := os.Open(filepath.Join(target, "f"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	e.stop("server", syscall.SIGKILL)
+	for _, tg := range []string{target, roTarget} {
+		start := time.Now()
+		if _, err := e.node().NodeUnpublishVolume(ctx, &csipb.NodeUnpublishVolumeRequest{VolumeId: id, TargetPath: tg}); err != nil {
+			t.Fatalf("NodeUnpublishVolume %s with the server gone: %v", tg, err)
+		}
+		if d := time.Since(start); d > 20*time.Second {
+			t.Errorf("NodeUnpublishVolume took %v with the server gone", d)
+		}
+		if _, ok, _ := mountAt(tg); ok {
+			t.Errorf("%s still mounted", tg)
+		}
+	}
+}
