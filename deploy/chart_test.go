@@ -54,7 +54,7 @@ func TestChartDefaults(t *testing.T) {
 	}
 	want := map[string]int{"CSIDriver": 1, "Deployment": 1, "DaemonSet": 1, "StatefulSet": 1, "Service": 1,
 		"NetworkPolicy": 1, "PodDisruptionBudget": 1, "ServiceAccount": 3, "Secret": 1, "StorageClass": 1,
-		"ClusterRole": 1, "ClusterRoleBinding": 1, "Role": 1, "RoleBinding": 1}
+		"ClusterRole": 1, "ClusterRoleBinding": 1, "Role": 2, "RoleBinding": 2}
 	if !reflect.DeepEqual(kinds, want) {
 		t.Errorf("rendered kinds %v, want %v", kinds, want)
 	}
@@ -157,7 +157,7 @@ func checkController(t *testing.T, objs []object) {
 	}
 	drv := container(t, spec, "driver")
 	wantArgs := []string{"controller", "--endpoint=unix:///csi/csi.sock", "--admin-token-file=/etc/nfsrdma/admin/token",
-		"--admin-port=20050", "--metrics-address=:9810", "--leader-election", "--leader-election-namespace=" + namespace, "--v=2"}
+		"--admin-port=20050", "--namespace=" + namespace, "--metrics-address=:9810", "--leader-election", "--leader-election-namespace=" + namespace, "--v=2"}
 	if !reflect.DeepEqual(drv.Args, wantArgs) {
 		t.Errorf("driver args %v, want %v", drv.Args, wantArgs)
 	}
@@ -217,8 +217,8 @@ func checkNode(t *testing.T, objs []object) {
 	if !spec.HostNetwork || spec.DNSPolicy != corev1.DNSClusterFirstWithHostNet {
 		t.Errorf("hostNetwork %v dnsPolicy %v", spec.HostNetwork, spec.DNSPolicy)
 	}
-	if spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken {
-		t.Error("node pods get an API token they do not use")
+	if spec.AutomountServiceAccountToken == nil || !*spec.AutomountServiceAccountToken {
+		t.Error("node pods get no API token: the node plugin reads the credit ledger")
 	}
 	if len(spec.Tolerations) == 0 || spec.Tolerations[0].Operator != corev1.TolerationOpExists {
 		t.Errorf("tolerations %v: the node plugin must run on every node", spec.Tolerations)
@@ -226,7 +226,7 @@ func checkNode(t *testing.T, objs []object) {
 
 	drv := container(t, spec, "driver")
 	wantArgs := []string{"node", "--endpoint=unix:///csi/csi.sock", "--nodeid=$(NODE_NAME)", "--node-address=$(NODE_IP)",
-		"--mounter-socket=/run/nfsrdma/mounter.sock", "--state-dir=/var/lib/nfsrdma", "--device-plugin=true",
+		"--mounter-socket=/run/nfsrdma/mounter.sock", "--namespace=" + namespace, "--device-plugin=true",
 		"--device-plugin-dir=/var/lib/kubelet/device-plugins", "--resource-name=nfsrdma.csi.dev/hca",
 		"--metrics-address=:9811", "--v=2"}
 	if !reflect.DeepEqual(drv.Args, wantArgs) {
@@ -489,6 +489,12 @@ func checkRBAC(t *testing.T, objs []object) {
 				subjects, ref = b.Subjects, b.RoleRef
 			case *rbacv1.RoleBinding:
 				subjects, ref = b.Subjects, b.RoleRef
+			}
+			if o.name == "nfsrdma-csi-node" { // the node plugin: reads the ledger ConfigMap only
+				if ref.Name != o.name || len(subjects) != 1 || subjects[0].Name != "nfsrdma-csi-node" || subjects[0].Namespace != namespace {
+					t.Errorf("%s %s binds %v to %v", kind, o.name, subjects, ref)
+				}
+				continue
 			}
 			if ref.Name != controllerNm || len(subjects) != 1 || subjects[0].Kind != "ServiceAccount" ||
 				subjects[0].Name != "nfsrdma-csi-controller" || subjects[0].Namespace != namespace {

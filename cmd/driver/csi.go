@@ -4,12 +4,19 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
 	"github.com/nfsrdma/nfsrdma-csi/pkg/csi"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/csi/credits"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/csi/deviceplugin"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/csi/mounter"
 )
 
@@ -18,6 +25,10 @@ func newControllerCmd() *cobra.Command {
 		endpoint, tokenFile string
 		ports               csi.ServerPorts
 		servers             []string
+		kube                kubeFlags
+		ledger, elect       bool
+		budget              int
+		electNS, metrics    string
 	)
 	cmd := &cobra.Command{
 		Use:   "controller",
@@ -43,7 +54,29 @@ admin API (authenticated with the token in --admin-token-file).`,
 			if err != nil {
 				return err
 			}
-			return d.Run(cmd.Context())
+			ctx := cmd.Context()
+			if ledger {
+				if c, err := kube.client(); err != nil {
+					klog.InfoS("controller: no Kubernetes API: the credit ledger is off", "err", err)
+				} else {
+					l := credits.New(credits.Config{Client: c, Namespace: kube.namespace, DriverName: csi.DriverName, Budget: budget})
+					if elect {
+						if electNS == "" {
+							electNS = kube.namespace
+						}
+						id, _ := os.Hostname()
+						go l.RunElected(ctx, electNS, "nfsrdma-csi-credits", id+"-"+strconv.Itoa(os.Getpid()))
+					} else {
+						go func() {
+							if err := l.Run(ctx); err != nil {
+								klog.ErrorS(err, "controller: credit ledger stopped")
+							}
+						}()
+					}
+				}
+			}
+			go serveMetrics(ctx, metrics)
+			return d.Run(ctx)
 		},
 	}
 	f := cmd.Flags()
@@ -54,11 +87,51 @@ admin API (authenticated with the token in --admin-token-file).`,
 	f.IntVar(&ports.RDMA, "rdma-port", 20049, "NFS/RDMA port of the export servers (what nodes mount)")
 	f.IntVar(&ports.Mount, "mount-port", 20048, "MOUNT v3 TCP port of the export servers")
 	f.StringArrayVar(&servers, "server", nil, "export server known from the start, for ListVolumes, ListSnapshots and GetCapacity (repeatable)")
+	kube.register(f)
+	f.BoolVar(&ledger, "credit-ledger", true, "keep each pod's RPC-over-RDMA credit grant in the ConfigMap nfsrdma-credits of --namespace (needs the Kubernetes API)")
+	f.IntVar(&budget, "credits-budget", credits.DefaultBudget, "credits each export server grants all pods together")
+	f.BoolVar(&elect, "leader-election", false, "run the credit ledger only while holding the Lease nfsrdma-csi-credits (several replicas)")
+	f.StringVar(&electNS, "leader-election-namespace", "", "namespace of the leader election Lease (default: --namespace)")
+	f.StringVar(&metrics, "metrics-address", "", "HOST:PORT of the Prometheus /metrics endpoint (empty: off)")
 	return cmd
 }
 
+// kubeFlags locate the Kubernetes API: --kubeconfig, else in-cluster.
+type kubeFlags struct{ kubeconfig, namespace string }
+
+func (k *kubeFlags) register(f *pflag.FlagSet) {
+	ns := os.Getenv("POD_NAMESPACE")
+	if ns == "" {
+		ns = "kube-system"
+	}
+	f.StringVar(&k.kubeconfig, "kubeconfig", "", "kubeconfig file of the Kubernetes API (default: in-cluster)")
+	f.StringVar(&k.namespace, "namespace", ns, "namespace of the credit ledger ConfigMap (default: $POD_NAMESPACE, else kube-system)")
+}
+
+// client returns an API client, or an error when there is no API to talk to.
+func (k *kubeFlags) client() (kubernetes.Interface, error) {
+	var cfg *rest.Config
+	var err error
+	if k.kubeconfig != "" {
+		cfg, err = clientcmd.BuildConfigFromFlags("", k.kubeconfig)
+	} else {
+		cfg, err = rest.InClusterConfig()
+	}
+	if err != nil {
+		return nil, err
+	}
+	cfg.UserAgent = "nfsrdma-csi/" + version
+	return kubernetes.NewForConfig(cfg)
+}
+
 func newNodeCmd() *cobra.Command {
-	var cfg csi.Config
+	var (
+		cfg                   csi.Config
+		kube                  kubeFlags
+		dp                    deviceplugin.Options
+		devicePlugin, useKube bool
+		metrics               string
+	)
 	cmd := &cobra.Command{
 		Use:   "node",
 		Short: "Run the CSI node service (one FUSE mount per pod) on a gRPC endpoint",
@@ -75,11 +148,32 @@ pod's mount. Needs root (mount(2)) and /dev/fuse.`,
 				cfg.NodeAddress = defaultAddress()
 				klog.InfoS("node: --node-address not set; using a local address", "address", cfg.NodeAddress)
 			}
+			ctx := cmd.Context()
+			if useKube {
+				c, err := kube.client()
+				if err != nil {
+					klog.InfoS("node: no Kubernetes API: mounts use the StorageClass credits, not the ledger's", "err", err)
+				} else {
+					cfg.Kube, cfg.LedgerNamespace, cfg.LedgerName = c, kube.namespace, credits.DefaultName
+				}
+			}
 			d, err := csi.New(cfg)
 			if err != nil {
 				return err
 			}
-			return d.Run(cmd.Context())
+			if devicePlugin {
+				p, err := deviceplugin.New(dp)
+				if err != nil {
+					return err
+				}
+				go func() {
+					if err := p.Run(ctx); err != nil {
+						klog.ErrorS(err, "node: device plugin stopped")
+					}
+				}()
+			}
+			go serveMetrics(ctx, metrics)
+			return d.Run(ctx)
 		},
 	}
 	f := cmd.Flags()
@@ -89,6 +183,12 @@ pod's mount. Needs root (mount(2)) and /dev/fuse.`,
 	f.StringVar(&cfg.MounterSocket, "mounter-socket", "/run/nfsrdma/mounter.sock", "unix socket of driver mounter")
 	f.StringVar(&cfg.TargetRoot, "target-root", "/var/lib/kubelet", "directory every target path must be under")
 	f.DurationVar(&cfg.UnmountTimeout, "unmount-timeout", 0, "how long NodeUnpublishVolume retries a busy unmount before a lazy one (default 10s)")
+	kube.register(f)
+	f.BoolVar(&useKube, "credit-ledger", true, "read each pod's credit grant from the ledger ConfigMap (needs the Kubernetes API)")
+	f.BoolVar(&devicePlugin, "device-plugin", false, "advertise this node's RDMA devices to kubelet (device-plugin API)")
+	f.StringVar(&dp.PluginDir, "device-plugin-dir", deviceplugin.DefaultPluginDir, "kubelet's device-plugin directory")
+	f.StringVar(&dp.ResourceName, "resource-name", deviceplugin.DefaultResourceName, "extended resource name of the RDMA devices")
+	f.StringVar(&metrics, "metrics-address", "", "HOST:PORT of the Prometheus /metrics endpoint (empty: off)")
 	_ = cmd.MarkFlagRequired("nodeid")
 	return cmd
 }

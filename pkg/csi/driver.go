@@ -17,6 +17,7 @@ import (
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 )
 
@@ -54,6 +55,13 @@ type Config struct {
 	// UnmountTimeout bounds NodeUnpublishVolume's clean unmount before a
 	// lazy one (default 10 s).
 	UnmountTimeout time.Duration
+	// Kube, when set, is the API client the node reads the credit ledger
+	// with (ConfigMap LedgerNamespace/LedgerName): each pod's mount asks
+	// for the credits the controller granted it there.
+	Kube                        kubernetes.Interface
+	LedgerNamespace, LedgerName string
+	// LedgerWait bounds the wait for a pod's ledger entry (default 10 s).
+	LedgerWait time.Duration
 }
 
 // Driver serves the CSI services of Config.

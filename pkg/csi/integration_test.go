@@ -482,7 +482,9 @@ func TestReadOnlyAndServerGone(t *testing.T) {
 	vc := map[string]string{}
 	vid, _ := parseVolumeID(id)
 	vc[ctxServer], vc[ctxExport] = vid.Server, vid.Path()
-	vc[ctxMountOptions] = "proto=rdma,port=" + strconv.Itoa(e.rdmaPort) + ",mountport=" + strconv.Itoa(e.mountPort)
+	// this pod's mount goes over TCP (a transport=tcp class)
+	vc[ctxMountOptions] = "proto=tcp,port=" + strconv.Itoa(e.nfsPort) + ",mountport=" + strconv.Itoa(e.mountPort)
+	vc[ctxCredits] = "8"
 	if _, err := e.node().NodePublishVolume(ctx, &csipb.NodePublishVolumeRequest{VolumeId: id, TargetPath: roTarget,
 		VolumeCapability: mountCap(), VolumeContext: vc, Readonly: true}); err != nil {
 		t.Fatal("read-only NodePublishVolume:", err)

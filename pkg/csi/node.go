@@ -1,6 +1,7 @@
 package csi
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -18,6 +19,7 @@ import (
 	"k8s.io/klog/v2"
 	mountutils "k8s.io/mount-utils"
 
+	"github.com/nfsrdma/nfsrdma-csi/pkg/csi/credits"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/csi/mounter"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/fusefs"
 )
@@ -95,6 +97,7 @@ type publishSpec struct {
 	machine string // AUTH_SYS machine name: the pod
 	podUID  string
 	ro      bool
+	rdma    bool // proto=rdma: credits apply
 }
 
 // spec derives the mount from the volume ID and context: a provisioned
@@ -154,11 +157,19 @@ func (n *node) spec(req *csipb.NodePublishVolumeRequest) (publishSpec, error) {
 		}
 		credits = v
 	}
-	opts = append(opts, "credits="+strconv.Itoa(credits))
 	opts = append(opts, req.GetVolumeCapability().GetMount().GetMountFlags()...)
 	s.ro = req.GetReadonly() || isReaderOnly(req.GetVolumeCapability())
 	if s.ro {
 		opts = append(opts, "ro")
+	}
+	mo, err := fusefs.ParseOptions(strings.Join(opts, ","))
+	if err != nil {
+		return s, err
+	}
+	s.rdma = mo.Proto == fusefs.ProtoRDMA
+	if s.rdma && mo.Credits == 0 {
+		// the class's share, unless the pod's mount options say otherwise
+		opts = append(opts, "credits="+strconv.Itoa(credits))
 	}
 	s.options = strings.Join(opts, ",")
 	if _, err := fusefs.ParseOptions(s.options); err != nil {
@@ -196,6 +207,9 @@ func (n *node) NodePublishVolume(ctx context.Context, req *csipb.NodePublishVolu
 			return nil, status.Error(codes.NotFound, err.Error())
 		}
 		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	if err := n.ledgerCredits(ctx, req, &sp); err != nil {
+		return nil, err
 	}
 	unlock, err := n.locks.lock(ctx, "target/"+target)
 	if err != nil {
@@ -334,4 +348,30 @@ func (n *node) NodeGetVolumeStats(ctx context.Context, req *csipb.NodeGetVolumeS
 			{Unit: csipb.VolumeUsage_INODES, Total: int64(st.Files), Available: int64(st.Ffree), Used: int64(st.Files - st.Ffree)},
 		},
 	}, nil
+}
+
+// ledgerCredits makes the pod's mount ask for the credits the controller
+// granted the pod in the ledger (after any mount option, so a pod cannot
+// ask for more); a refused pod (0 credits) is ResourceExhausted, which
+// kubelet retries until the budget frees up. Without a ledger (no API
+// client, no pod information, or no entry within 10 s) the StorageClass's
+// creditsPerPod stands.
+func (n *node) ledgerCredits(ctx context.Context, req *csipb.NodePublishVolumeRequest, sp *publishSpec) error {
+	vc := req.GetVolumeContext()
+	if n.cfg.Kube == nil || vc[ctxPodName] == "" || !sp.rdma {
+		return nil
+	}
+	server := strings.Trim(sp.source[:strings.LastIndex(sp.source, ":/")], "[]")
+	e, err := credits.Lookup(ctx, n.cfg.Kube, n.cfg.LedgerNamespace, n.cfg.LedgerName, vc[ctxPodNamespace], vc[ctxPodName], server, cmp.Or(n.cfg.LedgerWait, 10*time.Second))
+	if err != nil {
+		klog.InfoS("node: no credit grant for the pod; using the StorageClass share", "pod", vc[ctxPodNamespace]+"/"+vc[ctxPodName], "err", err)
+		return nil
+	}
+	if e.Granted <= 0 {
+		return status.Errorf(codes.ResourceExhausted, "pod %s has no RPC-over-RDMA credits on %s: the server's budget is taken (see the ledger %s/%s)",
+			e.Pod, server, n.cfg.LedgerNamespace, n.cfg.LedgerName)
+	}
+	sp.options += ",credits=" + strconv.Itoa(e.Granted)
+	klog.V(2).InfoS("node: credits from the ledger", "pod", e.Pod, "server", server, "granted", e.Granted, "desired", e.Desired)
+	return nil
 }

@@ -1,0 +1,348 @@
+package credits
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strconv"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+)
+
+// Defaults of the ledger.
+const (
+	// DefaultName is the ledger ConfigMap's name.
+	DefaultName = "nfsrdma-credits"
+	// DefaultBudget is each export server's credit budget: what it grants
+	// all pods together (64 connections at the server's default of 32
+	// credits each would be 2048; the default keeps receive memory at
+	// 512 x 4 KiB inline buffers = 2 MiB per server).
+	DefaultBudget = 512
+	// AnnotationCredits on a pod overrides its StorageClass creditsPerPod.
+	AnnotationCredits = "nfsrdma.csi.dev/credits"
+	// DefaultDesired is a pod's demand when neither says anything.
+	DefaultDesired = 16
+	// budgetKey holds the per-server totals in the ledger.
+	budgetKey = "_servers"
+)
+
+// Entry is one pod's grant, the value of its ledger key NAMESPACE.NAME.
+type Entry struct {
+	Pod     string   `json:"pod"` // NAMESPACE/NAME
+	UID     string   `json:"uid"`
+	Server  string   `json:"server"`
+	Volumes []string `json:"volumes"` // PV names (or inline volume names)
+	Desired int      `json:"desired"`
+	Granted int      `json:"granted"`
+}
+
+// ServerTotal is one server's line in the ledger's _servers key.
+type ServerTotal struct {
+	Budget  int `json:"budget"`
+	Desired int `json:"desired"`
+	Granted int `json:"granted"`
+	Pods    int `json:"pods"`
+}
+
+// Key is the ledger key of a pod.
+func Key(namespace, name string) string { return namespace + "." + name }
+
+// Config configures a Ledger.
+type Config struct {
+	Client     kubernetes.Interface
+	Namespace  string // where the ConfigMap lives
+	Name       string // the ConfigMap (default DefaultName)
+	DriverName string // CSI driver whose volumes count (nfsrdma.csi.dev)
+	// Budget is the credits per export server (default DefaultBudget).
+	Budget int
+	// Resync is the full recomputation period (default 1 minute).
+	Resync time.Duration
+}
+
+// Ledger recomputes the grants whenever pods, PVCs or PVs change and
+// writes them to the ConfigMap; pods whose grant is reduced or refused
+// get an event.
+type Ledger struct {
+	cfg      Config
+	pods     corelisters.PodLister
+	pvcs     corelisters.PersistentVolumeClaimLister
+	pvs      corelisters.PersistentVolumeLister
+	recorder record.EventRecorder
+	kick     chan struct{}
+}
+
+// New builds a ledger.
+func New(cfg Config) *Ledger {
+	if cfg.Name == "" {
+		cfg.Name = DefaultName
+	}
+	if cfg.Budget == 0 {
+		cfg.Budget = DefaultBudget
+	}
+	if cfg.Resync == 0 {
+		cfg.Resync = time.Minute
+	}
+	return &Ledger{cfg: cfg, kick: make(chan struct{}, 1)}
+}
+
+// Run watches pods, PVCs and PVs and keeps the ledger until ctx ends.
+func (l *Ledger) Run(ctx context.Context) error {
+	f := informers.NewSharedInformerFactory(l.cfg.Client, l.cfg.Resync)
+	pi, ci, vi := f.Core().V1().Pods(), f.Core().V1().PersistentVolumeClaims(), f.Core().V1().PersistentVolumes()
+	l.pods, l.pvcs, l.pvs = pi.Lister(), ci.Lister(), vi.Lister()
+	h := cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { l.poke() },
+		UpdateFunc: func(any, any) { l.poke() },
+		DeleteFunc: func(any) { l.poke() },
+	}
+	for _, inf := range []cache.SharedIndexInformer{pi.Informer(), ci.Informer(), vi.Informer()} {
+		if _, err := inf.AddEventHandler(h); err != nil {
+			return err
+		}
+	}
+	b := record.NewBroadcaster(record.WithContext(ctx))
+	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: l.cfg.Client.CoreV1().Events("")})
+	defer b.Shutdown()
+	l.recorder = b.NewRecorder(scheme(), corev1.EventSource{Component: "nfsrdma-credits"})
+	f.Start(ctx.Done())
+	for typ, ok := range f.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			return fmt.Errorf("credits: cache of %v not synced", typ)
+		}
+	}
+	klog.InfoS("credits: ledger running", "configmap", l.cfg.Namespace+"/"+l.cfg.Name, "budget", l.cfg.Budget)
+	tick := time.NewTicker(l.cfg.Resync)
+	defer tick.Stop()
+	l.poke()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-l.kick:
+		case <-tick.C:
+		}
+		// coalesce bursts of events
+		time.Sleep(100 * time.Millisecond)
+		select {
+		case <-l.kick:
+		default:
+		}
+		if err := l.sync(ctx); err != nil {
+			klog.ErrorS(err, "credits: ledger update failed; retrying")
+			time.AfterFunc(2*time.Second, l.poke)
+		}
+	}
+}
+
+func (l *Ledger) poke() {
+	select {
+	case l.kick <- struct{}{}:
+	default:
+	}
+}
+
+// demand is one pod's use of one server.
+type demand struct {
+	pod     *corev1.Pod
+	server  string
+	volumes []string
+	desired int
+}
+
+// demands lists, per server, the pods using our volumes there.
+func (l *Ledger) demands() (map[string][]demand, error) {
+	pods, err := l.pods.List(labels.Everything())
+	if err != nil {
+		return nil, err
+	}
+	out := map[string][]demand{}
+	for _, p := range pods {
+		if p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		byServer := map[string]*demand{}
+		for _, v := range p.Spec.Volumes {
+			server, per, name := "", 0, ""
+			switch {
+			case v.PersistentVolumeClaim != nil:
+				pvc, err := l.pvcs.PersistentVolumeClaims(p.Namespace).Get(v.PersistentVolumeClaim.ClaimName)
+				if err != nil || pvc.Spec.VolumeName == "" {
+					continue
+				}
+				pv, err := l.pvs.Get(pvc.Spec.VolumeName)
+				if err != nil || pv.Spec.CSI == nil || pv.Spec.CSI.Driver != l.cfg.DriverName {
+					continue
+				}
+				server, name = pv.Spec.CSI.VolumeAttributes["server"], pv.Name
+				per, _ = strconv.Atoi(pv.Spec.CSI.VolumeAttributes["creditsPerPod"])
+			case v.CSI != nil && v.CSI.Driver == l.cfg.DriverName:
+				server, name = v.CSI.VolumeAttributes["server"], v.Name
+				per, _ = strconv.Atoi(v.CSI.VolumeAttributes["creditsPerPod"])
+			default:
+				continue
+			}
+			if server == "" {
+				continue
+			}
+			d := byServer[server]
+			if d == nil {
+				d = &demand{pod: p, server: server}
+				byServer[server] = d
+			}
+			d.volumes = append(d.volumes, name)
+			d.desired = max(d.desired, per) // one connection per volume mount; the largest class wins
+		}
+		for s, d := range byServer {
+			if a, err := strconv.Atoi(p.Annotations[AnnotationCredits]); err == nil && a > 0 {
+				d.desired = a
+			}
+			if d.desired <= 0 {
+				d.desired = DefaultDesired
+			}
+			out[s] = append(out[s], *d)
+		}
+	}
+	return out, nil
+}
+
+// sync recomputes every grant and writes the ledger when it changed.
+func (l *Ledger) sync(ctx context.Context) error {
+	dem, err := l.demands()
+	if err != nil {
+		return err
+	}
+	data := map[string]string{}
+	totals := map[string]ServerTotal{}
+	var entries []Entry
+	for server, ds := range dem {
+		var ws []Want
+		for _, d := range ds {
+			ws = append(ws, Want{Key: Key(d.pod.Namespace, d.pod.Name), Desired: d.desired,
+				Order: d.pod.CreationTimestamp.UTC().Format(time.RFC3339Nano)})
+		}
+		got := Allocate(l.cfg.Budget, ws)
+		t := ServerTotal{Budget: l.cfg.Budget, Pods: len(ds)}
+		for _, d := range ds {
+			k := Key(d.pod.Namespace, d.pod.Name)
+			sort.Strings(d.volumes)
+			e := Entry{Pod: d.pod.Namespace + "/" + d.pod.Name, UID: string(d.pod.UID), Server: server,
+				Volumes: d.volumes, Desired: d.desired, Granted: got[k]}
+			t.Desired += e.Desired
+			t.Granted += e.Granted
+			entries = append(entries, e)
+		}
+		totals[server] = t
+	}
+	// a pod on two servers has one entry per server: key them apart
+	seen := map[string]int{}
+	for _, e := range entries {
+		seen[Key(splitPod(e.Pod))]++
+	}
+	for _, e := range entries {
+		k := Key(splitPod(e.Pod))
+		if seen[k] > 1 {
+			k += "." + e.Server
+		}
+		b, _ := json.Marshal(e)
+		data[k] = string(b)
+	}
+	tb, _ := json.Marshal(totals)
+	data[budgetKey] = string(tb)
+
+	cms := l.cfg.Client.CoreV1().ConfigMaps(l.cfg.Namespace)
+	cm, err := cms.Get(ctx, l.cfg.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		cm = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: l.cfg.Name, Namespace: l.cfg.Namespace,
+			Labels: map[string]string{"app.kubernetes.io/name": "nfsrdma-csi", "app.kubernetes.io/component": "credit-ledger"}},
+			Data: data}
+		_, err = cms.Create(ctx, cm, metav1.CreateOptions{})
+		if err == nil {
+			l.events(nil, entries, dem)
+		}
+		return err
+	}
+	if err != nil {
+		return err
+	}
+	if equal(cm.Data, data) {
+		return nil
+	}
+	old := cm.Data
+	cm = cm.DeepCopy()
+	cm.Data = data
+	if _, err := cms.Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
+		return err
+	}
+	l.events(old, entries, dem)
+	klog.V(2).InfoS("credits: ledger updated", "pods", len(entries), "servers", len(totals))
+	return nil
+}
+
+// events tells pods whose grant is below their demand, when it changed.
+func (l *Ledger) events(old map[string]string, entries []Entry, dem map[string][]demand) {
+	pods := map[string]*corev1.Pod{}
+	for _, ds := range dem {
+		for _, d := range ds {
+			pods[d.pod.Namespace+"/"+d.pod.Name] = d.pod
+		}
+	}
+	for _, e := range entries {
+		if e.Granted >= e.Desired {
+			continue
+		}
+		var prev Entry
+		if v, ok := old[Key(splitPod(e.Pod))]; ok {
+			_ = json.Unmarshal([]byte(v), &prev)
+		}
+		if prev.Granted == e.Granted && prev.Desired == e.Desired {
+			continue
+		}
+		p := pods[e.Pod]
+		if p == nil {
+			continue
+		}
+		t := totals(e.Server, dem)
+		if e.Granted == 0 {
+			l.recorder.Eventf(p, corev1.EventTypeWarning, "CreditsRefused",
+				"no RPC-over-RDMA credits on server %s: its budget of %d is taken by %d pods", e.Server, l.cfg.Budget, t)
+		} else {
+			l.recorder.Eventf(p, corev1.EventTypeWarning, "CreditsReduced",
+				"granted %d of %d RPC-over-RDMA credits on server %s (budget %d shared by %d pods)", e.Granted, e.Desired, e.Server, l.cfg.Budget, t)
+		}
+	}
+}
+
+func totals(server string, dem map[string][]demand) int { return len(dem[server]) }
+
+func splitPod(s string) (string, string) {
+	for i := 0; i < len(s); i++ {
+		if s[i] == '/' {
+			return s[:i], s[i+1:]
+		}
+	}
+	return "", s
+}
+
+func equal(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if b[k] != v {
+			return false
+		}
+	}
+	return true
+}
