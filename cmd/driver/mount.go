@@ -42,7 +42,10 @@ Options (-o, comma-separated, nfs(5) vocabulary; unknown options are errors):
   acregmin=N acregmax=N acdirmin=N acdirmax=N actimeo=N
                        attribute cache timeouts in seconds [3, 60, 30, 60]
   ro | rw              read-only or read-write [rw]
-  credits=N            RPC-over-RDMA credits to ask for (proto=rdma) [32]`,
+  credits=N            RPC-over-RDMA credits to ask for (proto=rdma) [32]
+  rdmadev=auto|siw|ibverbs|NAME
+                       verbs provider of proto=rdma: a kernel RDMA device that
+                       reaches the server (ibverbs builds), else software iWARP [auto]`,
 		Example: `  driver mount -o proto=rdma,port=20049,mountport=20048 10.0.0.5:/vol1 /mnt/vol1
   driver mount -o proto=tcp,port=2049,mountport=20048,actimeo=0 127.0.0.1:/ /mnt`,
 		Args: cobra.ExactArgs(2),

@@ -17,7 +17,7 @@ import (
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/client"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/rpcrdma"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
-	"github.com/nfsrdma/nfsrdma-csi/pkg/verbs/siw"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/verbs/devselect"
 )
 
 // MaxWrite is the largest FUSE WRITE (and READ) request, 1 MiB, the
@@ -84,8 +84,14 @@ func ClientOptions(cfg Config) (client.Options, error) {
 	}
 	if o.Proto == ProtoRDMA {
 		addr := net.JoinHostPort(server, strconv.Itoa(o.NFSPort()))
-		co.Dial = rpcrdma.Dialer(siw.NewDevice(siw.Config{}), addr, rpcrdma.ClientOptions{Credits: o.Credits})
-		co.Transport = "rdma"
+		dev, choice, err := devselect.Select(server, o.RDMADevice)
+		if err != nil {
+			return client.Options{}, fmt.Errorf("%w: rdmadev=%s: %w", ErrBadOption, o.RDMADevice, err)
+		}
+		klog.InfoS("fusefs: RDMA device chosen", "server", server, "provider", choice.Provider, "device", choice.Device,
+			"transport", choice.Transport, "reason", choice.Reason)
+		co.Dial = rpcrdma.Dialer(dev, addr, rpcrdma.ClientOptions{Credits: o.Credits})
+		co.Transport = "rdma/" + choice.Provider
 	}
 	return co, nil
 }

@@ -60,6 +60,11 @@ type MountOptions struct {
 	// Credits is the RPC-over-RDMA credits the client asks for (ours,
 	// proto=rdma only); 0: the rpcrdma default (32).
 	Credits int
+	// RDMADevice chooses the verbs provider for proto=rdma (ours):
+	// "auto" (default: a kernel RDMA device that reaches the server when
+	// the driver is built with the ibverbs tag, else software iWARP),
+	// "siw", "ibverbs", or a device name such as mlx5_0.
+	RDMADevice string
 }
 
 // DefaultMountOptions returns the defaults of nfs(5) for vers=3 over TCP:
@@ -164,6 +169,11 @@ func ParseOptions(s string) (MountOptions, error) {
 			o.ReadOnly, err = false, flag()
 		case "credits":
 			o.Credits, err = num(1, MaxCredits)
+		case "rdmadev":
+			if !hasVal || val == "" {
+				err = fmt.Errorf("%w: rdmadev needs a value (auto, siw, ibverbs or a device name)", ErrBadOption)
+			}
+			o.RDMADevice = val
 		default:
 			err = fmt.Errorf("%w: unknown option %q", ErrBadOption, opt)
 		}
@@ -176,6 +186,9 @@ func ParseOptions(s string) (MountOptions, error) {
 	}
 	if o.ACDirMax < o.ACDirMin {
 		o.ACDirMax = o.ACDirMin
+	}
+	if o.RDMADevice != "" && o.Proto != ProtoRDMA {
+		return MountOptions{}, fmt.Errorf("%w: rdmadev=%s needs proto=rdma", ErrBadOption, o.RDMADevice)
 	}
 	if o.Credits != 0 && o.Proto != ProtoRDMA {
 		return MountOptions{}, fmt.Errorf("%w: credits=%d needs proto=rdma", ErrBadOption, o.Credits)

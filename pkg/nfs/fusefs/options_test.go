@@ -24,6 +24,7 @@ func TestParseOptions(t *testing.T) {
 		{in: "proto=rdma,port=20050,mountport=20048,credits=8", want: with(func(o *MountOptions) {
 			o.Proto, o.Port, o.MountPort, o.Credits = ProtoRDMA, 20050, 20048, 8
 		})},
+		{in: "proto=rdma,rdmadev=mlx5_0", want: with(func(o *MountOptions) { o.Proto, o.RDMADevice = ProtoRDMA, "mlx5_0" })},
 		{in: "rsize=65536,wsize=1048576", want: with(func(o *MountOptions) { o.RSize, o.WSize = 65536, 1<<20 })},
 		{in: "soft,timeo=15,retrans=5", want: with(func(o *MountOptions) {
 			o.Soft, o.Timeo, o.Retrans = true, 1500*time.Millisecond, 5
@@ -50,6 +51,8 @@ func TestParseOptions(t *testing.T) {
 		{in: "timeo=0", bad: true},
 		{in: "ro=1", bad: true},
 		{in: "credits=8", bad: true},               // needs proto=rdma
+		{in: "rdmadev=siw", bad: true},             // needs proto=rdma
+		{in: "proto=rdma,rdmadev", bad: true},      // needs a value
 		{in: "proto=rdma,credits=0", bad: true},    // out of range
 		{in: "proto=rdma,credits=5000", bad: true}, // out of range
 		{in: "nolock", bad: true},                  // unknown: not ignored
