@@ -1,12 +1,14 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"os"
 	"strconv"
 	"strings"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"k8s.io/client-go/kubernetes"
@@ -18,17 +20,18 @@ import (
 	"github.com/nfsrdma/nfsrdma-csi/pkg/csi/credits"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/csi/deviceplugin"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/csi/mounter"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/metrics"
 )
 
 func newControllerCmd() *cobra.Command {
 	var (
-		endpoint, tokenFile string
-		ports               csi.ServerPorts
-		servers             []string
-		kube                kubeFlags
-		ledger, elect       bool
-		budget              int
-		electNS, metrics    string
+		endpoint, tokenFile  string
+		ports                csi.ServerPorts
+		servers              []string
+		kube                 kubeFlags
+		ledger, elect        bool
+		budget               int
+		electNS, metricsAddr string
 	)
 	cmd := &cobra.Command{
 		Use:   "controller",
@@ -49,8 +52,9 @@ admin API (authenticated with the token in --admin-token-file).`,
 				}
 				token = strings.TrimSpace(string(b))
 			}
+			cm := metrics.NewCSI(nil)
 			d, err := csi.New(csi.Config{Version: version, Endpoint: endpoint, Controller: true,
-				Ports: ports, AdminToken: token, Servers: servers})
+				Ports: ports, AdminToken: token, Servers: servers, Metrics: cm})
 			if err != nil {
 				return err
 			}
@@ -75,7 +79,7 @@ admin API (authenticated with the token in --admin-token-file).`,
 					}
 				}
 			}
-			go serveMetrics(ctx, metrics)
+			go serveMetrics(ctx, metricsAddr, newRegistry(cm))
 			return d.Run(ctx)
 		},
 	}
@@ -92,7 +96,7 @@ admin API (authenticated with the token in --admin-token-file).`,
 	f.IntVar(&budget, "credits-budget", credits.DefaultBudget, "credits each export server grants all pods together")
 	f.BoolVar(&elect, "leader-election", false, "run the credit ledger only while holding the Lease nfsrdma-csi-credits (several replicas)")
 	f.StringVar(&electNS, "leader-election-namespace", "", "namespace of the leader election Lease (default: --namespace)")
-	f.StringVar(&metrics, "metrics-address", "", "HOST:PORT of the Prometheus /metrics endpoint (empty: off)")
+	f.StringVar(&metricsAddr, "metrics-address", "", "HOST:PORT of the Prometheus /metrics endpoint (empty: off)")
 	return cmd
 }
 
@@ -130,7 +134,7 @@ func newNodeCmd() *cobra.Command {
 		kube                  kubeFlags
 		dp                    deviceplugin.Options
 		devicePlugin, useKube bool
-		metrics               string
+		metricsAddr           string
 	)
 	cmd := &cobra.Command{
 		Use:   "node",
@@ -157,10 +161,23 @@ pod's mount. Needs root (mount(2)) and /dev/fuse.`,
 					cfg.Kube, cfg.LedgerNamespace, cfg.LedgerName = c, kube.namespace, credits.DefaultName
 				}
 			}
+			cm := metrics.NewCSI(nil)
+			cfg.Metrics = cm
 			d, err := csi.New(cfg)
 			if err != nil {
 				return err
 			}
+			mc := metrics.NewMountCollector(func(ctx context.Context) ([]metrics.MountTarget, error) {
+				ms, err := (&mounter.Client{Socket: cfg.MounterSocket}).List(ctx)
+				var ts []metrics.MountTarget
+				for _, m := range ms {
+					if m.MetricsSocket != "" {
+						ts = append(ts, metrics.MountTarget{Socket: m.MetricsSocket,
+							Labels: prometheus.Labels{"volume": m.VolumeID, "pod": m.PodUID}})
+					}
+				}
+				return ts, err
+			})
 			if devicePlugin {
 				p, err := deviceplugin.New(dp)
 				if err != nil {
@@ -172,7 +189,7 @@ pod's mount. Needs root (mount(2)) and /dev/fuse.`,
 					}
 				}()
 			}
-			go serveMetrics(ctx, metrics)
+			go serveMetrics(ctx, metricsAddr, newRegistry(cm, mc))
 			return d.Run(ctx)
 		},
 	}
@@ -188,7 +205,7 @@ pod's mount. Needs root (mount(2)) and /dev/fuse.`,
 	f.BoolVar(&devicePlugin, "device-plugin", false, "advertise this node's RDMA devices to kubelet (device-plugin API)")
 	f.StringVar(&dp.PluginDir, "device-plugin-dir", deviceplugin.DefaultPluginDir, "kubelet's device-plugin directory")
 	f.StringVar(&dp.ResourceName, "resource-name", deviceplugin.DefaultResourceName, "extended resource name of the RDMA devices")
-	f.StringVar(&metrics, "metrics-address", "", "HOST:PORT of the Prometheus /metrics endpoint (empty: off)")
+	f.StringVar(&metricsAddr, "metrics-address", "", "HOST:PORT of the Prometheus /metrics endpoint, with each pod's mount metrics (empty: off)")
 	_ = cmd.MarkFlagRequired("nodeid")
 	return cmd
 }

@@ -2,31 +2,31 @@ package main
 
 import (
 	"context"
-	"errors"
-	"net/http"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"k8s.io/klog/v2"
+
+	"github.com/nfsrdma/nfsrdma-csi/pkg/metrics"
 )
 
-// serveMetrics serves Prometheus /metrics on addr until ctx ends ("" = off).
-func serveMetrics(ctx context.Context, addr string) {
+// newRegistry returns a registry with the Go runtime and process
+// collectors and cs.
+func newRegistry(cs ...prometheus.Collector) *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(cs...)
+	return reg
+}
+
+// serveMetrics serves reg's /metrics on addr until ctx ends ("" = off);
+// a failure is logged, never fatal.
+func serveMetrics(ctx context.Context, addr string, reg *prometheus.Registry) {
 	if addr == "" {
 		return
 	}
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(prometheus.DefaultGatherer, promhttp.HandlerOpts{}))
-	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	go func() {
-		<-ctx.Done()
-		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(sctx)
-	}()
 	klog.InfoS("metrics: serving", "address", addr)
-	if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		klog.ErrorS(err, "metrics: stopped")
+	if err := metrics.Serve(ctx, addr, reg); err != nil {
+		klog.ErrorS(err, "metrics: stopped", "address", addr)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/klog/v2"
 
+	"github.com/nfsrdma/nfsrdma-csi/pkg/metrics"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/fusefs"
 )
 
@@ -19,6 +20,7 @@ func newMountCmd() *cobra.Command {
 		fuseFD  int
 		readyFD int
 		machine string
+		msock   string
 	)
 	cmd := &cobra.Command{
 		Use:   "mount [-o OPTIONS] SERVER:/EXPORT MOUNTPOINT",
@@ -62,6 +64,14 @@ Options (-o, comma-separated, nfs(5) vocabulary; unknown options are errors):
 			if err != nil {
 				return err
 			}
+			if msock != "" {
+				reg := newRegistry(metrics.NewClientCollector(m.Client.Stats, nil), metrics.NewDeviceCollector(nil, nil))
+				go func() {
+					if err := metrics.ServeUnix(ctx, msock, reg); err != nil {
+						klog.ErrorS(err, "mount: metrics socket", "path", msock)
+					}
+				}()
+			}
 			done := make(chan error, 1)
 			go func() { done <- m.Wait() }()
 			select {
@@ -90,6 +100,7 @@ Options (-o, comma-separated, nfs(5) vocabulary; unknown options are errors):
 	f.BoolVar(&debug, "fuse-debug", false, "log every FUSE request")
 	f.IntVar(&fuseFD, "fuse-fd", 0, "serve an inherited /dev/fuse fd that another process already mounted on MOUNTPOINT (mount(2) with fd=N) instead of mounting")
 	f.IntVar(&readyFD, "ready-fd", 0, "inherited fd to write one line to once mounted (\"ok\" or \"error: ...\"), then close")
+	f.StringVar(&msock, "metrics-socket", "", "unix socket to serve this mount's Prometheus metrics on (the node plugin gathers them)")
 	f.StringVar(&machine, "machine-name", "", "AUTH_SYS machine name of NFS calls (default: the host name); the CSI node plugin sets the pod's identity")
 	return cmd
 }

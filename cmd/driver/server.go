@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/klog/v2"
 
+	"github.com/nfsrdma/nfsrdma-csi/pkg/metrics"
 	nfsserver "github.com/nfsrdma/nfsrdma-csi/pkg/nfs/server"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/rpcrdma"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/verbs/siw"
@@ -22,7 +23,7 @@ import (
 
 func newServerCmd() *cobra.Command {
 	var (
-		root                      string
+		root, metricsAddr         string
 		exports                   []string
 		listen, keyFile           string
 		nfsPort, mntPort, rdmaPrt int
@@ -107,6 +108,13 @@ the controller: handles obtained through it bypass volume quotas and lists.`,
 			}
 			defer srv.Close()
 			ctx, cancel := context.WithCancel(cmd.Context())
+			if metricsAddr != "" {
+				rpcm := metrics.NewRPCServer(nil)
+				srv.Dispatcher().SetObserver(rpcm)
+				reg := newRegistry(rpcm, metrics.NewVolumeCollector(srv.Volumes, nil),
+					metrics.NewTransportCollector(metrics.RoleResponder, srv.RDMAMetrics, nil))
+				go serveMetrics(ctx, metricsAddr, reg)
+			}
 			defer cancel()
 			errc := make(chan error, 3)
 			go func() { errc <- srv.ListenAndServe(ctx, listen, nfsPort, mntPort) }()
@@ -166,6 +174,7 @@ the controller: handles obtained through it bypass volume quotas and lists.`,
 	f.IntVar(&nfsPort, "nfs-port", nfsserver.DefaultNFSPort, "TCP port of NFS v3")
 	f.IntVar(&mntPort, "mount-port", nfsserver.DefaultMountPort, "TCP port of MOUNT v3")
 	f.IntVar(&rdmaPrt, "rdma-port", nfsserver.DefaultRDMAPort, "port of NFS over RDMA (software iWARP); 0: off")
+	f.StringVar(&metricsAddr, "metrics-address", "", "HOST:PORT of the Prometheus /metrics endpoint: RPCs by procedure with latency, RPC-over-RDMA transport counters, volume quota and usage (empty: off)")
 	f.IntVar(&credits, "credits", 32, "RPC-over-RDMA credits granted per connection (receives posted per connection)")
 	f.StringVar(&adminListen, "admin-listen", "", "HOST:PORT of the admin API (HTTP, bearer token); empty: off")
 	f.StringVar(&adminTokenF, "admin-token-file", "", "file holding the admin API's bearer token (required with --admin-listen)")

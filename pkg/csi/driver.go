@@ -19,6 +19,8 @@ import (
 	"google.golang.org/grpc"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
+
+	"github.com/nfsrdma/nfsrdma-csi/pkg/metrics"
 )
 
 // DriverName is the CSI driver name registered with Kubernetes.
@@ -62,6 +64,8 @@ type Config struct {
 	LedgerNamespace, LedgerName string
 	// LedgerWait bounds the wait for a pod's ledger entry (default 10 s).
 	LedgerWait time.Duration
+	// Metrics records every CSI call (nil: none).
+	Metrics *metrics.CSI
 }
 
 // Driver serves the CSI services of Config.
@@ -120,7 +124,7 @@ func (d *Driver) Run(ctx context.Context) error {
 
 // Serve serves gRPC on l until ctx ends.
 func (d *Driver) Serve(ctx context.Context, l net.Listener) error {
-	srv := grpc.NewServer(grpc.UnaryInterceptor(logCalls))
+	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(logCalls, d.cfg.Metrics.UnaryServerInterceptor()))
 	csipb.RegisterIdentityServer(srv, &identity{d: d})
 	if d.ctrl != nil {
 		csipb.RegisterControllerServer(srv, d.ctrl)

@@ -2,6 +2,8 @@ package csi
 
 import (
 	"context"
+	"io"
+	"net/http"
 	"net"
 	"os"
 	"os/exec"
@@ -85,6 +87,7 @@ type env struct {
 	bin, dir                             string
 	root, state, token, tokenFile        string
 	nfsPort, mountPort, rdmaPort, adminP int
+	nodeMetrics, serverMetrics           int
 	ctrlSock, nodeSock, mounterSock      string
 	targetRoot                           string
 
@@ -121,6 +124,7 @@ func newEnv(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	e.nfsPort, e.mountPort, e.rdmaPort, e.adminP = freePort(t), freePort(t), freePort(t), freePort(t)
+	e.nodeMetrics, e.serverMetrics = freePort(t), freePort(t)
 	e.ctrlSock = filepath.Join(dir, "ctrl.sock")
 	e.nodeSock = filepath.Join(dir, "node.sock")
 	e.mounterSock = filepath.Join(dir, "mounter.sock")
@@ -205,7 +209,7 @@ func (e *env) startServer() {
 		"--nfs-port", strconv.Itoa(e.nfsPort), "--mount-port", strconv.Itoa(e.mountPort),
 		"--rdma-port", strconv.Itoa(e.rdmaPort),
 		"--admin-listen", "127.0.0.1:"+strconv.Itoa(e.adminP), "--admin-token-file", e.tokenFile,
-		"--state-dir", e.state)
+		"--state-dir", e.state, "--metrics-address", "127.0.0.1:"+strconv.Itoa(e.serverMetrics))
 }
 
 func (e *env) startMounter() {
@@ -216,7 +220,8 @@ func (e *env) startMounter() {
 func (e *env) startNode() {
 	e.start("node", dialable("unix", e.nodeSock),
 		"node", "--endpoint", "unix://"+e.nodeSock, "--nodeid", "node1", "--node-address", "127.0.0.1",
-		"--mounter-socket", e.mounterSock, "--target-root", e.targetRoot, "--unmount-timeout", "2s")
+		"--mounter-socket", e.mounterSock, "--target-root", e.targetRoot, "--unmount-timeout", "2s",
+		"--metrics-address", "127.0.0.1:"+strconv.Itoa(e.nodeMetrics))
 }
 
 func (e *env) startController() {
@@ -289,4 +294,19 @@ func ctxT(t *testing.T, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// scrape returns the text of a /metrics endpoint on loopback.
+func scrape(t *testing.T, port int) string {
+	t.Helper()
+	resp, err := http.Get("http://127.0.0.1:" + strconv.Itoa(port) + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }

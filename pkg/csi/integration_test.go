@@ -151,6 +151,31 @@ func TestQuota(t *testing.T) {
 	if err != nil || st.GetUsage()[0].GetTotal() != 16<<20 || st.GetUsage()[0].GetUsed() < 5<<20 {
 		t.Fatalf("volume stats after expansion: %v %v; want total 16 MiB, at least 5 MiB used", st, err)
 	}
+	// metrics: the node's endpoint has the CSI calls and this pod's mount
+	// (labelled with its volume and pod); the server's has the NFS WRITEs
+	// by transport and the volume's quota
+	nm := scrape(t, e.nodeMetrics)
+	for _, want := range []string{
+		`nfsrdma_csi_operations_total{grpc_code="OK",method="NodePublishVolume"} 1`,
+		`pod="uid-quota"`, `nfsrdma_client_rpc_calls_total`, `nfsrdma_mount_scrape_up`,
+	} {
+		if !strings.Contains(nm, want) {
+			t.Errorf("node metrics lack %s", want)
+		}
+	}
+	sm := scrape(t, e.serverMetrics)
+	for _, want := range []string{
+		`nfsrdma_server_rpc_total{procedure="WRITE",program="nfs",status="success",transport="rdma"}`,
+		`nfsrdma_volume_quota_bytes{volume="quota"} 1.6777216e+07`,
+		`nfsrdma_rpcrdma_connections{role="responder"}`,
+	} {
+		if !strings.Contains(sm, want) {
+			t.Errorf("server metrics lack %s", want)
+		}
+	}
+	if t.Failed() {
+		t.Logf("node metrics:\n%s\nserver metrics:\n%s", nm, sm)
+	}
 	e.teardown(id, target)
 }
 

@@ -63,6 +63,10 @@ type Mount struct {
 	Started time.Time `json:"started,omitempty"`
 	// Log is the serving process's log file (set by the mounter).
 	Log string `json:"log,omitempty"`
+	// MetricsSocket is the unix socket where the serving process exposes
+	// its Prometheus metrics (set by the mounter; the node plugin's
+	// /metrics gathers them with the pod's labels).
+	MetricsSocket string `json:"metricsSocket,omitempty"`
 }
 
 // Response answers a Request.

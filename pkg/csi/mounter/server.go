@@ -216,7 +216,8 @@ func (s *Server) start(ctx context.Context, m Mount, fuse *os.File) (Mount, erro
 		return Mount{}, err
 	}
 	args := append([]string{"mount"}, s.ExtraArgs...)
-	args = append(args, "--fuse-fd=3", "--ready-fd=4")
+	m.MetricsSocket = filepath.Join(s.StateDir, key(m.Target)+".metrics.sock")
+	args = append(args, "--fuse-fd=3", "--ready-fd=4", "--metrics-socket="+m.MetricsSocket)
 	if m.Options != "" {
 		args = append(args, "-o", m.Options)
 	}
@@ -291,6 +292,9 @@ func (s *Server) forget(p *proc) {
 	if s.mounts[p.m.Target] == p {
 		delete(s.mounts, p.m.Target)
 		_ = os.Remove(s.statePath(p.m.Target))
+		if p.m.MetricsSocket != "" {
+			_ = os.Remove(p.m.MetricsSocket)
+		}
 	}
 	s.mu.Unlock()
 	close(p.done)

@@ -25,10 +25,26 @@ func (s *Server) ServeRDMA(ctx context.Context, dev verbs.Device, addr string, o
 		return fmt.Errorf("nfs server: NFS/RDMA on %s: %w", addr, err)
 	}
 	defer l.Close()
+	s.rdmaMu.Lock()
+	s.rdma = l
+	s.rdmaMu.Unlock()
 	klog.InfoS("nfs server: serving NFS over RDMA", "addr", l.Addr(), "device", dev.Name(), "transport", dev.Transport())
 	err = l.Serve(ctx, s.rpc)
 	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 		return nil
 	}
 	return err
+}
+
+// RDMAMetrics returns the RPC-over-RDMA counters of the latest ServeRDMA
+// listener (connections, calls, credits granted and in use, chunks and
+// bytes by kind, RDMA_ERROR replies; see rpcrdma.Metrics); zero before
+// ServeRDMA.
+func (s *Server) RDMAMetrics() rpcrdma.Metrics {
+	s.rdmaMu.Lock()
+	defer s.rdmaMu.Unlock()
+	if s.rdma == nil {
+		return rpcrdma.Metrics{}
+	}
+	return s.rdma.Metrics()
 }

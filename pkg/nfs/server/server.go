@@ -18,6 +18,7 @@ import (
 
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/mount3"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nfs3"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/rpcrdma"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
 )
 
@@ -90,6 +91,9 @@ type Server struct {
 	reg     registry
 	files   fileLocks
 	version string
+
+	rdmaMu sync.Mutex
+	rdma   interface{ Metrics() rpcrdma.Metrics } // the ServeRDMA listener
 
 	jobs jobRunner
 

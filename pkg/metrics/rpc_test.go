@@ -1,0 +1,282 @@
+package metrics
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/admin"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/client"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nfs3"
+	nfsserver "github.com/nfsrdma/nfsrdma-csi/pkg/nfs/server"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/xdr"
+)
+
+// exportEnv is a real export server over TCP with one volume, "vol".
+type exportEnv struct {
+	srv              *nfsserver.Server
+	nfsPort, mntPort int
+}
+
+func needRoot(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("the export server needs root (CI=true)")
+		}
+		t.Skip("the export server needs root")
+	}
+}
+
+func startExport(t testing.TB, quota int64) *exportEnv {
+	t.Helper()
+	needRoot(t)
+	root := filepath.Join(t.TempDir(), "root")
+	if err := os.MkdirAll(filepath.Join(root, "vol"), 0o777); err != nil {
+		t.Fatal(err)
+	}
+	srv, err := nfsserver.New(nfsserver.Options{Root: root})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := srv.AddVolume("vol", quota, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Grant("vol", admin.Access{Node: "node-1", Addrs: []string{"127.0.0.1"}}); err != nil {
+		t.Fatal(err)
+	}
+	nl, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ml, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, nl, ml) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		srv.Close()
+	})
+	return &exportEnv{srv: srv, nfsPort: nl.Addr().(*net.TCPAddr).Port, mntPort: ml.Addr().(*net.TCPAddr).Port}
+}
+
+// The export server's RPC and volume metrics and the NFS client's
+// metrics, end to end: our NFS client mounts a volume of our export
+// server over TCP, writes and reads; the server's registry and the
+// client's are scraped over HTTP and parsed.
+func TestRPCServerAndClientMetrics(t *testing.T) {
+	e := startExport(t, 1<<30)
+	ctx := testCtx(t, 30*time.Second)
+
+	srvReg := prometheus.NewRegistry()
+	rpcm := NewRPCServer(nil)
+	srvReg.MustRegister(rpcm, NewVolumeCollector(e.srv.Volumes, nil))
+	e.srv.Dispatcher().SetObserver(rpcm)
+	srvURL := serveReg(t, srvReg) + "/metrics"
+
+	cliReg := prometheus.NewRegistry()
+	rpcc := NewRPCClient(nil)
+	nfsAddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(e.nfsPort))
+	c, err := client.Mount(ctx, client.Options{Server: "127.0.0.1", MountPort: e.mntPort, Export: "/vol",
+		Dial: rpcc.Dial(sunrpc.TCPDialer(nfsAddr, sunrpc.TCPOptions{})), Transport: "tcp"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	cliReg.MustRegister(rpcc, NewClientCollector(c.Stats, nil))
+	cliURL := serveReg(t, cliReg) + "/metrics"
+
+	s0, c0 := scrape(t, nil, srvURL), scrape(t, nil, cliURL)
+	nfs := func(proc, st string) map[string]string {
+		return l("transport", "tcp", "program", "nfs", "procedure", proc, "status", st)
+	}
+	if v := mustValue(t, s0, "nfsrdma_server_rpc_total", l("transport", "tcp", "program", "mount", "procedure", "MNT", "status", "success")); v != 1 {
+		t.Fatalf("MNT calls %v, want 1", v)
+	}
+	fsinfo0 := mustValue(t, s0, "nfsrdma_server_rpc_total", nfs("FSINFO", "success"))
+	if value(s0, "nfsrdma_server_rpc_total", nfs("WRITE", "success")) != -1 {
+		t.Fatal("WRITE counted before any write")
+	}
+	if v := mustValue(t, s0, "nfsrdma_volume_granted_nodes", l("volume", "vol")); v != 1 {
+		t.Fatalf("granted nodes %v", v)
+	}
+	if v := mustValue(t, s0, "nfsrdma_volume_quota_bytes", l("volume", "vol")); v != 1<<30 {
+		t.Fatalf("quota %v", v)
+	}
+	used0 := mustValue(t, s0, "nfsrdma_volume_used_bytes", l("volume", "vol"))
+	inodes0 := mustValue(t, s0, "nfsrdma_volume_used_inodes", l("volume", "vol"))
+	calls0 := mustValue(t, c0, "nfsrdma_client_rpc_calls_total", nil)
+
+	fh, _, err := c.CreateFile(ctx, c.Root(), "f", 0o644, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := bytes.Repeat([]byte("metrics!"), 8192) // 64 KiB
+	if _, err := c.Write(ctx, fh, 0, data, nfs3.FileSync); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, len(data))
+	if n, _, _, err := c.Read(ctx, fh, 0, buf); err != nil || n != len(data) {
+		t.Fatalf("read %d, %v", n, err)
+	}
+	if _, err := c.Fsinfo(ctx, c.Root()); err != nil {
+		t.Fatal(err)
+	}
+
+	s1, c1 := scrape(t, nil, srvURL), scrape(t, nil, cliURL)
+	for _, p := range []string{"WRITE", "READ"} {
+		if v := mustValue(t, s1, "nfsrdma_server_rpc_total", nfs(p, "success")); v != 1 {
+			t.Errorf("server %s calls %v, want 1", p, v)
+		}
+		if v := mustValue(t, s1, "nfsrdma_server_rpc_duration_seconds", l("transport", "tcp", "program", "nfs", "procedure", p)); v != 1 {
+			t.Errorf("server %s latency samples %v, want 1", p, v)
+		}
+		if v := mustValue(t, c1, "nfsrdma_client_rpc_transmissions_total", l("program", "nfs", "procedure", p, "result", "ok")); v != 1 {
+			t.Errorf("client %s round trips %v, want 1", p, v)
+		}
+		if v := mustValue(t, c1, "nfsrdma_client_rpc_duration_seconds", l("program", "nfs", "procedure", p)); v != 1 {
+			t.Errorf("client %s latency samples %v, want 1", p, v)
+		}
+	}
+	if v := mustValue(t, s1, "nfsrdma_server_rpc_total", nfs("FSINFO", "success")); v != fsinfo0+1 {
+		t.Errorf("FSINFO %v, want %v", v, fsinfo0+1)
+	}
+	if v := mustValue(t, c1, "nfsrdma_client_rpc_bytes_total", l("procedure", "WRITE", "direction", "sent")); v < float64(len(data)) {
+		t.Errorf("WRITE bytes sent %v < %d", v, len(data))
+	}
+	if v := mustValue(t, c1, "nfsrdma_client_rpc_bytes_total", l("procedure", "READ", "direction", "received")); v < float64(len(data)) {
+		t.Errorf("READ bytes received %v < %d", v, len(data))
+	}
+	if v := mustValue(t, c1, "nfsrdma_client_rpc_calls_total", nil); v < calls0+4 {
+		t.Errorf("client calls %v, want >= %v", v, calls0+4)
+	}
+	if v := mustValue(t, c1, "nfsrdma_client_rpc_retransmits_total", nil); v != 0 {
+		t.Errorf("retransmits %v", v)
+	}
+	if v := mustValue(t, s1, "nfsrdma_volume_used_bytes", l("volume", "vol")); v < used0+float64(len(data)) {
+		t.Errorf("used bytes %v, want >= %v", v, used0+float64(len(data)))
+	}
+	if v := mustValue(t, s1, "nfsrdma_volume_used_inodes", l("volume", "vol")); v != inodes0+1 {
+		t.Errorf("used inodes %v, want %v", v, inodes0+1)
+	}
+	if v := mustValue(t, s1, "nfsrdma_volumes", nil); v != 1 {
+		t.Errorf("volumes %v", v)
+	}
+
+	// Errors: garbage arguments, an unknown program (numeric labels).
+	raw, err := sunrpc.NewClient(sunrpc.TCPDialer(nfsAddr, sunrpc.TCPOptions{}), sunrpc.ClientOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	_ = raw.Call(ctx, sunrpc.CallSpec{Prog: nfs3.Program, Vers: nfs3.Version, Proc: nfs3.ProcGetattr})
+	_ = raw.Call(ctx, sunrpc.CallSpec{Prog: 400123, Vers: 2, Proc: 7})
+	s2 := scrape(t, nil, srvURL)
+	if v := mustValue(t, s2, "nfsrdma_server_rpc_total", nfs("GETATTR", "garbage_args")); v != 1 {
+		t.Errorf("GETATTR garbage_args %v", v)
+	}
+	if v := mustValue(t, s2, "nfsrdma_server_rpc_total", l("program", "400123v2", "procedure", "7", "status", "prog_unavail")); v != 1 {
+		t.Errorf("unknown program %v", v)
+	}
+}
+
+// Observing a known call allocates nothing once its series exist; calls
+// of other programs beyond MaxOtherCalls share one "other" series.
+func TestRPCServerObserveCall(t *testing.T) {
+	m := NewRPCServer(prometheus.Labels{"server": "s1"})
+	req := &sunrpc.Request{Prog: nfs3.Program, Vers: nfs3.Version, Proc: nfs3.ProcRead, Transport: "rdma"}
+	m.ObserveCall(req, sunrpc.StatusSuccess, time.Millisecond)
+	if n := testing.AllocsPerRun(1000, func() { m.ObserveCall(req, sunrpc.StatusSuccess, time.Millisecond) }); n != 0 {
+		t.Errorf("%v allocations per observation", n)
+	}
+	for i := range MaxOtherCalls + 10 {
+		m.ObserveCall(&sunrpc.Request{Prog: 500000 + uint32(i), Vers: 1, Transport: "tcp"}, sunrpc.StatusProgUnavail, time.Microsecond)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(m)
+	fams := scrape(t, nil, serveReg(t, reg)+"/metrics")
+	if v := mustValue(t, fams, "nfsrdma_server_rpc_total", l("server", "s1", "transport", "rdma", "program", "nfs", "procedure", "READ", "status", "success")); v != 1002 { // 1 + AllocsPerRun's warm-up + 1000
+		t.Errorf("READ %v, want 1002", v)
+	}
+	if v := mustValue(t, fams, "nfsrdma_server_rpc_total", l("program", "other", "procedure", "other", "status", "prog_unavail")); v != 10 {
+		t.Errorf("other %v, want 10", v)
+	}
+	if n := len(fams["nfsrdma_server_rpc_total"].GetMetric()); n != 1+MaxOtherCalls+1 {
+		t.Errorf("%d series, want %d", n, MaxOtherCalls+2)
+	}
+}
+
+func TestNames(t *testing.T) {
+	for _, c := range []struct {
+		prog, vers, proc uint32
+		pg, pc           string
+	}{
+		{100003, 3, 1, "nfs", "GETATTR"}, {100003, 3, 21, "nfs", "COMMIT"}, {100003, 3, 22, "nfs", "22"},
+		{100003, 4, 1, "100003v4", "1"}, {100005, 3, 1, "mount", "MNT"}, {100005, 3, 5, "mount", "EXPORT"},
+		{100000, 2, 3, "100000v2", "3"},
+	} {
+		if pg, pc := ProgramName(c.prog, c.vers), ProcedureName(c.prog, c.vers, c.proc); pg != c.pg || pc != c.pc {
+			t.Errorf("%d/%d/%d: %s %s, want %s %s", c.prog, c.vers, c.proc, pg, pc, c.pg, c.pc)
+		}
+	}
+}
+
+type failingTransport struct{ sunrpc.ClientTransport }
+
+func (failingTransport) RoundTrip(context.Context, *sunrpc.Call) (*sunrpc.Reply, error) {
+	return nil, sunrpc.ErrConnLost
+}
+
+// RPCClient counts failed round trips as errors, without latency, and
+// calls of other programs as "other"; the hot path does not allocate.
+func TestRPCClientErrors(t *testing.T) {
+	m := NewRPCClient(nil)
+	dial := m.Dial(func(context.Context) (sunrpc.ClientTransport, error) { return failingTransport{}, nil })
+	tr, err := dial(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	head := func(prog, vers, proc uint32) []byte {
+		e := xdr.NewEncoder(nil)
+		h := sunrpc.CallHeader{XID: 1, RPCVers: 2, Prog: prog, Vers: vers, Proc: proc}
+		h.Encode(e)
+		return e.Bytes()
+	}
+	write := &sunrpc.Call{Msg: sunrpc.Message{Head: head(nfs3.Program, nfs3.Version, nfs3.ProcWrite), Payload: make([]byte, 1000), HasPayload: true}}
+	if _, err := tr.RoundTrip(context.Background(), write); !errors.Is(err, sunrpc.ErrConnLost) {
+		t.Fatalf("err %v", err)
+	}
+	if n := testing.AllocsPerRun(100, func() { tr.RoundTrip(context.Background(), write) }); n != 0 {
+		t.Errorf("%v allocations per round trip", n)
+	}
+	tr.RoundTrip(context.Background(), &sunrpc.Call{Msg: sunrpc.Message{Head: head(100000, 2, 3)}})
+	tr.RoundTrip(context.Background(), &sunrpc.Call{Msg: sunrpc.Message{Head: []byte{1, 2}}})
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(m)
+	f := scrape(t, nil, serveReg(t, reg)+"/metrics")
+	if v := mustValue(t, f, "nfsrdma_client_rpc_transmissions_total", l("procedure", "WRITE", "result", "error")); v != 102 {
+		t.Errorf("WRITE errors %v, want 102", v)
+	}
+	if v := mustValue(t, f, "nfsrdma_client_rpc_bytes_total", l("procedure", "WRITE", "direction", "sent")); v != 102*float64(write.Msg.Len()) {
+		t.Errorf("WRITE bytes sent %v", v)
+	}
+	if value(f, "nfsrdma_client_rpc_duration_seconds", l("procedure", "WRITE")) > 0 {
+		t.Error("latency observed for failed round trips")
+	}
+	if v := mustValue(t, f, "nfsrdma_client_rpc_transmissions_total", l("program", "other", "procedure", "other", "result", "error")); v != 2 {
+		t.Errorf("other %v, want 2", v)
+	}
+}
