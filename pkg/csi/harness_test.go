@@ -3,8 +3,8 @@ package csi
 import (
 	"context"
 	"io"
-	"net/http"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
