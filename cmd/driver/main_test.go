@@ -44,7 +44,7 @@ func TestHelpOnEveryCommand(t *testing.T) {
 		}
 	}
 	walk(newRootCmd())
-	want := []string{"", "controller", "mount", "mounter", "node", "perf", "perf client", "perf loopback", "perf server", "server", "version"}
+	want := []string{"", "controller", "demo", "mount", "mounter", "node", "perf", "perf client", "perf loopback", "perf server", "server", "version"}
 	var got []string
 	for _, p := range paths {
 		got = append(got, strings.Join(p, " "))

@@ -26,7 +26,7 @@ func newRootCmd() *cobra.Command {
 	root.SetGlobalNormalizationFunc(wordSepNormalize)
 	root.CompletionOptions.HiddenDefaultCmd = true
 	root.AddCommand(newVersionCmd(), newPerfCmd(), newServerCmd(), newMountCmd(),
-		newControllerCmd(), newNodeCmd(), newMounterCmd())
+		newControllerCmd(), newNodeCmd(), newMounterCmd(), newDemoCmd())
 	return root
 }
 
