@@ -212,7 +212,7 @@ func (c *call) commit(d *xdr.Decoder, b *sunrpc.Builder) error {
 		default:
 			fd, err := o.reopen(unix.O_RDONLY)
 			if err == nil {
-				err = unix.Fsync(fd)
+				err = c.syncCharged(&o, fd)
 				unix.Close(fd)
 			}
 			st = statusOf(err)

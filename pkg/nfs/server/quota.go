@@ -245,3 +245,25 @@ func chargeDir(o *obj) {
 		v.charge((st.Blocks-o.st.Blocks)*512, 0)
 	}
 }
+
+// syncCharged is fsync(2) of fd (the file of o) that charges its volume
+// the change of st_blocks it causes: with delayed allocation (ext4, XFS)
+// writeback may allocate blocks beyond those counted at WRITE time (an
+// extent tree block, say).
+func (c *call) syncCharged(o *obj, fd int) error {
+	v := o.ex.vol
+	if v == nil {
+		return unix.Fsync(fd)
+	}
+	m := c.s.files.lock(o.st.Ino)
+	defer m.Unlock()
+	var pre, post unix.Stat_t
+	if err := unix.Fstat(fd, &pre); err != nil {
+		return err
+	}
+	err := unix.Fsync(fd)
+	if unix.Fstat(fd, &post) == nil && post.Nlink > 0 {
+		v.charge((post.Blocks-pre.Blocks)*512, 0)
+	}
+	return err
+}
