@@ -59,13 +59,18 @@ Options (-o, comma-separated, nfs(5) vocabulary; unknown options are errors):
 			ctx := cmd.Context()
 			cfg := fusefs.Config{Source: args[0], Options: mo, Debug: debug, FD: fuseFD}
 			cfg.AuthSys.MachineName = machine
+			var rc *metrics.RPCClient
+			if msock != "" {
+				rc = metrics.NewRPCClient(nil) // per-procedure calls, latency and bytes of this pod's mount
+				cfg.WrapDial = rc.Dial
+			}
 			m, err := fusefs.NewMount(ctx, args[1], cfg)
 			ready(readyFD, err)
 			if err != nil {
 				return err
 			}
 			if msock != "" {
-				reg := newRegistry(metrics.NewClientCollector(m.Client.Stats, nil), metrics.NewDeviceCollector(nil, nil))
+				reg := newRegistry(rc, metrics.NewClientCollector(m.Client.Stats, nil), metrics.NewDeviceCollector(nil, nil))
 				go func() {
 					if err := metrics.ServeUnix(ctx, msock, reg); err != nil {
 						klog.ErrorS(err, "mount: metrics socket", "path", msock)

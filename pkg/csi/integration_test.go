@@ -158,6 +158,7 @@ func TestQuota(t *testing.T) {
 	for _, want := range []string{
 		`nfsrdma_csi_operations_total{grpc_code="OK",method="NodePublishVolume"} 1`,
 		`pod="uid-quota"`, `nfsrdma_client_rpc_calls_total`, `nfsrdma_mount_scrape_up`,
+		`nfsrdma_client_rpc_duration_seconds_bucket`, `nfsrdma_client_rpc_bytes_total`,
 	} {
 		if !strings.Contains(nm, want) {
 			t.Errorf("node metrics lack %s", want)

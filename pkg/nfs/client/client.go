@@ -96,6 +96,9 @@ func Mount(ctx context.Context, opts Options) (*Client, error) {
 		dial = sunrpc.TCPDialer(hostPort(opts.Server, opts.NFSPort), opts.TCP)
 		opts.Transport = "tcp"
 	}
+	if opts.WrapDial != nil {
+		dial = opts.WrapDial(dial)
+	}
 	nc, err := sunrpc.NewClient(dial, copts)
 	if err != nil {
 		umount(mnt, opts.Export)

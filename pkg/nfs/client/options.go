@@ -51,6 +51,9 @@ type Options struct {
 	Dial sunrpc.DialFunc
 	// Transport names the transport of Dial in logs ("tcp" when Dial is nil).
 	Transport string
+	// WrapDial, when set, wraps the NFS dialer (Dial or the TCP default),
+	// e.g. to observe every call and byte for metrics.
+	WrapDial func(sunrpc.DialFunc) sunrpc.DialFunc
 	// TCP configures the TCP transports this package dials.
 	TCP sunrpc.TCPOptions
 	// Retry is the RPC retransmission policy of the NFS client (hard by

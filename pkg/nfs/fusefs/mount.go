@@ -36,6 +36,8 @@ type Config struct {
 	AuthSys sunrpc.AuthSysParams
 	// Debug logs every FUSE request (go-fuse debug output).
 	Debug bool
+	// WrapDial wraps the NFS client's dialer (client.Options.WrapDial).
+	WrapDial func(sunrpc.DialFunc) sunrpc.DialFunc
 	// FD, when positive, is an open /dev/fuse file descriptor that a
 	// privileged process already mounted on the mount point (mount(2)
 	// with "fd=FD", the libfuse /dev/fd/N convention): Serve answers the
@@ -81,6 +83,7 @@ func ClientOptions(cfg Config) (client.Options, error) {
 		AuthSys: cred, RSize: o.RSize, WSize: o.WSize,
 		MaxUncommitted: FileUncommittedBytes,
 		Retry:          sunrpc.RetryPolicy{Soft: o.Soft, Retries: o.Retrans, Timeout: o.Timeo},
+		WrapDial:       cfg.WrapDial,
 	}
 	if o.Proto == ProtoRDMA {
 		addr := net.JoinHostPort(server, strconv.Itoa(o.NFSPort()))
