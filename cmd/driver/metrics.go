@@ -25,7 +25,6 @@ func serveMetrics(ctx context.Context, addr string, reg *prometheus.Registry) {
 	if addr == "" {
 		return
 	}
-	klog.InfoS("metrics: serving", "address", addr)
 	if err := metrics.Serve(ctx, addr, reg); err != nil {
 		klog.ErrorS(err, "metrics: stopped", "address", addr)
 	}

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 	"k8s.io/klog/v2"
 
@@ -70,7 +71,9 @@ Options (-o, comma-separated, nfs(5) vocabulary; unknown options are errors):
 				return err
 			}
 			if msock != "" {
-				reg := newRegistry(rc, metrics.NewClientCollector(m.Client.Stats, nil), metrics.NewDeviceCollector(nil, nil))
+				// only nfsrdma_* metrics: the node gathers nothing else from mounts
+				reg := prometheus.NewRegistry()
+				reg.MustRegister(rc, metrics.NewClientCollector(m.Client.Stats, nil), metrics.NewDeviceCollector(nil, nil))
 				go func() {
 					if err := metrics.ServeUnix(ctx, msock, reg); err != nil {
 						klog.ErrorS(err, "mount: metrics socket", "path", msock)

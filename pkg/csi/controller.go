@@ -155,7 +155,7 @@ func (c *controller) CreateVolume(ctx context.Context, req *csipb.CreateVolumeRe
 		return nil, status.Error(codes.OutOfRange, err.Error())
 	}
 	id := volumeID{Server: p.Server, Share: p.Share, SubDir: p.SubDir, OnDelete: p.OnDelete}
-	unlock, err := c.locks.lock(ctx, "volume/"+id.Server+id.Path())
+	b, unlock, err := c.volume(ctx, id)
 	if err != nil {
 		return nil, err
 	}
@@ -187,10 +187,6 @@ func (c *controller) CreateVolume(ctx context.Context, req *csipb.CreateVolumeRe
 		}
 	}
 
-	b, err := c.be.get(ctx, p.Server, p.Share)
-	if err != nil {
-		return nil, status.Error(codes.Unavailable, err.Error())
-	}
 	if from != (admin.Clone{}) && b.admin == nil {
 		return nil, status.Errorf(codes.InvalidArgument, "server %s has no admin API: clones need the nfsrdma export server", p.Server)
 	}
@@ -351,15 +347,11 @@ func (c *controller) DeleteVolume(ctx context.Context, req *csipb.DeleteVolumeRe
 		klog.InfoS("controller: DeleteVolume of an id that is not ours: nothing to do", "id", req.GetVolumeId(), "err", err)
 		return &csipb.DeleteVolumeResponse{}, nil
 	}
-	unlock, err := c.locks.lock(ctx, "volume/"+id.Server+id.Path())
+	b, unlock, err := c.volume(ctx, id)
 	if err != nil {
 		return nil, err
 	}
 	defer unlock()
-	b, err := c.be.get(ctx, id.Server, id.Share)
-	if err != nil {
-		return nil, status.Error(codes.Unavailable, err.Error())
-	}
 	if b.admin != nil {
 		// first: no node keeps access to a volume being deleted
 		if err := b.admin.DeleteVolume(ctx, id.adminPath()); err != nil {
@@ -483,7 +475,11 @@ func (c *controller) ValidateVolumeCapabilities(ctx context.Context, req *csipb.
 	if err != nil {
 		return nil, status.Error(codes.NotFound, err.Error())
 	}
-	if err := c.exists(ctx, id); err != nil {
+	b, err := c.be.get(ctx, id.Server, id.Share)
+	if err != nil {
+		return nil, status.Error(codes.Unavailable, err.Error())
+	}
+	if err := c.exists(ctx, b, id); err != nil {
 		return nil, err
 	}
 	if err := checkCaps(req.GetVolumeCapabilities()); err != nil {
@@ -496,17 +492,28 @@ func (c *controller) ValidateVolumeCapabilities(ctx context.Context, req *csipb.
 	}}, nil
 }
 
-// exists checks that the volume is there: registered on our export
-// server, or its directory on a third-party one (NotFound otherwise).
-func (c *controller) exists(ctx context.Context, id volumeID) error {
-	b, err := c.be.get(ctx, id.Server, id.Share)
+// volume serialises the calls on volume id (unlock when done) and returns
+// the backend of its server and share (Unavailable when unreachable).
+func (c *controller) volume(ctx context.Context, id volumeID) (b *backend, unlock func(), err error) {
+	unlock, err = c.locks.lock(ctx, "volume/"+id.Server+id.Path())
 	if err != nil {
-		return status.Error(codes.Unavailable, err.Error())
+		return nil, nil, err
 	}
+	b, err = c.be.get(ctx, id.Server, id.Share)
+	if err != nil {
+		unlock()
+		return nil, nil, status.Error(codes.Unavailable, err.Error())
+	}
+	return b, unlock, nil
+}
+
+// exists checks that volume id is there on b: registered on our export
+// server, or its directory on a third-party one (NotFound otherwise).
+func (c *controller) exists(ctx context.Context, b *backend, id volumeID) error {
 	if b.admin != nil {
 		_, err := b.admin.GetVolume(ctx, id.adminPath())
 		return toStatus(err, "volume "+id.String())
 	}
-	_, _, err = b.nfs.LookupPath(ctx, b.nfs.Root(), id.SubDir, false)
+	_, _, err := b.nfs.LookupPath(ctx, b.nfs.Root(), id.SubDir, false)
 	return toStatus(err, "volume "+id.String())
 }

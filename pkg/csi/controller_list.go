@@ -186,17 +186,13 @@ func (c *controller) ControllerExpandVolume(ctx context.Context, req *csipb.Cont
 	if err != nil {
 		return nil, status.Error(codes.NotFound, err.Error())
 	}
-	unlock, err := c.locks.lock(ctx, "volume/"+id.Server+id.Path())
+	b, unlock, err := c.volume(ctx, id)
 	if err != nil {
 		return nil, err
 	}
 	defer unlock()
-	b, err := c.be.get(ctx, id.Server, id.Share)
-	if err != nil {
-		return nil, status.Error(codes.Unavailable, err.Error())
-	}
 	if b.admin == nil {
-		if err := c.exists(ctx, id); err != nil {
+		if err := c.exists(ctx, b, id); err != nil {
 			return nil, err
 		}
 		return &csipb.ControllerExpandVolumeResponse{CapacityBytes: size}, nil

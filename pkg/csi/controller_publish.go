@@ -52,18 +52,14 @@ func (c *controller) ControllerPublishVolume(ctx context.Context, req *csipb.Con
 	if err != nil {
 		return nil, status.Error(codes.NotFound, err.Error())
 	}
-	unlock, err := c.locks.lock(ctx, "volume/"+id.Server+id.Path())
+	b, unlock, err := c.volume(ctx, id)
 	if err != nil {
 		return nil, err
 	}
 	defer unlock()
-	b, err := c.be.get(ctx, id.Server, id.Share)
-	if err != nil {
-		return nil, status.Error(codes.Unavailable, err.Error())
-	}
 	if b.admin == nil {
 		// a third-party server: its exports file decides who may mount
-		if err := c.exists(ctx, id); err != nil {
+		if err := c.exists(ctx, b, id); err != nil {
 			return nil, err
 		}
 		return &csipb.ControllerPublishVolumeResponse{}, nil
@@ -107,15 +103,11 @@ func (c *controller) ControllerUnpublishVolume(ctx context.Context, req *csipb.C
 	if err != nil {
 		return &csipb.ControllerUnpublishVolumeResponse{}, nil
 	}
-	unlock, err := c.locks.lock(ctx, "volume/"+id.Server+id.Path())
+	b, unlock, err := c.volume(ctx, id)
 	if err != nil {
 		return nil, err
 	}
 	defer unlock()
-	b, err := c.be.get(ctx, id.Server, id.Share)
-	if err != nil {
-		return nil, status.Error(codes.Unavailable, err.Error())
-	}
 	if b.admin == nil {
 		return &csipb.ControllerUnpublishVolumeResponse{}, nil
 	}

@@ -3,13 +3,11 @@ package csi
 import (
 	"context"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -18,6 +16,9 @@ import (
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	mountutils "k8s.io/mount-utils"
+
+	"github.com/nfsrdma/nfsrdma-csi/internal/testenv"
 )
 
 // The integration tests run the real binaries: `driver server` (export
@@ -26,59 +27,10 @@ import (
 // over NFS on RPC-over-RDMA (software iWARP). They need root and
 // /dev/fuse; without them they skip, except under CI=true.
 
-func needRootFUSE(t *testing.T) {
-	t.Helper()
-	why := ""
-	if os.Geteuid() != 0 {
-		why = "needs root (mount(2))"
-	} else if _, err := os.Stat("/dev/fuse"); err != nil {
-		why = "needs /dev/fuse"
-	}
-	if why == "" {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatal(why)
-	}
-	t.Skip(why)
-}
-
-var (
-	buildOnce sync.Once
-	driverBin string
-	buildErr  error
-)
-
-// driver builds cmd/driver once per test binary.
-func driver(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "nfsrdma-csi-test-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		driverBin = filepath.Join(dir, "driver")
-		out, err := exec.Command("go", "build", "-race", "-o", driverBin, "../../cmd/driver").CombinedOutput()
-		if err != nil {
-			buildErr = err
-			driverBin = string(out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatalf("go build: %v\n%s", buildErr, driverBin)
-	}
-	return driverBin
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+func TestMain(m *testing.M) {
+	code := m.Run()
+	testenv.RemoveDrivers()
+	os.Exit(code)
 }
 
 // env is one deployment on this machine.
@@ -103,13 +55,13 @@ type proc struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	needRootFUSE(t)
+	testenv.NeedRootFUSE(t)
 	// short paths: unix socket names are limited to 108 bytes
 	dir, err := os.MkdirTemp("", "csi")
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &env{t: t, bin: driver(t), dir: dir, procs: map[string]*proc{}}
+	e := &env{t: t, bin: testenv.Driver(t, true), dir: dir, procs: map[string]*proc{}}
 	e.root = filepath.Join(dir, "export")
 	e.state = filepath.Join(dir, "state")
 	e.targetRoot = filepath.Join(dir, "kubelet")
@@ -123,8 +75,8 @@ func newEnv(t *testing.T) *env {
 	if err := os.WriteFile(e.tokenFile, []byte(e.token+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	e.nfsPort, e.mountPort, e.rdmaPort, e.adminP = freePort(t), freePort(t), freePort(t), freePort(t)
-	e.nodeMetrics, e.serverMetrics = freePort(t), freePort(t)
+	e.nfsPort, e.mountPort, e.rdmaPort, e.adminP = testenv.FreePort(t), testenv.FreePort(t), testenv.FreePort(t), testenv.FreePort(t)
+	e.nodeMetrics, e.serverMetrics = testenv.FreePort(t), testenv.FreePort(t)
 	e.ctrlSock = filepath.Join(dir, "ctrl.sock")
 	e.nodeSock = filepath.Join(dir, "node.sock")
 	e.mounterSock = filepath.Join(dir, "mounter.sock")
@@ -192,19 +144,8 @@ func (e *env) logOf(name string) string {
 	return string(b)
 }
 
-func dialable(network, addr string) func() bool {
-	return func() bool {
-		c, err := net.DialTimeout(network, addr, time.Second)
-		if err != nil {
-			return false
-		}
-		c.Close()
-		return true
-	}
-}
-
 func (e *env) startServer() {
-	e.start("server", dialable("tcp", "127.0.0.1:"+strconv.Itoa(e.adminP)),
+	e.start("server", testenv.Dialable("tcp", "127.0.0.1:"+strconv.Itoa(e.adminP)),
 		"server", "--root", e.root, "--listen", "127.0.0.1",
 		"--nfs-port", strconv.Itoa(e.nfsPort), "--mount-port", strconv.Itoa(e.mountPort),
 		"--rdma-port", strconv.Itoa(e.rdmaPort),
@@ -213,19 +154,19 @@ func (e *env) startServer() {
 }
 
 func (e *env) startMounter() {
-	e.start("mounter", dialable("unixpacket", e.mounterSock),
+	e.start("mounter", testenv.Dialable("unixpacket", e.mounterSock),
 		"mounter", "--socket", e.mounterSock, "--state-dir", filepath.Join(e.dir, "mounts"))
 }
 
 func (e *env) startNode() {
-	e.start("node", dialable("unix", e.nodeSock),
+	e.start("node", testenv.Dialable("unix", e.nodeSock),
 		"node", "--endpoint", "unix://"+e.nodeSock, "--nodeid", "node1", "--node-address", "127.0.0.1",
 		"--mounter-socket", e.mounterSock, "--target-root", e.targetRoot, "--unmount-timeout", "2s",
 		"--metrics-address", "127.0.0.1:"+strconv.Itoa(e.nodeMetrics))
 }
 
 func (e *env) startController() {
-	e.start("controller", dialable("unix", e.ctrlSock),
+	e.start("controller", testenv.Dialable("unix", e.ctrlSock),
 		"controller", "--endpoint", "unix://"+e.ctrlSock, "--admin-token-file", e.tokenFile,
 		"--admin-port", strconv.Itoa(e.adminP), "--nfs-port", strconv.Itoa(e.nfsPort),
 		"--rdma-port", strconv.Itoa(e.rdmaPort), "--mount-port", strconv.Itoa(e.mountPort),
@@ -247,11 +188,10 @@ func (e *env) cleanup() {
 	for _, n := range []string{"controller", "node"} {
 		e.stop(n, syscall.SIGTERM)
 	}
-	if mis, err := os.ReadFile("/proc/self/mountinfo"); err == nil {
-		for _, l := range strings.Split(string(mis), "\n") {
-			f := strings.Fields(l)
-			if len(f) > 4 && strings.HasPrefix(f[4], e.dir+"/") {
-				syscall.Unmount(f[4], syscall.MNT_DETACH)
+	if mis, err := mountutils.ParseMountInfo("/proc/self/mountinfo"); err == nil {
+		for _, mi := range mis {
+			if within(mi.MountPoint, e.dir) {
+				syscall.Unmount(mi.MountPoint, syscall.MNT_DETACH)
 			}
 		}
 	}

@@ -17,6 +17,8 @@ import (
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/nfsrdma/nfsrdma-csi/pkg/csi/mounter"
 )
 
 func mountCap() *csipb.VolumeCapability {
@@ -253,11 +255,11 @@ func TestNodeRestart(t *testing.T) {
 	}
 
 	// a dead mount: kill its FUSE server
-	ms, err := (&mountClient{e}).list()
+	ms, err := (&mounter.Client{Socket: e.mounterSock}).List(ctx)
 	if err != nil || len(ms) != 1 {
 		t.Fatalf("mounter list: %v %v", ms, err)
 	}
-	syscall.Kill(ms[0], syscall.SIGKILL)
+	syscall.Kill(ms[0].PID, syscall.SIGKILL)
 	deadline := time.Now().Add(10 * time.Second)
 	for healthy(target, time.Second) == nil && time.Now().Before(deadline) {
 		time.Sleep(50 * time.Millisecond)
@@ -273,19 +275,6 @@ func TestNodeRestart(t *testing.T) {
 		t.Fatalf("after repair: %d bytes, %v; want %d", len(got), err, n)
 	}
 	e.teardown(id, target)
-}
-
-// mountClient lists the PIDs of the mounter's mount processes.
-type mountClient struct{ e *env }
-
-func (m *mountClient) list() ([]int, error) {
-	n := newNode(Config{MounterSocket: m.e.mounterSock})
-	ms, err := n.mnt.List(ctxT(m.e.t, 10*time.Second))
-	var pids []int
-	for _, x := range ms {
-		pids = append(pids, x.PID)
-	}
-	return pids, err
 }
 
 func listTree(t *testing.T, root string) []string {

@@ -168,13 +168,11 @@ func (n *node) spec(req *csipb.NodePublishVolumeRequest) (publishSpec, error) {
 	}
 	s.rdma = mo.Proto == fusefs.ProtoRDMA
 	if s.rdma && mo.Credits == 0 {
-		// the class's share, unless the pod's mount options say otherwise
+		// the class's share (validated above), unless the pod's mount
+		// options say otherwise
 		opts = append(opts, "credits="+strconv.Itoa(credits))
 	}
 	s.options = strings.Join(opts, ",")
-	if _, err := fusefs.ParseOptions(s.options); err != nil {
-		return s, err
-	}
 	s.podUID = vc[ctxPodUID]
 	s.machine = n.cfg.NodeName
 	if ns, pod := vc[ctxPodNamespace], vc[ctxPodName]; pod != "" {

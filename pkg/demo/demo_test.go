@@ -1,6 +1,8 @@
 package demo
 
 import (
+	"github.com/nfsrdma/nfsrdma-csi/internal/testenv"
+
 	"bytes"
 	"errors"
 	"fmt"
@@ -17,9 +19,7 @@ import (
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if driverBin != "" {
-		os.RemoveAll(filepath.Dir(driverBin))
-	}
+	testenv.RemoveDrivers()
 	os.Exit(code)
 }
 
@@ -138,33 +138,6 @@ func needRootFUSE(t *testing.T) {
 	}
 }
 
-var (
-	buildOnce sync.Once
-	driverBin string
-	buildErr  error
-)
-
-// driver builds cmd/driver once per test binary.
-func driver(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "nfsrdma-demo-test-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		driverBin = filepath.Join(dir, "driver")
-		out, err := exec.Command("go", "build", "-o", driverBin, "../../cmd/driver").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return driverBin
-}
-
 // demoRun is one `driver demo` process whose output is collected.
 type demoRun struct {
 	cmd  *exec.Cmd
@@ -193,7 +166,7 @@ func (r *demoRun) output() string {
 func startDemo(t *testing.T, args ...string) *demoRun {
 	t.Helper()
 	needRootFUSE(t)
-	bin := driver(t)
+	bin := testenv.Driver(t, false)
 	base, err := os.MkdirTemp("", "demo")
 	if err != nil {
 		t.Fatal(err)

@@ -3,10 +3,11 @@
 package e2e
 
 import (
+	"github.com/nfsrdma/nfsrdma-csi/internal/testenv"
+
 	"bytes"
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -114,10 +115,10 @@ func newEnv(t *testing.T) *env {
 	if err := os.WriteFile(e.tokenFile, []byte(e.token+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	e.nfsPort, e.mountPort, e.rdmaPort, e.adm = freePort(t), freePort(t), freePort(t), freePort(t)
+	e.nfsPort, e.mountPort, e.rdmaPort, e.adm = testenv.FreePort(t), testenv.FreePort(t), testenv.FreePort(t), testenv.FreePort(t)
 	e.ctrlSock = filepath.Join(e.dir, "ctrl.sock")
 	e.admin = admin.NewClient("http://127.0.0.1:"+strconv.Itoa(e.adm), e.token, nil)
-	e.bin = e.buildDriver()
+	e.bin = testenv.Driver(t, false)
 	return e
 }
 
@@ -127,42 +128,6 @@ func (e *env) k8s(name string) string {
 		return filepath.Join(e.k8sBin, name)
 	}
 	return name
-}
-
-func (e *env) buildDriver() string {
-	e.t.Helper()
-	bin := filepath.Join(e.dir, "driver")
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
-	defer cancel()
-	t0 := time.Now()
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/driver")
-	cmd.Dir = "../.."
-	if out, err := cmd.CombinedOutput(); err != nil {
-		e.t.Fatalf("go build ./cmd/driver: %v\n%s", err, out)
-	}
-	e.t.Logf("built cmd/driver in %v", time.Since(t0).Round(time.Second))
-	return bin
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
-func dialable(network, addr string) func() bool {
-	return func() bool {
-		c, err := net.DialTimeout(network, addr, time.Second)
-		if err != nil {
-			return false
-		}
-		c.Close()
-		return true
-	}
 }
 
 // start runs path with args as the named process, its output in
@@ -344,7 +309,7 @@ func (e *env) controllerHasLedger() bool {
 }
 
 func (e *env) startServer() {
-	e.start("server", dialable("tcp", "127.0.0.1:"+strconv.Itoa(e.adm)), e.bin,
+	e.start("server", testenv.Dialable("tcp", "127.0.0.1:"+strconv.Itoa(e.adm)), e.bin,
 		"server", "--root", e.root, "--listen", "127.0.0.1",
 		"--nfs-port", strconv.Itoa(e.nfsPort), "--mount-port", strconv.Itoa(e.mountPort),
 		"--rdma-port", strconv.Itoa(e.rdmaPort),
@@ -362,7 +327,7 @@ func (e *env) startController() {
 	} else {
 		e.t.Logf("credit ledger: not available in this build (driver controller has no --kubeconfig/--namespace); its checks will skip")
 	}
-	e.start("controller", dialable("unix", e.ctrlSock), e.bin, args...)
+	e.start("controller", testenv.Dialable("unix", e.ctrlSock), e.bin, args...)
 }
 
 func (e *env) startSidecars() {
@@ -391,4 +356,10 @@ func (e *env) teardown() {
 		return
 	}
 	os.RemoveAll(e.dir)
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	testenv.RemoveDrivers()
+	os.Exit(code)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"sort"
 	"strconv"
 	"time"
@@ -12,8 +13,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
@@ -225,7 +228,8 @@ func (l *Ledger) sync(ctx context.Context) error {
 	}
 	data := map[string]string{}
 	totals := map[string]ServerTotal{}
-	var entries []Entry
+	var grants []grant
+	perPod := map[string]int{} // servers each pod uses
 	for server, ds := range dem {
 		var ws []Want
 		for _, d := range ds {
@@ -234,29 +238,24 @@ func (l *Ledger) sync(ctx context.Context) error {
 		}
 		got := Allocate(l.cfg.Budget, ws)
 		t := ServerTotal{Budget: l.cfg.Budget, Pods: len(ds)}
-		for _, d := range ds {
-			k := Key(d.pod.Namespace, d.pod.Name)
+		for i, d := range ds {
 			sort.Strings(d.volumes)
 			e := Entry{Pod: d.pod.Namespace + "/" + d.pod.Name, UID: string(d.pod.UID), Server: server,
-				Volumes: d.volumes, Desired: d.desired, Granted: got[k]}
+				Volumes: d.volumes, Desired: d.desired, Granted: got[ws[i].Key]}
 			t.Desired += e.Desired
 			t.Granted += e.Granted
-			entries = append(entries, e)
+			grants = append(grants, grant{key: ws[i].Key, pod: d.pod, Entry: e})
+			perPod[ws[i].Key]++
 		}
 		totals[server] = t
 	}
 	// a pod on two servers has one entry per server: key them apart
-	seen := map[string]int{}
-	for _, e := range entries {
-		seen[Key(splitPod(e.Pod))]++
-	}
-	for _, e := range entries {
-		k := Key(splitPod(e.Pod))
-		if seen[k] > 1 {
-			k += "." + e.Server
+	for i := range grants {
+		if perPod[grants[i].key] > 1 {
+			grants[i].key += "." + grants[i].Server
 		}
-		b, _ := json.Marshal(e)
-		data[k] = string(b)
+		b, _ := json.Marshal(grants[i].Entry)
+		data[grants[i].key] = string(b)
 	}
 	tb, _ := json.Marshal(totals)
 	data[budgetKey] = string(tb)
@@ -269,14 +268,14 @@ func (l *Ledger) sync(ctx context.Context) error {
 			Data: data}
 		_, err = cms.Create(ctx, cm, metav1.CreateOptions{})
 		if err == nil {
-			l.events(nil, entries, dem)
+			l.events(nil, grants, totals)
 		}
 		return err
 	}
 	if err != nil {
 		return err
 	}
-	if equal(cm.Data, data) {
+	if maps.Equal(cm.Data, data) {
 		return nil
 	}
 	old := cm.Data
@@ -285,64 +284,41 @@ func (l *Ledger) sync(ctx context.Context) error {
 	if _, err := cms.Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
 		return err
 	}
-	l.events(old, entries, dem)
-	klog.V(2).InfoS("credits: ledger updated", "pods", len(entries), "servers", len(totals))
+	l.events(old, grants, totals)
+	klog.V(2).InfoS("credits: ledger updated", "entries", len(grants), "servers", len(totals))
 	return nil
 }
 
-// events tells pods whose grant is below their demand, when it changed.
-func (l *Ledger) events(old map[string]string, entries []Entry, dem map[string][]demand) {
-	pods := map[string]*corev1.Pod{}
-	for _, ds := range dem {
-		for _, d := range ds {
-			pods[d.pod.Namespace+"/"+d.pod.Name] = d.pod
-		}
-	}
-	for _, e := range entries {
-		if e.Granted >= e.Desired {
+// grant is one ledger entry with its key and pod.
+type grant struct {
+	key string
+	pod *corev1.Pod
+	Entry
+}
+
+// events tells pods whose grant is below their demand, when it changed
+// from the previous ledger (old).
+func (l *Ledger) events(old map[string]string, grants []grant, totals map[string]ServerTotal) {
+	for _, g := range grants {
+		if g.Granted >= g.Desired {
 			continue
 		}
 		var prev Entry
-		if v, ok := old[Key(splitPod(e.Pod))]; ok {
+		if v, ok := old[g.key]; ok {
 			_ = json.Unmarshal([]byte(v), &prev)
 		}
-		if prev.Granted == e.Granted && prev.Desired == e.Desired {
+		if prev.Granted == g.Granted && prev.Desired == g.Desired {
 			continue
 		}
-		p := pods[e.Pod]
-		if p == nil {
-			continue
-		}
-		t := totals(e.Server, dem)
-		if e.Granted == 0 {
-			l.recorder.Eventf(p, corev1.EventTypeWarning, "CreditsRefused",
-				"no RPC-over-RDMA credits on server %s: its budget of %d is taken by %d pods", e.Server, l.cfg.Budget, t)
+		n := totals[g.Server].Pods
+		if g.Granted == 0 {
+			l.recorder.Eventf(g.pod, corev1.EventTypeWarning, "CreditsRefused",
+				"no RPC-over-RDMA credits on server %s: its budget of %d is taken by %d pods", g.Server, l.cfg.Budget, n)
 		} else {
-			l.recorder.Eventf(p, corev1.EventTypeWarning, "CreditsReduced",
-				"granted %d of %d RPC-over-RDMA credits on server %s (budget %d shared by %d pods)", e.Granted, e.Desired, e.Server, l.cfg.Budget, t)
+			l.recorder.Eventf(g.pod, corev1.EventTypeWarning, "CreditsReduced",
+				"granted %d of %d RPC-over-RDMA credits on server %s (budget %d shared by %d pods)", g.Granted, g.Desired, g.Server, l.cfg.Budget, n)
 		}
 	}
 }
 
-func totals(server string, dem map[string][]demand) int { return len(dem[server]) }
-
-func splitPod(s string) (string, string) {
-	for i := 0; i < len(s); i++ {
-		if s[i] == '/' {
-			return s[:i], s[i+1:]
-		}
-	}
-	return "", s
-}
-
-func equal(a, b map[string]string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if b[k] != v {
-			return false
-		}
-	}
-	return true
-}
+func scheme() *runtime.Scheme { return clientgoscheme.Scheme }

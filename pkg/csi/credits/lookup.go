@@ -9,9 +9,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 )
 
 // ErrNoEntry: the ledger has no entry for the pod (yet).
@@ -53,5 +51,3 @@ func Lookup(ctx context.Context, c kubernetes.Interface, namespace, name, podNS,
 		}
 	}
 }
-
-func scheme() *runtime.Scheme { return clientgoscheme.Scheme }

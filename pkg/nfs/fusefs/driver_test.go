@@ -3,6 +3,7 @@ package fusefs
 import (
 	"bytes"
 	"errors"
+	"github.com/nfsrdma/nfsrdma-csi/internal/testenv"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,23 +13,12 @@ import (
 	"time"
 )
 
-// buildDriver builds cmd/driver into a temp dir.
-func buildDriver(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "driver")
-	cmd := exec.Command("go", "build", "-o", bin, "../../../cmd/driver")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	return bin
-}
-
 // TestDriverMountBinary runs `driver mount` against our server, uses the
 // mount, then ends it once with SIGTERM and once with an unmount from
 // outside; each time the process exits 0 and the mount point is gone.
 func TestDriverMountBinary(t *testing.T) {
 	needFUSE(t)
-	bin := buildDriver(t)
+	bin := testenv.Driver(t, false)
 	srv := startServer(t)
 	for _, how := range []string{"sigterm", "umount"} {
 		t.Run(how, func(t *testing.T) {
@@ -96,7 +86,7 @@ func TestDriverMountBadOptions(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the driver")
 	}
-	bin := buildDriver(t)
+	bin := testenv.Driver(t, false)
 	out, err := exec.Command(bin, "mount", "-o", "nolock", "127.0.0.1:/", t.TempDir()).CombinedOutput()
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) || !bytes.Contains(out, []byte("unknown option")) {

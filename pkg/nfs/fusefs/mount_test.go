@@ -3,6 +3,7 @@ package fusefs
 import (
 	"bufio"
 	"context"
+	"github.com/nfsrdma/nfsrdma-csi/internal/testenv"
 	"net"
 	"os"
 	"strconv"
@@ -19,24 +20,7 @@ import (
 )
 
 // needFUSE skips the test without root or /dev/fuse, or fails it under CI.
-func needFUSE(t *testing.T) {
-	t.Helper()
-	why := ""
-	if os.Geteuid() != 0 {
-		why = "needs root (mount(2) of a FUSE file system)"
-	} else if f, err := os.OpenFile("/dev/fuse", os.O_RDWR, 0); err != nil {
-		why = "needs /dev/fuse: " + err.Error()
-	} else {
-		f.Close()
-	}
-	if why == "" {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatal(why)
-	}
-	t.Skip(why)
-}
+func needFUSE(t *testing.T) { testenv.NeedRootFUSE(t) }
 
 // testServer is our export server on a temp dir: NFS and MOUNT over TCP,
 // NFS over RPC-over-RDMA (software iWARP) too.
@@ -177,4 +161,10 @@ func abortFUSE(t *testing.T, dev uint64) {
 	if err := os.WriteFile(p, []byte("1"), 0); err != nil {
 		t.Error("abort:", err)
 	}
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	testenv.RemoveDrivers()
+	os.Exit(code)
 }

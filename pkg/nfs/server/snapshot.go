@@ -98,6 +98,15 @@ func newCopyJob(total, copied int64) *copyJob {
 
 func (j *copyJob) finish(errMsg string) { j.ready, j.err = errMsg == "", errMsg }
 
+// finishErr ends the job with err (nil: ready).
+func (j *copyJob) finishErr(err error) {
+	if err != nil {
+		j.finish(err.Error())
+	} else {
+		j.finish("")
+	}
+}
+
 // cancelAndWait stops the copy, if it runs, and waits for its end. Call
 // it without Server.tmu.
 func (j *copyJob) cancelAndWait() {
@@ -243,11 +252,7 @@ func (s *Server) startSnapshotLocked(r *snapRec, again bool) {
 		if s.reg.snaps[r.ID] != r || r.deleting {
 			return
 		}
-		if err != nil {
-			r.job.finish(err.Error())
-		} else {
-			r.job.finish("")
-		}
+		r.job.finishErr(err)
 		if err := s.saveLocked(); err != nil {
 			klog.ErrorS(err, "nfs server: saving the state after a snapshot copy", "snapshot", r.ID)
 		}
@@ -535,11 +540,7 @@ func (s *Server) startCloneLocked(r *cloneRec, again bool) {
 		if s.reg.clones[r.Dest] != r {
 			return
 		}
-		if err != nil {
-			r.job.finish(err.Error())
-		} else {
-			r.job.finish("")
-		}
+		r.job.finishErr(err)
 		if err := s.saveLocked(); err != nil {
 			klog.ErrorS(err, "nfs server: saving the state after a clone copy", "dest", r.Dest)
 		}

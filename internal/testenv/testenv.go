@@ -1,0 +1,112 @@
+// Package testenv holds what the integration tests of several packages
+// need from the machine: root and /dev/fuse, the driver binary, free
+// loopback ports. Under CI=true a missing prerequisite fails the test
+// instead of skipping it.
+package testenv
+
+import (
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+)
+
+// NeedRootFUSE skips t (fails it under CI=true) unless the process is
+// root and /dev/fuse opens read-write: what mounting a FUSE file system
+// with mount(2) needs.
+func NeedRootFUSE(t testing.TB) {
+	t.Helper()
+	why := ""
+	if os.Geteuid() != 0 {
+		why = "needs root (mount(2) of a FUSE file system)"
+	} else if f, err := os.OpenFile("/dev/fuse", os.O_RDWR, 0); err != nil {
+		why = "needs /dev/fuse: " + err.Error()
+	} else {
+		f.Close()
+	}
+	if why == "" {
+		return
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatal(why)
+	}
+	t.Skip(why)
+}
+
+// RepoRoot is the repository's root directory.
+func RepoRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..")
+}
+
+var (
+	buildMu sync.Mutex
+	built   = map[bool]string{}
+)
+
+// Driver builds cmd/driver (with the race detector when race is set) once
+// per test binary and returns its path; the binary stays in a temporary
+// directory for the rest of the run.
+func Driver(t testing.TB, race bool) string {
+	t.Helper()
+	buildMu.Lock()
+	defer buildMu.Unlock()
+	if bin, ok := built[race]; ok {
+		return bin
+	}
+	dir, err := os.MkdirTemp("", "nfsrdma-driver-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "driver")
+	args := []string{"build", "-o", bin}
+	if race {
+		args = append(args, "-race")
+	}
+	cmd := exec.Command("go", append(args, "./cmd/driver")...)
+	cmd.Dir = RepoRoot()
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build ./cmd/driver: %v\n%s", err, out)
+	}
+	built[race] = bin
+	return bin
+}
+
+// FreePort returns a TCP port free on 127.0.0.1 a moment ago.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// Dialable returns a readiness check: whether addr accepts a connection
+// on network ("tcp", "unix", "unixpacket") within a second.
+func Dialable(network, addr string) func() bool {
+	return func() bool {
+		c, err := net.DialTimeout(network, addr, time.Second)
+		if err != nil {
+			return false
+		}
+		c.Close()
+		return true
+	}
+}
+
+// RemoveDrivers deletes the binaries Driver built; call it from TestMain
+// after m.Run.
+func RemoveDrivers() {
+	buildMu.Lock()
+	defer buildMu.Unlock()
+	for race, bin := range built {
+		os.RemoveAll(filepath.Dir(bin))
+		delete(built, race)
+	}
+}
