@@ -185,7 +185,8 @@ func TestQuota(t *testing.T) {
 // TestNodeRestart: a pod writes through its mount while the node plugin
 // is killed and started again; the writer never sees an error, the data
 // is all there, publish again is idempotent, and unpublish is clean.
-// Then a dead mount (its FUSE server killed) is repaired by the next
+// A restarted mounter re-adopts the running mount process. Then a dead
+// mount (its FUSE server killed) is repaired by the next
 // NodePublishVolume.
 func TestNodeRestart(t *testing.T) {
 	e := newEnv(t)
@@ -254,11 +255,23 @@ func TestNodeRestart(t *testing.T) {
 		t.Fatalf("on the server: %v %v, want %d bytes", fi, err, n)
 	}
 
-	// a dead mount: kill its FUSE server
-	ms, err := (&mounter.Client{Socket: e.mounterSock}).List(ctx)
-	if err != nil || len(ms) != 1 {
-		t.Fatalf("mounter list: %v %v", ms, err)
+	// the mounter restarts: its mount process keeps serving and the new
+	// mounter re-adopts it (same PID) from its state directory
+	serving, err := (&mounter.Client{Socket: e.mounterSock}).List(ctx)
+	if err != nil || len(serving) != 1 {
+		t.Fatalf("mounter list: %v %v", serving, err)
 	}
+	e.stop("mounter", syscall.SIGTERM)
+	e.startMounter()
+	ms, err := (&mounter.Client{Socket: e.mounterSock}).List(ctx)
+	if err != nil || len(ms) != 1 || ms[0].PID != serving[0].PID || ms[0].Target != target {
+		t.Fatalf("after a mounter restart: %+v %v; want %+v re-adopted", ms, err, serving)
+	}
+	if got, err := os.ReadFile(filepath.Join(target, "log")); err != nil || int64(len(got)) != n {
+		t.Fatalf("after a mounter restart: %d bytes, %v; want %d", len(got), err, n)
+	}
+
+	// a dead mount: kill its FUSE server
 	syscall.Kill(ms[0].PID, syscall.SIGKILL)
 	deadline := time.Now().Add(10 * time.Second)
 	for healthy(target, time.Second) == nil && time.Now().Before(deadline) {
