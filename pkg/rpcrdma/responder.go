@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net"
 	"sync"
-	"sync/atomic"
 
 	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/verbs"
@@ -17,12 +16,18 @@ import (
 // ServerOptions configures a responder. Zero fields take the defaults in
 // brackets.
 type ServerOptions struct {
-	// Credits is the receives posted per connection, before any credit is
-	// granted, and the most calls a connection processes at once [32].
+	// Credits is the receive buffers of a connection: the most credits it
+	// can be granted, and the most calls it processes at once [32].
 	Credits int
-	// Grant is the rdma_credit granted in each reply, at most Credits
-	// [Credits]; SetGrant changes it at run time.
+	// Grant is the default rdma_credit granted in each reply, at most
+	// Credits [Credits]; SetGrant changes it at run time, SetMachineGrants
+	// sets it per AUTH_SYS machine name (see grants.go).
 	Grant int
+	// Budget bounds the receives posted plus calls in process over all
+	// connections (a server-wide receive budget, as a shared receive queue
+	// would): when the connections' grants add up to more, each gets its
+	// max-min fair share, at least 1 [0: no bound].
+	Budget int
 	// Inline is our send and receive size in bytes, advertised in RFC
 	// 8797 private data [OurInline, 4096].
 	Inline int
@@ -70,13 +75,14 @@ func (o *ServerOptions) fill() error {
 type Server struct {
 	dev   verbs.Device
 	ln    verbs.Listener
-	opts  ServerOptions
-	m     metrics
-	grant atomic.Uint32
+	opts ServerOptions
+	m    metrics
 
-	mu     sync.Mutex
-	conns  map[*srvConn]struct{}
-	recent recentXIDs
+	mu            sync.Mutex
+	conns         map[*srvConn]struct{}
+	recent        recentXIDs
+	defGrant      int            // SetGrant
+	machineGrants map[string]int // SetMachineGrants
 }
 
 // recentXIDs remembers the last 4096 XIDs, to count retransmissions.
@@ -116,9 +122,7 @@ func Listen(ctx context.Context, dev verbs.Device, addr string, opts ServerOptio
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{dev: dev, ln: ln, opts: opts, conns: map[*srvConn]struct{}{}}
-	s.grant.Store(uint32(opts.Grant))
-	s.m.creditsGranted.Store(uint64(opts.Grant))
+	s := &Server{dev: dev, ln: ln, opts: opts, conns: map[*srvConn]struct{}{}, defGrant: opts.Grant}
 	return s, nil
 }
 
@@ -127,14 +131,6 @@ func (s *Server) Addr() net.Addr { return s.ln.Addr() }
 
 // Metrics returns a snapshot of the counters over all connections.
 func (s *Server) Metrics() Metrics { return s.m.snapshot() }
-
-// SetGrant changes the credits granted in each later reply (clamped to
-// 1..Credits: receives for Credits calls are always posted).
-func (s *Server) SetGrant(n int) {
-	n = min(max(n, 1), s.opts.Credits)
-	s.grant.Store(uint32(n))
-	s.m.creditsGranted.Store(uint64(n))
-}
 
 // Close stops listening; Serve returns after closing its connections.
 func (s *Server) Close() error { return s.ln.Close() }
@@ -199,6 +195,7 @@ type srvConn struct {
 	recvSGEs       []verbs.SGE
 	readSem        chan struct{} // ORD tokens
 	done           chan struct{}
+	cred           connCredits
 }
 
 // srvSlot processes the call that arrived in receive buffer idx.
@@ -244,6 +241,7 @@ func (s *Server) newConn(ctx context.Context, req verbs.ConnRequest) (*srvConn, 
 	defer func() {
 		if !ok {
 			_ = req.Reject(nil)
+			s.removeConn(c)
 			c.release()
 		}
 	}()
@@ -276,10 +274,21 @@ func (s *Server) newConn(ctx context.Context, req verbs.ConnRequest) (*srvConn, 
 		sl.work = make(chan int, 1)
 		sl.readDone, sl.sendDone = make(chan struct{}, 1), make(chan struct{}, 1)
 		sl.bbuf = make([]byte, 0, o.Inline)
-		if err = c.postRecv(i); err != nil {
-			return nil, err
-		}
 	}
+	// One receive: a requester may send one call before a reply gives it
+	// credits (RFC 8166 section 3.3.3); finish posts up to the grant.
+	for i := n - 1; i >= 1; i-- {
+		c.cred.idle = append(c.cred.idle, i)
+	}
+	if err = c.postRecv(0); err != nil {
+		return nil, err
+	}
+	c.cred.posted = 1
+	s.mu.Lock()
+	s.conns[c] = struct{}{}
+	s.targetLocked(c)
+	s.rebalanceLocked()
+	s.mu.Unlock()
 	pdata, err := local.Append(nil)
 	if err != nil {
 		return nil, err
@@ -292,9 +301,6 @@ func (s *Server) newConn(ctx context.Context, req verbs.ConnRequest) (*srvConn, 
 		// The requester's IRD bounds our RDMA Reads (ORD as negotiated).
 		c.readSem = make(chan struct{}, max(info.ORD, 1))
 	}
-	s.mu.Lock()
-	s.conns[c] = struct{}{}
-	s.mu.Unlock()
 	s.m.connections.Add(1)
 	ok = true
 	return c, nil
@@ -367,9 +373,7 @@ loop:
 		close(c.slots[i].work)
 	}
 	wg.Wait()
-	c.s.mu.Lock()
-	delete(c.s.conns, c)
-	c.s.mu.Unlock()
+	c.s.removeConn(c)
 	c.s.m.connections.Add(-1)
 	c.release()
 }
@@ -388,6 +392,7 @@ func (c *srvConn) complete(wc *verbs.WC) bool {
 	sl := &c.slots[idx]
 	switch wc.ID & wrKindMask {
 	case wrRecv:
+		c.received()
 		sl.work <- int(wc.ByteLen) // the slot is idle: its receive was posted
 	case wrRead:
 		sl.readDone <- struct{}{}
@@ -422,7 +427,7 @@ func (sl *srvSlot) handle(ctx context.Context, d sunrpc.Dispatcher, n int) {
 			return
 		}
 		s.opts.Logger.Debug("rpcrdma: message discarded", "peer", c.addr, "err", err)
-		c.repost(sl.idx)
+		c.finish(sl.idx, nil, nil)
 		return
 	}
 	s.m.calls.Add(1)
@@ -444,9 +449,11 @@ func (sl *srvSlot) handle(ctx context.Context, d sunrpc.Dispatcher, n int) {
 	}
 	sl.req.Reset(raw, arg, c.addr, "rdma")
 	sl.b.Reset(sl.bbuf[:0])
-	if !d.Dispatch(ctx, &sl.req, &sl.b) {
+	ok := d.Dispatch(ctx, &sl.req, &sl.b)
+	c.learnMachine(&sl.req)
+	if !ok {
 		sl.b.RunAfterSend()
-		c.repost(sl.idx)
+		c.finish(sl.idx, nil, nil)
 		return
 	}
 	sl.reply(msg)
@@ -540,27 +547,20 @@ func (sl *srvSlot) read(chunk []ReadSegment, total int) error {
 	return nil
 }
 
-func (c *srvConn) repost(i int) {
-	if err := c.postRecv(i); err != nil {
-		c.qp.Close()
-	}
-}
-
 // sendError answers msg with RDMA_ERROR (RFC 8166 section 4.5).
 func (sl *srvSlot) sendError(msg []byte, err error) {
 	c, s := sl.c, sl.c.s
 	in := s.opts.Inline
 	buf := c.sendMR.Bytes()[sl.idx*in:][:0:in]
-	b := AppendErrorReply(buf, msg, err, s.grant.Load())
+	b := AppendErrorReply(buf, msg, err, 1) // rdma_credit set by finish
 	if errors.Is(err, ErrVers) {
 		s.m.errVers.Add(1)
 	} else {
 		s.m.errChunk.Add(1)
 	}
-	c.repost(sl.idx)
 	sl.sge[0] = c.sendMR.SGE(sl.idx*in, len(b))
 	sl.wr = verbs.SendWR{ID: wrSend | uint64(sl.idx), Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGL: sl.sge[:1]}
-	if c.qp.PostSend(&sl.wr) == nil {
+	if c.finish(sl.idx, b, &sl.wr) {
 		_ = c.wait(sl.sendDone)
 	}
 }
@@ -581,7 +581,7 @@ func (sl *srvSlot) reply(msg []byte) {
 			sl.sendError(msg, err)
 		} else {
 			s.opts.Logger.Warn("rpcrdma: reply dropped", "peer", c.addr, "err", err)
-			c.repost(sl.idx)
+			c.finish(sl.idx, nil, nil)
 		}
 		return
 	}
@@ -616,8 +616,7 @@ func (sl *srvSlot) reply(msg []byte) {
 		s.m.replyChunks.Add(1)
 		s.m.replyChunkBytes.Add(uint64(len(b)))
 	}
-	grant := s.grant.Load()
-	sl.rep.BuildReply(&sl.hdr, p, grant)
+	sl.rep.BuildReply(&sl.hdr, p, 1) // rdma_credit set by finish
 	in := s.opts.Inline
 	buf := c.sendMR.Bytes()[sl.idx*in:][:0:in]
 	b, err := sl.rep.Encode(buf)
@@ -644,10 +643,10 @@ func (sl *srvSlot) reply(msg []byte) {
 	}
 	sl.sge[0] = c.sendMR.SGE(sl.idx*in, len(b))
 	wr.SGL = sl.sge[:1]
-	// The next call may come as soon as the reply lands: post the receive first.
-	c.repost(sl.idx)
+	// The next call may come as soon as the reply lands: finish posts the
+	// receives first.
 	s.m.replies.Add(1)
-	if c.qp.PostSend(wr) == nil {
+	if c.finish(sl.idx, b, wr) {
 		_ = c.wait(sl.sendDone)
 	}
 }

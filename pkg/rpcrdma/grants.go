@@ -1,0 +1,267 @@
+package rpcrdma
+
+import (
+	"encoding/binary"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/verbs"
+)
+
+// Responder credit accounting (RFC 8166 section 3.3.1).
+//
+// Each connection posts only as many receives as it grants: one at accept
+// (a requester may send one call before any reply, section 3.3.3), then,
+// when a reply goes out, receives posted + calls received and not yet
+// answered are raised to the grant it carries (receives posted before the
+// reply) or, after a lower grant, let drain (receives not reposted as calls
+// complete: a posted receive cannot be withdrawn).
+// A requester that sends past its grant therefore finds no receive posted,
+// and the RDMA layer ends the connection ("If the granted value is
+// exceeded, the RDMA layer may signal an error, possibly terminating the
+// connection", section 3.3.1): a pod cannot use more of the server than
+// its grant, whatever it asks for in rdma_credit.
+//
+// Replies of one connection take their grant and are posted under one
+// lock, so grants reach the requester in the order they were decided (a
+// stale higher grant can never overtake a lower one).
+//
+// The grant of a connection is its target (the grant of its AUTH_SYS
+// machine name, SetMachineGrants, else the default, SetGrant), capped by
+// ServerOptions.Credits and, when ServerOptions.Budget is set, by a max-min
+// fair share of the server-wide receive budget; never below 1 (a zero
+// grant would deadlock, section 3.3.1).
+
+// connCredits is one connection's receive accounting.
+type connCredits struct {
+	mu      sync.Mutex
+	grant   int   // what replies carry now
+	target  int   // before the budget
+	posted  int   // receives posted
+	working int   // calls received, not yet answered or dropped
+	idle    []int // slots whose receive is not posted (LIFO)
+	machine atomic.Pointer[string]
+	named   bool // target comes from a machine grant
+}
+
+// ConnInfo describes one responder connection's credits.
+type ConnInfo struct {
+	Peer string
+	// Machine is the AUTH_SYS machine name of the connection's latest
+	// call that carried one ("" before), the key of SetMachineGrants.
+	Machine string
+	// Target is the grant before the budget: the machine's grant when one
+	// is set (Named), else the default; capped by Credits.
+	Target int
+	Named  bool
+	// Grant is what replies carry (credits), Posted the receives posted,
+	// InProcess the calls received and not yet answered.
+	Grant, Posted, InProcess int
+}
+
+// SetGrant changes the default grant (connections whose machine has no
+// grant of its own), clamped to 1..Credits, and rebalances the budget.
+// Replies sent after it carry the new grant.
+func (s *Server) SetGrant(n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.defGrant = min(max(n, 1), s.opts.Credits)
+	for c := range s.conns {
+		s.targetLocked(c)
+	}
+	s.rebalanceLocked()
+}
+
+// SetMachineGrants sets the credits granted to the connections of each
+// AUTH_SYS machine name (RFC 5531 appendix A authsys_parms.machinename;
+// the CSI node plugin names each pod's mount "NODE/NAMESPACE/POD"),
+// replacing the previous set; grants are clamped to 1..Credits.
+// Connections of machines not in g get the default grant. A connection's
+// machine is the one of its latest AUTH_SYS call: a requester that lies
+// about it gets that machine's grant, the same trust AUTH_SYS gives its
+// uid.
+func (s *Server) SetMachineGrants(g map[string]int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.machineGrants = maps.Clone(g)
+	for c := range s.conns {
+		s.targetLocked(c)
+	}
+	s.rebalanceLocked()
+}
+
+// Connections describes each open connection's credits, sorted by peer.
+func (s *Server) Connections() []ConnInfo {
+	s.mu.Lock()
+	out := make([]ConnInfo, 0, len(s.conns))
+	for c := range s.conns {
+		cc := &c.cred
+		cc.mu.Lock()
+		ci := ConnInfo{Target: cc.target, Named: cc.named, Grant: cc.grant, Posted: cc.posted, InProcess: cc.working}
+		cc.mu.Unlock()
+		if c.addr != nil {
+			ci.Peer = c.addr.String()
+		}
+		if m := cc.machine.Load(); m != nil {
+			ci.Machine = *m
+		}
+		out = append(out, ci)
+	}
+	s.mu.Unlock()
+	slices.SortFunc(out, func(a, b ConnInfo) int { return strings.Compare(a.Peer, b.Peer) })
+	return out
+}
+
+// targetLocked sets c's target from its machine. s.mu is held.
+func (s *Server) targetLocked(c *srvConn) {
+	t, named := s.defGrant, false
+	if m := c.cred.machine.Load(); m != nil {
+		if g, ok := s.machineGrants[*m]; ok {
+			t, named = g, true
+		}
+	}
+	c.cred.mu.Lock()
+	c.cred.target, c.cred.named = min(max(t, 1), s.opts.Credits), named
+	c.cred.mu.Unlock()
+}
+
+// rebalanceLocked sets every connection's grant: its target, or its max-min
+// fair share of the budget when the targets exceed it. s.mu is held.
+func (s *Server) rebalanceLocked() {
+	conns := make([]*srvConn, 0, len(s.conns))
+	targets := make([]int, 0, len(s.conns))
+	for c := range s.conns {
+		c.cred.mu.Lock()
+		targets = append(targets, c.cred.target)
+		c.cred.mu.Unlock()
+		conns = append(conns, c)
+	}
+	grants := fairShares(targets, s.opts.Budget)
+	total := 0
+	for i, c := range conns {
+		c.cred.mu.Lock()
+		c.cred.grant = grants[i]
+		c.cred.mu.Unlock()
+		total += grants[i]
+	}
+	s.m.creditsGranted.Store(uint64(total))
+}
+
+// fairShares divides budget among targets by max-min fairness (water
+// filling): a target at or below the fair share gets its target, the
+// others split the rest equally (the remainder one by one in order);
+// budget <= 0 means unbounded. Every share is at least 1, so the sum can
+// exceed a budget smaller than len(targets).
+func fairShares(targets []int, budget int) []int {
+	out := slices.Clone(targets)
+	if budget <= 0 {
+		return out
+	}
+	order := make([]int, len(targets))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return targets[a] - targets[b] })
+	left := budget
+	for k, i := range order {
+		n := len(order) - k
+		fair := left / n
+		if targets[i] <= fair {
+			out[i] = targets[i]
+			left -= targets[i]
+			continue
+		}
+		// Everyone from here on wants more than the fair share.
+		extra := left - fair*n
+		for j, i := range order[k:] {
+			out[i] = fair
+			if j < extra {
+				out[i]++
+			}
+			out[i] = max(out[i], 1)
+		}
+		break
+	}
+	return out
+}
+
+// learnMachine records the AUTH_SYS machine name of a call on c, and
+// re-targets c when it changed.
+func (c *srvConn) learnMachine(req *sunrpc.Request) {
+	if req.Cred.Flavor != sunrpc.AuthSys {
+		return
+	}
+	name := req.Cred.Sys.MachineName
+	if m := c.cred.machine.Load(); m != nil && *m == name {
+		return
+	}
+	s := c.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	name = strings.Clone(name)
+	c.cred.machine.Store(&name)
+	if _, ok := s.conns[c]; !ok {
+		return
+	}
+	s.targetLocked(c)
+	s.rebalanceLocked()
+}
+
+// received accounts a receive completed on c: a call now in process.
+func (c *srvConn) received() {
+	c.cred.mu.Lock()
+	c.cred.posted--
+	c.cred.working++
+	c.cred.mu.Unlock()
+}
+
+// finish ends the processing of the call in slot idx: it reposts receives
+// up to the grant (this slot's first), then, when msg is not nil, writes
+// the grant into msg's rdma_credit field (an encoded RPC-over-RDMA header,
+// RFC 8166 section 4.2) and posts wr, the Send carrying msg, under the same
+// lock. It reports whether wr was posted; false with a nil msg.
+func (c *srvConn) finish(idx int, msg []byte, wr *verbs.SendWR) bool {
+	cc := &c.cred
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	cc.working--
+	cc.idle = append(cc.idle, idx)
+	if !c.fillLocked() {
+		return false
+	}
+	if msg == nil {
+		return false
+	}
+	binary.BigEndian.PutUint32(msg[8:12], uint32(cc.grant))
+	return c.qp.PostSend(wr) == nil
+}
+
+// fillLocked posts idle receives until posted + in process reach the
+// grant. It reports false, and closes the QP, when a post fails.
+func (c *srvConn) fillLocked() bool {
+	cc := &c.cred
+	for cc.posted+cc.working < cc.grant && len(cc.idle) > 0 {
+		i := cc.idle[len(cc.idle)-1]
+		if err := c.postRecv(i); err != nil {
+			c.qp.Close()
+			return false
+		}
+		cc.idle = cc.idle[:len(cc.idle)-1]
+		cc.posted++
+	}
+	return true
+}
+
+// removeConn forgets c and gives its share of the budget back.
+func (s *Server) removeConn(c *srvConn) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.conns[c]; ok {
+		delete(s.conns, c)
+		s.rebalanceLocked()
+	}
+}
