@@ -73,8 +73,8 @@ func (o *ServerOptions) fill() error {
 // Server is an RPC-over-RDMA v1 responder (RFC 8166 section 3) listening
 // on one address.
 type Server struct {
-	dev   verbs.Device
-	ln    verbs.Listener
+	dev  verbs.Device
+	ln   verbs.Listener
 	opts ServerOptions
 	m    metrics
 
