@@ -63,7 +63,8 @@ admin API (authenticated with the token in --admin-token-file).`,
 				if c, err := kube.client(); err != nil {
 					klog.InfoS("controller: no Kubernetes API: the credit ledger is off", "err", err)
 				} else {
-					l := credits.New(credits.Config{Client: c, Namespace: kube.namespace, DriverName: csi.DriverName, Budget: budget})
+					l := credits.New(credits.Config{Client: c, Namespace: kube.namespace, DriverName: csi.DriverName, Budget: budget,
+						Push: csi.CreditPusher(ports, token)})
 					if elect {
 						if electNS == "" {
 							electNS = kube.namespace

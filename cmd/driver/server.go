@@ -27,7 +27,8 @@ func newServerCmd() *cobra.Command {
 		exports                   []string
 		listen, keyFile           string
 		nfsPort, mntPort, rdmaPrt int
-		credits                   int
+		credits, defCredits       int
+		creditsBudget             int
 		adminListen, adminTokenF  string
 		stateDir, snapshotDir     string
 	)
@@ -41,7 +42,12 @@ allowed (addresses or CIDRs, comma-separated; default every client) and
 options (ro, rw, root_squash, no_root_squash; default rw,no_root_squash).
 Without --export, the root is exported read-write to every client.
 NFS is also served over RPC-over-RDMA (RFC 8166/8267) on --rdma-port through the
-software iWARP provider (0 turns it off), granting --credits per connection.
+software iWARP provider (0 turns it off). Each connection has --credits receive
+buffers, the most it can be granted; it is granted its pod's credits (set by the
+CSI controller through the admin API, per AUTH_SYS machine name NODE/NS/POD),
+else --default-credits; the grants of all connections share --credits-budget
+receives (max-min fair). Only the credits granted are posted as receives, so a
+client that sends more calls than granted is disconnected (RFC 8166 3.3.1).
 
 With --admin-listen, the admin API the CSI controller uses (HTTP + JSON, bearer
 token from --admin-token-file, required) is served on its own address: it
@@ -112,7 +118,8 @@ the controller: handles obtained through it bypass volume quotas and lists.`,
 				rpcm := metrics.NewRPCServer(nil)
 				srv.Dispatcher().SetObserver(rpcm)
 				reg := newRegistry(rpcm, metrics.NewVolumeCollector(srv.Volumes, nil),
-					metrics.NewTransportCollector(metrics.RoleResponder, srv.RDMAMetrics, nil))
+					metrics.NewTransportCollector(metrics.RoleResponder, srv.RDMAMetrics, nil),
+					metrics.NewConnectionCollector(srv.RDMAConnections))
 				go serveMetrics(ctx, metricsAddr, reg)
 			}
 			defer cancel()
@@ -152,7 +159,7 @@ the controller: handles obtained through it bypass volume quotas and lists.`,
 				n++
 				go func() {
 					addr := net.JoinHostPort(listen, strconv.Itoa(rdmaPrt))
-					errc <- srv.ServeRDMA(ctx, siw.NewDevice(siw.Config{}), addr, rpcrdma.ServerOptions{Credits: credits})
+					errc <- srv.ServeRDMA(ctx, siw.NewDevice(siw.Config{}), addr, rpcrdma.ServerOptions{Credits: credits, Grant: defCredits, Budget: creditsBudget})
 				}()
 			}
 			var first error
@@ -175,7 +182,9 @@ the controller: handles obtained through it bypass volume quotas and lists.`,
 	f.IntVar(&mntPort, "mount-port", nfsserver.DefaultMountPort, "TCP port of MOUNT v3")
 	f.IntVar(&rdmaPrt, "rdma-port", nfsserver.DefaultRDMAPort, "port of NFS over RDMA (software iWARP); 0: off")
 	f.StringVar(&metricsAddr, "metrics-address", "", "HOST:PORT of the Prometheus /metrics endpoint: RPCs by procedure with latency, RPC-over-RDMA transport counters, volume quota and usage (empty: off)")
-	f.IntVar(&credits, "credits", 32, "RPC-over-RDMA credits granted per connection (receives posted per connection)")
+	f.IntVar(&credits, "credits", 32, "RPC-over-RDMA receive buffers per connection: the most credits a connection can be granted")
+	f.IntVar(&defCredits, "default-credits", 0, "RPC-over-RDMA credits granted to a connection whose AUTH_SYS machine has no grant from the admin API (0: --credits)")
+	f.IntVar(&creditsBudget, "credits-budget", 0, "RPC-over-RDMA receives posted over all connections, shared max-min fair (0: no bound)")
 	f.StringVar(&adminListen, "admin-listen", "", "HOST:PORT of the admin API (HTTP, bearer token); empty: off")
 	f.StringVar(&adminTokenF, "admin-token-file", "", "file holding the admin API's bearer token (required with --admin-listen)")
 	f.StringVar(&stateDir, "state-dir", "/var/lib/nfsrdma-server", "directory of the volume registry (volumes, quotas, client lists, snapshots); empty: in memory only. Without --admin-listen, the default is used only if it holds a registry")

@@ -78,6 +78,20 @@ func (bs *backends) adminClient(server string) *admin.Client {
 	return admin.NewClient(u, bs.token, nil)
 }
 
+// CreditPusher returns the credits.Config.Push that gives an export
+// server its pods' credit grants through its admin API (PUT /v1/credits
+// on ports.Admin with token), or nil when there is no admin API
+// (ports.Admin 0 or no token: third-party servers, nothing to push).
+func CreditPusher(ports ServerPorts, token string) func(ctx context.Context, server string, grants map[string]int) error {
+	if ports.Admin == 0 || token == "" {
+		return nil
+	}
+	bs := newBackends(ports, token, nil)
+	return func(ctx context.Context, server string, grants map[string]int) error {
+		return bs.adminClient(server).SetCredits(ctx, grants)
+	}
+}
+
 // get returns the backend of server and share, mounting the share (MOUNT
 // and FSINFO over TCP) on first use. A dead connection is replaced on the
 // next call that fails.

@@ -149,13 +149,13 @@ func (n *node) spec(req *csipb.NodePublishVolumeRequest) (publishSpec, error) {
 		server = "[" + server + "]"
 	}
 	s.source = server + ":" + export
-	credits := DefaultCreditsPerPod
+	share := DefaultCreditsPerPod
 	if c := vc[ctxCredits]; c != "" {
 		v, err := strconv.Atoi(c)
 		if err != nil || v < 1 || v > MaxCreditsPerPod {
 			return s, fmt.Errorf("volume context %s=%q: want 1..%d", ctxCredits, c, MaxCreditsPerPod)
 		}
-		credits = v
+		share = v
 	}
 	opts = append(opts, req.GetVolumeCapability().GetMount().GetMountFlags()...)
 	s.ro = req.GetReadonly() || isReaderOnly(req.GetVolumeCapability())
@@ -170,13 +170,13 @@ func (n *node) spec(req *csipb.NodePublishVolumeRequest) (publishSpec, error) {
 	if s.rdma && mo.Credits == 0 {
 		// the class's share (validated above), unless the pod's mount
 		// options say otherwise
-		opts = append(opts, "credits="+strconv.Itoa(credits))
+		opts = append(opts, "credits="+strconv.Itoa(share))
 	}
 	s.options = strings.Join(opts, ",")
 	s.podUID = vc[ctxPodUID]
 	s.machine = n.cfg.NodeName
 	if ns, pod := vc[ctxPodNamespace], vc[ctxPodName]; pod != "" {
-		s.machine = n.cfg.NodeName + "/" + ns + "/" + pod
+		s.machine = credits.MachineName(n.cfg.NodeName, ns, pod)
 	}
 	return s, nil
 }

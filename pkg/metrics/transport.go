@@ -23,9 +23,10 @@ const (
 //     seen recently;
 //   - nfsrdma_rpcrdma_dropped_replies_total{reason="unmatched"|"bad"}:
 //     requester: replies dropped;
-//   - nfsrdma_rpcrdma_credits_granted: the last credit grant sent or
-//     received (gauge); nfsrdma_rpcrdma_credits_in_use: calls holding a
-//     credit (gauge);
+//   - nfsrdma_rpcrdma_credits_granted: requester: the last credit grant
+//     received; responder: the grants of all connections added up (gauge;
+//     per connection: ConnectionCollector); nfsrdma_rpcrdma_credits_in_use:
+//     calls holding a credit (gauge);
 //   - nfsrdma_rpcrdma_chunks_total{kind}: messages by kind: "inline",
 //     "read", "position_zero", "write", "reply" (RFC 8166 section 3.4);
 //   - nfsrdma_rpcrdma_bytes_total{kind}: RPC bytes by how they moved:
@@ -66,7 +67,7 @@ func NewTransportCollector(role string, metrics func() rpcrdma.Metrics, constLab
 		replies:         d("replies_total", "RPC replies received (requester) or sent (responder) over RPC-over-RDMA."),
 		retransmits:     d("retransmits_total", "Responder: calls whose XID was seen recently (retransmissions)."),
 		dropped:         d("dropped_replies_total", "Requester: replies dropped, because their XID matched no call (unmatched) or they failed to decode (bad).", "reason"),
-		creditsGranted:  d("credits_granted", "The last RPC-over-RDMA credit grant sent (responder) or received (requester)."),
+		creditsGranted:  d("credits_granted", "RPC-over-RDMA credits: the last grant received (requester), or the grants of all connections added up (responder)."),
 		creditsInUse:    d("credits_in_use", "Calls holding an RPC-over-RDMA credit now."),
 		chunks:          d("chunks_total", "RPC-over-RDMA messages by chunk kind (inline, read, position_zero, write, reply).", "kind"),
 		bytes:           d("bytes_total", "RPC bytes moved over RPC-over-RDMA, by kind: inline in Sends, read (RDMA Read of Read chunks), write (RDMA Write into Write chunks), reply (into Reply chunks).", "kind"),

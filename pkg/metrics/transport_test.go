@@ -76,7 +76,7 @@ func TestTransportCollector(t *testing.T) {
 	// As in the processes: the export server's registry, a mount's.
 	srvReg, mountReg := prometheus.NewRegistry(), prometheus.NewRegistry()
 	mount := prometheus.Labels{"volume": "pvc-1", "pod": "uid-1"}
-	srvReg.MustRegister(NewTransportCollector(RoleResponder, srv.Metrics, nil), rpcm)
+	srvReg.MustRegister(NewTransportCollector(RoleResponder, srv.Metrics, nil), rpcm, NewConnectionCollector(srv.Connections))
 	mountReg.MustRegister(NewTransportCollector(RoleRequester, cm.Metrics, mount), NewClientCollector(cli.Stats, mount))
 	srvURL, mountURL := serveReg(t, srvReg)+"/metrics", serveReg(t, mountReg)+"/metrics"
 	scrapeBoth := func() map[string]*dto.MetricFamily {
@@ -115,6 +115,17 @@ func TestTransportCollector(t *testing.T) {
 	}
 	if v := mustValue(t, f0, "nfsrdma_rpcrdma_registered_bytes", resp); v <= 0 {
 		t.Errorf("registered bytes %v", v)
+	}
+	// Per connection: the machine name is "" (the Null call has AUTH_NONE).
+	peer := srv.Connections()[0].Peer
+	if v := mustValue(t, f0, "nfsrdma_rpcrdma_connection_credits_granted", l("machine", "", "peer", peer)); v != 8 {
+		t.Errorf("connection credits granted %v, want 8", v)
+	}
+	if v := mustValue(t, f0, "nfsrdma_rpcrdma_connection_receives_posted", l("machine", "", "peer", peer)); v != 8 {
+		t.Errorf("connection receives posted %v, want 8", v)
+	}
+	if v := mustValue(t, f0, "nfsrdma_rpcrdma_connection_credits_target", l("machine", "", "peer", peer, "named", "false")); v != 8 {
+		t.Errorf("connection credits target %v, want 8", v)
 	}
 	calls0 := mustValue(t, f0, "nfsrdma_rpcrdma_calls_total", req)
 	readBytes0 := mustValue(t, f0, "nfsrdma_rpcrdma_bytes_total", with(resp, "kind", "read"))

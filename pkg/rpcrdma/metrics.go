@@ -16,7 +16,7 @@ type Metrics struct {
 	UnmatchedReplies uint64 // requester: replies whose XID matched no call, dropped
 	BadReplies       uint64 // requester: replies that failed to decode or CheckReply, dropped
 
-	CreditsGranted uint64 // gauge: the last grant (rdma_credit) sent (responder) or received (requester)
+	CreditsGranted uint64 // gauge: requester: the last grant (rdma_credit) received; responder: the grants of all connections added up
 	CreditsInUse   int64  // gauge: calls holding a credit now
 
 	// Chunks by kind (RFC 8166 section 3.4).

@@ -389,6 +389,23 @@ func (e *env) ledgerGranted(t *testing.T, c *claim) {
 	if !strings.Contains(val, c.pv) {
 		t.Errorf("ledger entry %s=%s does not name the volume %s", key, val, c.pv)
 	}
+	// The controller pushed the grant to the export server, which grants it
+	// to the connections of the pod's mounts (AUTH_SYS machine name).
+	e.serverGrant(t, credits)
+}
+
+// serverGrant waits until the export server's admin API holds want
+// credits for the pod's machine name (0: no grant).
+func (e *env) serverGrant(t *testing.T, want int) {
+	machine := nodeName + "/" + appNamespace + "/" + podName
+	waitFor(t, 2*time.Minute, fmt.Sprintf("export server grant %s=%d", machine, want), func(ctx context.Context) (bool, string, error) {
+		cr, err := e.admin.GetCredits(ctx)
+		if err != nil {
+			return false, "", err
+		}
+		return cr.Grants[machine] == want, fmt.Sprintf("grants %v", cr.Grants), nil
+	})
+	t.Logf("admin: export server grants %s=%d", machine, want)
 }
 
 // detach: pod deleted -> the attach/detach controller deletes the
@@ -449,6 +466,7 @@ func (e *env) ledgerFreed(t *testing.T) {
 		return v == "", fmt.Sprintf("%s=%s", key, v), nil
 	})
 	e.kubectl(t, "get", "configmap", ledgerName, "-n", ledgerNamespace, "-o", "yaml")
+	e.serverGrant(t, 0)
 }
 
 // deleteClaims: PVC deleted -> PV released -> DeleteVolume -> the

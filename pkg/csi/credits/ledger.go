@@ -70,9 +70,21 @@ type Config struct {
 	DriverName string // CSI driver whose volumes count (nfsrdma.csi.dev)
 	// Budget is the credits per export server (default DefaultBudget).
 	Budget int
-	// Resync is the full recomputation period (default 1 minute).
+	// Resync is the full recomputation period (default 1 minute); each
+	// resync pushes every server's grants again.
 	Resync time.Duration
+	// Push, when set, gives an export server the grants of the pods using
+	// it, keyed by the AUTH_SYS machine name their mounts use
+	// (MachineName), so that the server enforces them per connection
+	// (admin API PUT /v1/credits). It is called when a server's grants
+	// change (with an empty map once no pod uses it) and at every resync;
+	// a failure is logged and retried at the next change or resync.
+	Push func(ctx context.Context, server string, grants map[string]int) error
 }
+
+// MachineName is the AUTH_SYS machine name of a pod's mounts, as the node
+// plugin sets it: "NODE/NAMESPACE/POD".
+func MachineName(node, namespace, pod string) string { return node + "/" + namespace + "/" + pod }
 
 // Ledger recomputes the grants whenever pods, PVCs or PVs change and
 // writes them to the ConfigMap; pods whose grant is reduced or refused
@@ -84,6 +96,7 @@ type Ledger struct {
 	pvs      corelisters.PersistentVolumeLister
 	recorder record.EventRecorder
 	kick     chan struct{}
+	pushed   map[string]map[string]int // per server, the grants it accepted last
 }
 
 // New builds a ledger.
@@ -97,7 +110,7 @@ func New(cfg Config) *Ledger {
 	if cfg.Resync == 0 {
 		cfg.Resync = time.Minute
 	}
-	return &Ledger{cfg: cfg, kick: make(chan struct{}, 1)}
+	return &Ledger{cfg: cfg, kick: make(chan struct{}, 1), pushed: map[string]map[string]int{}}
 }
 
 // Run watches pods, PVCs and PVs and keeps the ledger until ctx ends.
@@ -130,11 +143,13 @@ func (l *Ledger) Run(ctx context.Context) error {
 	defer tick.Stop()
 	l.poke()
 	for {
+		force := false
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-l.kick:
 		case <-tick.C:
+			force = true
 		}
 		// coalesce bursts of events
 		time.Sleep(100 * time.Millisecond)
@@ -142,7 +157,7 @@ func (l *Ledger) Run(ctx context.Context) error {
 		case <-l.kick:
 		default:
 		}
-		if err := l.sync(ctx); err != nil {
+		if err := l.sync(ctx, force); err != nil {
 			klog.ErrorS(err, "credits: ledger update failed; retrying")
 			time.AfterFunc(2*time.Second, l.poke)
 		}
@@ -220,8 +235,9 @@ func (l *Ledger) demands() (map[string][]demand, error) {
 	return out, nil
 }
 
-// sync recomputes every grant and writes the ledger when it changed.
-func (l *Ledger) sync(ctx context.Context) error {
+// sync recomputes every grant, writes the ledger when it changed and
+// pushes the servers' grants (all of them when force).
+func (l *Ledger) sync(ctx context.Context, force bool) error {
 	dem, err := l.demands()
 	if err != nil {
 		return err
@@ -259,6 +275,7 @@ func (l *Ledger) sync(ctx context.Context) error {
 	}
 	tb, _ := json.Marshal(totals)
 	data[budgetKey] = string(tb)
+	defer l.push(ctx, grants, force)
 
 	cms := l.cfg.Client.CoreV1().ConfigMaps(l.cfg.Namespace)
 	cm, err := cms.Get(ctx, l.cfg.Name, metav1.GetOptions{})
@@ -287,6 +304,45 @@ func (l *Ledger) sync(ctx context.Context) error {
 	l.events(old, grants, totals)
 	klog.V(2).InfoS("credits: ledger updated", "entries", len(grants), "servers", len(totals))
 	return nil
+}
+
+// push gives each server the grants of its pods (Config.Push): servers
+// whose grants changed since they last accepted them, every server when
+// force, and an empty set to a server no pod uses any more.
+func (l *Ledger) push(ctx context.Context, grants []grant, force bool) {
+	if l.cfg.Push == nil {
+		return
+	}
+	want := map[string]map[string]int{}
+	for _, g := range grants {
+		if want[g.Server] == nil {
+			want[g.Server] = map[string]int{}
+		}
+		if g.Granted > 0 && g.pod.Spec.NodeName != "" {
+			want[g.Server][MachineName(g.pod.Spec.NodeName, g.pod.Namespace, g.pod.Name)] = g.Granted
+		}
+	}
+	gone := map[string]bool{}
+	for server := range l.pushed {
+		if want[server] == nil {
+			want[server], gone[server] = map[string]int{}, true
+		}
+	}
+	for server, w := range want {
+		if old, ok := l.pushed[server]; ok && !force && maps.Equal(old, w) {
+			continue
+		}
+		if err := l.cfg.Push(ctx, server, w); err != nil {
+			klog.InfoS("credits: the export server did not take its grants; retrying at the next change or resync", "server", server, "pods", len(w), "err", err)
+			continue
+		}
+		klog.V(2).InfoS("credits: grants pushed to the export server", "server", server, "pods", len(w))
+		if gone[server] {
+			delete(l.pushed, server)
+		} else {
+			l.pushed[server] = w
+		}
+	}
 }
 
 // grant is one ledger entry with its key and pod.

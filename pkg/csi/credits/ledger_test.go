@@ -3,8 +3,11 @@ package credits
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"maps"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -78,18 +81,22 @@ func TestLedger(t *testing.T) {
 	)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	l := New(Config{Client: c, Namespace: "csi", DriverName: driver, Budget: 24, Resync: time.Hour})
+	srv := &fakeServers{fail: map[string]bool{}, got: map[string]map[string]int{}}
+	l := New(Config{Client: c, Namespace: "csi", DriverName: driver, Budget: 24, Resync: time.Hour, Push: srv.push})
 	go l.Run(ctx)
 
 	got := ledger(t, c, func(m map[string]Entry) bool { return len(m) == 1 })
 	if e := got["ns1.web-1"]; e.Granted != 16 || e.Desired != 16 || e.Server != "10.0.0.5" || e.UID != "uid-web-1" || strings.Join(e.Volumes, ",") != "pv-a" {
 		t.Fatalf("web-1: %+v", e)
 	}
+	// the export server is told the grant, keyed by the mount's machine name
+	srv.wait(t, "10.0.0.5", map[string]int{"n1/ns1/web-1": 16})
 	// a second pod: 16+16 > 24, fair halves
 	c.CoreV1().Pods("ns1").Create(ctx, pod("ns1", "web-2", "claim-b", 3, nil), metav1.CreateOptions{})
 	ledger(t, c, func(m map[string]Entry) bool {
 		return m["ns1.web-1"].Granted == 12 && m["ns1.web-2"].Granted == 12
 	})
+	srv.wait(t, "10.0.0.5", map[string]int{"n1/ns1/web-1": 12, "n1/ns1/web-2": 12})
 	// an annotation asks for less: the other gets the rest
 	p2, _ := c.CoreV1().Pods("ns1").Get(ctx, "web-2", metav1.GetOptions{})
 	p2.Annotations = map[string]string{AnnotationCredits: "4"}
@@ -132,6 +139,7 @@ func TestLedger(t *testing.T) {
 		c.CoreV1().Pods("ns1").Delete(ctx, fmt.Sprint("web-", i), metav1.DeleteOptions{})
 	}
 	ledger(t, c, func(m map[string]Entry) bool { return len(m) == 1 && m["ns1.web-1"].Granted == 16 })
+	srv.wait(t, "10.0.0.5", map[string]int{"n1/ns1/web-1": 16})
 
 	// Lookup, as the node plugin does
 	e, err := Lookup(ctx, c, "csi", DefaultName, "ns1", "web-1", "10.0.0.5", time.Second)
@@ -141,4 +149,69 @@ func TestLedger(t *testing.T) {
 	if _, err := Lookup(ctx, c, "csi", DefaultName, "ns1", "nobody", "10.0.0.5", 300*time.Millisecond); err == nil {
 		t.Fatal("Lookup of a pod with no entry succeeded")
 	}
+}
+
+// fakeServers records the grants pushed to each export server; a server
+// in fail refuses them.
+type fakeServers struct {
+	mu    sync.Mutex
+	fail  map[string]bool
+	got   map[string]map[string]int
+	calls int
+}
+
+func (f *fakeServers) push(_ context.Context, server string, grants map[string]int) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls++
+	if f.fail[server] {
+		return errors.New("connection refused")
+	}
+	f.got[server] = maps.Clone(grants)
+	return nil
+}
+
+// wait waits until server holds exactly want.
+func (f *fakeServers) wait(t *testing.T, server string, want map[string]int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		f.mu.Lock()
+		got, ok := f.got[server]
+		f.mu.Unlock()
+		if ok && maps.Equal(got, want) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("server %s holds %v, want %v", server, got, want)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestLedgerPush: each export server gets its own pods' grants, a server
+// that refused them gets them again once it takes them, and a server no
+// pod uses any more is cleared.
+func TestLedgerPush(t *testing.T) {
+	c := fake.NewSimpleClientset(
+		pv("pv-a", "10.0.0.5", "8"), pvc("ns1", "claim-a", "pv-a"),
+		pv("pv-b", "10.0.0.6", "4"), pvc("ns1", "claim-b", "pv-b"),
+		pod("ns1", "a", "claim-a", 1, nil),
+		pod("ns1", "b", "claim-b", 2, nil),
+	)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	srv := &fakeServers{fail: map[string]bool{"10.0.0.6": true}, got: map[string]map[string]int{}}
+	l := New(Config{Client: c, Namespace: "csi", DriverName: driver, Budget: 64, Resync: 300 * time.Millisecond, Push: srv.push})
+	go l.Run(ctx)
+	srv.wait(t, "10.0.0.5", map[string]int{"n1/ns1/a": 8})
+	// 10.0.0.6 refuses; the resync tries again once it is back
+	srv.mu.Lock()
+	srv.fail["10.0.0.6"] = false
+	srv.mu.Unlock()
+	srv.wait(t, "10.0.0.6", map[string]int{"n1/ns1/b": 4})
+	// the pod of 10.0.0.6 goes: its server is cleared
+	c.CoreV1().Pods("ns1").Delete(ctx, "b", metav1.DeleteOptions{})
+	srv.wait(t, "10.0.0.6", map[string]int{})
+	srv.wait(t, "10.0.0.5", map[string]int{"n1/ns1/a": 8})
 }

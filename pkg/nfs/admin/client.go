@@ -248,3 +248,21 @@ func (c *Client) GetClone(ctx context.Context, dest string) (Clone, error) {
 	err := c.volumeCall(ctx, http.MethodGet, "/v1/clones/", dest, "", nil, &out)
 	return out, err
 }
+
+// SetCredits replaces the server's credit grants per AUTH_SYS machine
+// name (see Credits). ErrInvalid for a grant below 1, or a machine name
+// empty or longer than MaxMachineName bytes.
+func (c *Client) SetCredits(ctx context.Context, grants map[string]int) error {
+	if grants == nil {
+		grants = map[string]int{}
+	}
+	return c.do(ctx, http.MethodPut, "/v1/credits", Credits{Grants: grants}, nil)
+}
+
+// GetCredits returns the server's credit grants and its RPC-over-RDMA
+// connections with what each is granted.
+func (c *Client) GetCredits(ctx context.Context) (Credits, error) {
+	var cr Credits
+	err := c.do(ctx, http.MethodGet, "/v1/credits", nil, &cr)
+	return cr, err
+}

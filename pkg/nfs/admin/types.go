@@ -2,7 +2,8 @@
 // types, the errors and the client the CSI controller uses to manage what
 // NFS cannot express on the export server (pkg/nfs/server, `driver
 // server --admin-listen`): per-volume exports with their quota and client
-// list, server-side snapshots and clones.
+// list, server-side snapshots and clones, and the RPC-over-RDMA credits
+// granted to each pod's connections.
 //
 // # Wire protocol
 //
@@ -26,6 +27,8 @@
 //	DELETE /v1/snapshots/{id}               (empty)
 //	GET    /v1/clones/{dest...}             Clone
 //	PUT    /v1/clones/{dest...}             Clone -> Clone
+//	GET    /v1/credits                      Credits (grants and connections)
+//	PUT    /v1/credits                      Credits (grants) -> Credits
 package admin
 
 import (
@@ -159,6 +162,42 @@ type Status struct {
 	// and the bytes available in it to unprivileged users (statfs(2)).
 	CapacityBytes int64 `json:"capacityBytes"`
 	FreeBytes     int64 `json:"freeBytes"`
+}
+
+// MaxMachineName is the longest AUTH_SYS machine name, in bytes (RFC 5531
+// appendix A).
+const MaxMachineName = 255
+
+// Credits is the body of GET and PUT /v1/credits: the RPC-over-RDMA
+// credits (RFC 8166 section 3.3.1) the server grants to the connections of
+// each AUTH_SYS machine name (RFC 5531 appendix A; the CSI node plugin
+// names each pod's mount "NODE/NAMESPACE/POD"). A PUT replaces every grant;
+// machines without one get the server's default (`driver server
+// --credits`). Each grant is at least 1; the server caps it at its
+// per-connection credits and shares its receive budget among connections
+// (`--credits-budget`), so a connection can be granted less.
+type Credits struct {
+	Grants map[string]int `json:"grants"`
+	// Connections are the server's RPC-over-RDMA connections now, in a
+	// GET answer only.
+	Connections []Connection `json:"connections,omitempty"`
+}
+
+// Connection is one RPC-over-RDMA connection of the export server.
+type Connection struct {
+	Peer string `json:"peer"`
+	// Machine is the AUTH_SYS machine name of its latest call ("" before).
+	Machine string `json:"machine"`
+	// Named is true when Machine has a grant of its own; Target is that
+	// grant or the default, capped by the per-connection credits.
+	Named  bool `json:"named"`
+	Target int  `json:"target"`
+	// Grant is the credits its replies carry (Target, or less to fit the
+	// receive budget); Posted its receives posted; InProcess its calls
+	// being processed.
+	Grant     int `json:"grant"`
+	Posted    int `json:"posted"`
+	InProcess int `json:"inProcess"`
 }
 
 // ErrorBody is the JSON body of an error answer.

@@ -110,6 +110,20 @@ func (s *Server) AdminHandler(token string) (http.Handler, error) {
 		out, err := s.CreateClone(c)
 		reply(w, r, out, err)
 	})
+	mux.HandleFunc("GET /v1/credits", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, s.Credits())
+	})
+	mux.HandleFunc("PUT /v1/credits", func(w http.ResponseWriter, r *http.Request) {
+		var c admin.Credits
+		if !readJSON(w, r, &c) {
+			return
+		}
+		if err := s.SetCredits(c.Grants); err != nil {
+			reply(w, r, nil, err)
+			return
+		}
+		writeJSON(w, s.Credits())
+	})
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, admin.CodeNotFound, fmt.Sprintf("no such admin API call: %s %s", r.Method, r.URL.Path))
 	})

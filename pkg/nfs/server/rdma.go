@@ -18,16 +18,15 @@ const DefaultRDMAPort = 20049
 // ServeRDMA serves NFS v3 over RPC-over-RDMA version 1 (RFC 8166, with the
 // RFC 8267 binding) on addr ("host:port") through dev until ctx ends, then
 // returns nil; or the listener's error. MOUNT stays on TCP (RFC 8267 section
-// 5.1), served by Serve. opts sets the credits granted per connection.
+// 5.1), served by Serve. opts sets the credits per connection and the
+// receive budget; SetCredits, the grants per machine name.
 func (s *Server) ServeRDMA(ctx context.Context, dev verbs.Device, addr string, opts rpcrdma.ServerOptions) error {
 	l, err := rpcrdma.Listen(ctx, dev, addr, opts)
 	if err != nil {
 		return fmt.Errorf("nfs server: NFS/RDMA on %s: %w", addr, err)
 	}
 	defer l.Close()
-	s.rdmaMu.Lock()
-	s.rdma = l
-	s.rdmaMu.Unlock()
+	s.setRDMA(l)
 	klog.InfoS("nfs server: serving NFS over RDMA", "addr", l.Addr(), "device", dev.Name(), "transport", dev.Transport())
 	err = l.Serve(ctx, s.rpc)
 	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {

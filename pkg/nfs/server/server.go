@@ -18,7 +18,6 @@ import (
 
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/mount3"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nfs3"
-	"github.com/nfsrdma/nfsrdma-csi/pkg/rpcrdma"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
 )
 
@@ -92,8 +91,10 @@ type Server struct {
 	files   fileLocks
 	version string
 
+	credits map[string]int // RPC-over-RDMA credits per machine name; guarded by tmu
+
 	rdmaMu sync.Mutex
-	rdma   interface{ Metrics() rpcrdma.Metrics } // the ServeRDMA listener
+	rdma   rdmaListener // the ServeRDMA listener
 
 	jobs jobRunner
 

@@ -28,6 +28,8 @@ type persisted struct {
 	Volumes   []persistedVolume   `json:"volumes"`
 	Snapshots []persistedSnapshot `json:"snapshots"`
 	Clones    []persistedClone    `json:"clones"`
+	// Credits are the RPC-over-RDMA grants per machine name (SetCredits).
+	Credits map[string]int `json:"credits,omitempty"`
 }
 
 type persistedVolume struct {
@@ -142,6 +144,7 @@ func (s *Server) initRegistry(opts Options) error {
 			r.job.finish(ps.Error)
 		}
 	}
+	s.credits = st.Credits
 	for _, pc := range st.Clones {
 		r := &cloneRec{Clone: pc.Clone, dev: pc.DestDev, ino: pc.DestIno, job: newCopyJob(pc.SizeBytes, pc.CopiedBytes)}
 		s.reg.clones[pc.Dest] = r
@@ -182,7 +185,7 @@ func (s *Server) saveLocked() error {
 	if s.reg.stateFile == "" {
 		return nil
 	}
-	st := persisted{Version: stateVersion, Volumes: []persistedVolume{}, Snapshots: []persistedSnapshot{}, Clones: []persistedClone{}}
+	st := persisted{Version: stateVersion, Volumes: []persistedVolume{}, Snapshots: []persistedSnapshot{}, Clones: []persistedClone{}, Credits: s.credits}
 	for _, v := range s.reg.sortedVolumes() {
 		st.Volumes = append(st.Volumes, persistedVolume{Path: v.path, QuotaBytes: v.quota.Load(), Access: v.access, Meta: v.meta})
 	}
