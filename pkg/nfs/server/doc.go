@@ -43,9 +43,10 @@
 // read-only (Export.ReadOnlyClients). Since every file handle carries its
 // export id, the list is checked at every call and applies from the next
 // one. A volume has a quota in bytes allocated (st_blocks*512): usage is
-// counted by walking the tree at registration and at start, then kept by
-// every modifying call through the volume's export, from the pre- and
-// post-operation attributes, so that nothing walks the tree again. A
+// kept per inode, counted by walking the tree at registration, at start
+// and by Rescan, then set by every modifying call through the volume's
+// export for each inode it touches, so that blocks delayed allocation adds
+// between calls are counted once, by the next call (quota.go). A
 // WRITE, a SETATTR of the size, a MKDIR or a long SYMLINK whose estimated
 // growth does not fit fails with NFS3ERR_NOSPC and changes nothing (quota.go
 // says why not NFS3ERR_DQUOT); FSSTAT of a volume reports the quota.
@@ -65,11 +66,11 @@
 // # Limits
 //
 // Changes made through another export containing a volume (the root
-// export the controller uses, say) or by local processes are not counted
-// in the volume's usage until the next walk (restart, or AddVolume after
-// the directory was replaced); so are the extent blocks a write may add
-// beyond its estimate, which are charged afterwards, so usage may pass
-// the quota by a few blocks. Snapshot copies are not atomic: a volume
+// export the controller uses, say) or by local processes are counted when
+// a call through the volume next touches the inode, or at the next walk
+// (restart, Server.Rescan, AddVolume after the directory was replaced).
+// Usage passes the quota only by the metadata blocks of the call in
+// progress that fills it (quota.go). Snapshot copies are not atomic: a volume
 // written to while it is copied gives a snapshot of no single instant, as
 // with rsync. Extended attributes are not copied.
 //

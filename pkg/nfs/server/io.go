@@ -122,9 +122,11 @@ func (c *call) read(d *xdr.Decoder, b *sunrpc.Builder) error {
 // write is WRITE (RFC 1813 section 3.3.7). The data is taken with
 // sunrpc.Request.Payload (inline, or pulled by an RDMA transport). UNSTABLE
 // data is not synced (COMMIT does), DATA_SYNC is fdatasync'ed, FILE_SYNC
-// fsync'ed; the reply carries the instance's write verifier. In a volume,
-// a write whose estimated growth (quota.go, writeGrowth) does not fit the
-// quota fails with NFS3ERR_NOSPC and writes nothing.
+// fsync'ed (quota.go, syncStable, inside the quota accounting, so that
+// the blocks the sync allocates are counted); the reply carries the
+// instance's write verifier. In a volume, a write whose estimated growth
+// (quota.go, writeGrowth) does not fit the quota fails with NFS3ERR_NOSPC
+// and writes nothing.
 func (c *call) write(d *xdr.Decoder, b *sunrpc.Builder) error {
 	var a nfs3.WriteArgs
 	if err := a.DecodeMax(d, c.req.ArgPayload, c.req.ArgPayload != nil, MaxIO); err != nil {
@@ -154,7 +156,7 @@ func (c *call) write(d *xdr.Decoder, b *sunrpc.Builder) error {
 			st = statusOf(err)
 		} else {
 			n := 0
-			overQuota, err := c.quotaWrite(&o, fd, int64(off), int64(len(data)), func() error {
+			overQuota, err := c.quotaWrite(&o, fd, int64(off), int64(len(data)), stable, func() error {
 				var err error
 				for n < len(data) && err == nil {
 					var m int
@@ -170,14 +172,6 @@ func (c *call) write(d *xdr.Decoder, b *sunrpc.Builder) error {
 				err = errQuota
 			}
 			r.Committed = stable
-			if err == nil {
-				switch stable {
-				case nfs3.DataSync:
-					err = unix.Fdatasync(fd)
-				case nfs3.FileSync:
-					err = unix.Fsync(fd)
-				}
-			}
 			unix.Close(fd)
 			r.Count = uint32(n)
 			st = statusOf(err)

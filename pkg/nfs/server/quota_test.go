@@ -2,14 +2,18 @@ package server
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"io"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/admin"
 	client "github.com/nfsrdma/nfsrdma-csi/pkg/nfs/client"
@@ -51,25 +55,6 @@ func checkUsage(t *testing.T, e *volEnv, p string) admin.Volume {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-}
-
-// checkUsageWithin is checkUsage allowing the kept usage to fall short of
-// the tree by up to slack bytes per inode (blocks allocated by background
-// writeback, outside any NFS operation).
-func checkUsageWithin(t *testing.T, e *volEnv, p string, slack int64) admin.Volume {
-	t.Helper()
-	v, err := e.adm.GetVolume(ctxT(t), p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	u, err := treeUsage(e.srv.rootFD, p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if v.UsedInodes != u.inodes || v.UsedBytes > u.bytes || v.UsedBytes < u.bytes-slack*u.inodes {
-		t.Fatalf("volume %s: usage kept %d bytes, %d inodes; the tree holds %d bytes, %d inodes (slack %d per inode)", p, v.UsedBytes, v.UsedInodes, u.bytes, u.inodes, slack)
-	}
-	return v
 }
 
 func checkFsstat(t *testing.T, c *client.Client, quota, used int64) {
@@ -373,4 +358,404 @@ func TestVolumeQuotaConcurrent(t *testing.T) {
 	if v.UsedBytes > quota+64<<10 {
 		t.Fatalf("usage %d past the quota %d", v.UsedBytes, quota)
 	}
+}
+
+// quotaEnv starts a server with volume "vol" (quota bytes, 0: unlimited)
+// granted to 127.0.0.1 and mounts it over TCP.
+func quotaEnv(t *testing.T, quota int64) (*volEnv, *client.Client, string) {
+	t.Helper()
+	root, state := t.TempDir(), t.TempDir()
+	if err := os.Mkdir(filepath.Join(root, "vol"), 0o777); err != nil {
+		t.Fatal(err)
+	}
+	e := startVolEnv(t, root, state, false)
+	ctx := ctxLong(t)
+	if _, err := e.adm.PutVolume(ctx, "vol", quota); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.adm.Grant(ctx, "vol", admin.Access{Node: "n", Addrs: []string{"127.0.0.1"}}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := e.mount(ctx, "/vol", "tcp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return e, c, filepath.Join(root, "vol")
+}
+
+// syncfs is the kernel's background writeback, on demand: it writes back
+// every dirty page of dir's file system, allocating what delayed
+// allocation left for later, outside any NFS call.
+func syncfs(t *testing.T, dir string) {
+	t.Helper()
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	if err := unix.Syncfs(fd); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func blocksOf(t *testing.T, path string) int64 {
+	t.Helper()
+	var st unix.Stat_t
+	if err := unix.Lstat(path, &st); err != nil {
+		t.Fatal(err)
+	}
+	return st.Blocks * 512
+}
+
+// writeFragmented writes n single blocks UNSTABLE, one block apart: the
+// data blocks are in st_blocks at once (delayed allocation counts them
+// when written), but the file needs more extents than the inode holds, so
+// writeback allocates an extent tree block besides them.
+func writeFragmented(t *testing.T, c *client.Client, fh nfs3.FH, n int) {
+	t.Helper()
+	ctx := ctxT(t)
+	blk := randomBytes(4096, uint64(n))
+	for i := range n {
+		if _, err := c.Write(ctx, fh, uint64(i)*8192, blk, nfs3.Unstable); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestVolumeUsageWriteback checks that blocks the kernel allocates at
+// writeback, between NFS calls (ext4's and XFS's delayed allocation of
+// extent blocks), are counted exactly: by the admin API's usage at once,
+// by the next call touching the file, for many files at a time. With
+// usage charged from each call's own pre- and post-operation stat, they
+// were missed until a rescan.
+func TestVolumeUsageWriteback(t *testing.T) {
+	e, c, dir := quotaEnv(t, 1<<30)
+	ctx := ctxLong(t)
+
+	fh, _, err := c.CreateFile(ctx, c.Root(), "frag", 0o644, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFragmented(t, c, fh, 40)
+	checkUsage(t, e, "vol")
+	before := blocksOf(t, filepath.Join(dir, "frag"))
+	syncfs(t, dir)
+	after := blocksOf(t, filepath.Join(dir, "frag"))
+	t.Logf("writeback allocated %d bytes besides the data", after-before)
+	checkUsage(t, e, "vol") // the dirty file was stat'ed again
+	if _, err := c.Commit(ctx, fh, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	checkUsage(t, e, "vol")
+
+	// the next call touching the file counts what writeback allocated
+	// since the last one (here a stable WRITE: the file is clean after it,
+	// so only that call can have counted it)
+	fh2, _, err := c.CreateFile(ctx, c.Root(), "frag2", 0o644, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFragmented(t, c, fh2, 40)
+	syncfs(t, dir)
+	if _, err := c.Write(ctx, fh2, 1<<20, []byte("tail"), nfs3.FileSync); err != nil {
+		t.Fatal(err)
+	}
+	checkUsage(t, e, "vol")
+
+	// many small files, each with a block writeback added, each touched
+	// once afterwards by a COMMIT
+	d, _, err := c.MakeDir(ctx, c.Root(), "many", 0o755)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fhs []nfs3.FH
+	for i := range 30 {
+		fh, _, err := c.CreateFile(ctx, d, "f"+strconv.Itoa(i), 0o644, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		writeFragmented(t, c, fh, 6)
+		fhs = append(fhs, fh)
+	}
+	syncfs(t, dir)
+	for _, fh := range fhs {
+		if _, err := c.Commit(ctx, fh, 0, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	checkUsage(t, e, "vol")
+}
+
+// TestVolumeQuotaLocalGrowth grows a file of a volume through the local
+// file system between NFS calls (as writeback would, in larger steps):
+// the next call touching the file counts the growth exactly (WRITE,
+// SETATTR, REMOVE, with hard links), and a WRITE that would pass the quota
+// with it is refused.
+func TestVolumeQuotaLocalGrowth(t *testing.T) {
+	const mib = 1 << 20
+	const quota = 4 * mib
+	e, c, dir := quotaEnv(t, quota)
+	ctx := ctxLong(t)
+	grow := func(name string, off int64, n int) {
+		t.Helper()
+		f, err := os.OpenFile(filepath.Join(dir, name), os.O_WRONLY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		if _, err := f.WriteAt(randomBytes(n, uint64(off)), off); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Sync(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fh, _, err := c.CreateFile(ctx, c.Root(), "f", 0o644, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Write(ctx, fh, 0, randomBytes(4096, 1), nfs3.FileSync); err != nil {
+		t.Fatal(err)
+	}
+	checkUsage(t, e, "vol")
+	grow("f", 4096, 3*mib)
+	if _, err := c.Write(ctx, fh, 0, []byte{1}, nfs3.FileSync); err != nil {
+		t.Fatal(err)
+	}
+	checkUsage(t, e, "vol")
+	if _, err := c.Write(ctx, fh, 3*mib+4096, randomBytes(mib, 2), nfs3.FileSync); !errors.Is(err, nfs3.ErrNoSpc) {
+		t.Fatalf("a 1 MiB WRITE into a 4 MiB volume holding 3 MiB: %v, want NFS3ERR_NOSPC", err)
+	}
+	checkUsage(t, e, "vol")
+
+	// SETATTR of the size after a local growth
+	grow("f", 3*mib+4096, 512<<10)
+	if _, err := c.Truncate(ctx, fh, 8192); err != nil {
+		t.Fatal(err)
+	}
+	checkUsage(t, e, "vol")
+
+	// REMOVE after a local growth, with a second link counted once
+	if _, err := c.Link(ctx, fh, c.Root(), "f2"); err != nil {
+		t.Fatal(err)
+	}
+	checkUsage(t, e, "vol")
+	grow("f", 8192, mib)
+	if _, err := c.Remove(ctx, c.Root(), "f"); err != nil {
+		t.Fatal(err)
+	}
+	checkUsage(t, e, "vol")
+	grow("f2", mib+8192, mib)
+	if _, err := c.Remove(ctx, c.Root(), "f2"); err != nil {
+		t.Fatal(err)
+	}
+	v := checkUsage(t, e, "vol")
+	if v.UsedInodes != 1 {
+		t.Fatalf("%d inodes used in an empty volume", v.UsedInodes)
+	}
+}
+
+// TestVolumeQuotaFlushDirty fills a volume to its quota exactly with
+// UNSTABLE writes: the allowance kept for what writeback may still
+// allocate to dirty files would refuse the last one, so the server syncs
+// the dirty files and decides again on exact figures, as ext4 does before
+// it reports ENOSPC; one block more is refused.
+func TestVolumeQuotaFlushDirty(t *testing.T) {
+	const mib = 1 << 20
+	const quota = 2 * mib
+	e, c, _ := quotaEnv(t, quota)
+	ctx := ctxLong(t)
+	fh, _, err := c.CreateFile(ctx, c.Root(), "f", 0o644, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := checkUsage(t, e, "vol")
+	free := quota - v.UsedBytes // the root directory's block
+	if _, err := c.Write(ctx, fh, 0, randomBytes(mib, 1), nfs3.Unstable); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Write(ctx, fh, mib, randomBytes(int(free-mib), 2), nfs3.Unstable); err != nil {
+		t.Fatalf("a WRITE filling the quota exactly: %v", err)
+	}
+	if _, err := c.Write(ctx, fh, uint64(free), randomBytes(4096, 3), nfs3.Unstable); !errors.Is(err, nfs3.ErrNoSpc) {
+		t.Fatalf("a WRITE past a full quota: %v, want NFS3ERR_NOSPC", err)
+	}
+	if _, err := c.Commit(ctx, fh, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	if v := checkUsage(t, e, "vol"); v.UsedBytes != quota {
+		t.Fatalf("usage %d, want the quota %d", v.UsedBytes, quota)
+	}
+}
+
+// TestVolumeRescan checks that Rescan counts what local processes
+// changed in a volume, and that rescans running while NFS calls create,
+// write, rename and remove files leave the usage exact.
+func TestVolumeRescan(t *testing.T) {
+	e, c, dir := quotaEnv(t, 1<<30)
+	ctx := ctxLong(t)
+	for i := range 20 {
+		mustWrite(t, filepath.Join(dir, "local", strconv.Itoa(i)), randomBytes(10000*i, uint64(i)))
+	}
+	if err := os.Symlink(strings.Repeat("y/", 100), filepath.Join(dir, "local", "link")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.srv.Rescan(ctx, "vol"); err != nil {
+		t.Fatal(err)
+	}
+	checkUsage(t, e, "vol")
+	if err := os.RemoveAll(filepath.Join(dir, "local")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.srv.Rescan(ctx, "vol"); err != nil {
+		t.Fatal(err)
+	}
+	checkUsage(t, e, "vol")
+	if _, err := e.srv.Rescan(ctx, "nope"); !errors.Is(err, admin.ErrNotFound) {
+		t.Fatalf("Rescan of an unregistered volume: %v", err)
+	}
+
+	dirs := make([]nfs3.FH, 4)
+	for i := range dirs {
+		fh, _, err := c.MakeDir(ctx, c.Root(), "d"+strconv.Itoa(i), 0o755)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dirs[i] = fh
+	}
+	stop := make(chan struct{})
+	scans := make(chan error, 1)
+	go func() {
+		n := 0
+		for {
+			select {
+			case <-stop:
+				t.Logf("%d rescans during the calls", n)
+				scans <- nil
+				return
+			default:
+			}
+			if _, err := e.srv.Rescan(ctx, "vol"); err != nil {
+				scans <- err
+				return
+			}
+			n++
+		}
+	}()
+	work := make(chan error, 2)
+	for w := range 2 {
+		go func() {
+			work <- func() error {
+				for i := range 60 {
+					name := "w" + strconv.Itoa(w) + "-" + strconv.Itoa(i)
+					d := dirs[(i+w)%len(dirs)]
+					fh, _, err := c.CreateFile(ctx, d, name, 0o644, false)
+					if err != nil {
+						return err
+					}
+					stable := nfs3.Unstable
+					if i%2 == 0 {
+						stable = nfs3.FileSync
+					}
+					if _, err := c.Write(ctx, fh, uint64(i%7)*8192, randomBytes(8192*(1+i%5), uint64(i)), stable); err != nil {
+						return err
+					}
+					if _, err := c.Rename(ctx, d, name, dirs[(i+w+1)%len(dirs)], name); err != nil {
+						return err
+					}
+					if i%3 == 0 {
+						if _, err := c.Remove(ctx, dirs[(i+w+1)%len(dirs)], name); err != nil {
+							return err
+						}
+					}
+				}
+				return nil
+			}()
+		}()
+	}
+	var werr error
+	for range 2 {
+		werr = errors.Join(werr, <-work)
+	}
+	close(stop)
+	if err := errors.Join(werr, <-scans); err != nil {
+		t.Fatal(err)
+	}
+	checkUsage(t, e, "vol")
+}
+
+// TestVolumeAcct checks the per-inode records without a server: adoption,
+// growth seen between calls consuming the slack, the slack counting
+// against the quota, forgetting, and rescans (a record of an inode no
+// longer in the tree is dropped at the second walk that misses it).
+func TestVolumeAcct(t *testing.T) {
+	var v volume
+	v.quota.Store(100 << 10)
+	a, b := inodeKey{1, 10}, inodeKey{1, 11}
+	lock := func(f func()) { v.acct.mu.Lock(); f(); v.acct.mu.Unlock() }
+	check := func(used, inodes, slack int64) {
+		t.Helper()
+		if v.used.Load() != used || v.inodes.Load() != inodes || v.slack.Load() != slack {
+			t.Fatalf("used %d inodes %d slack %d; want %d, %d, %d", v.used.Load(), v.inodes.Load(), v.slack.Load(), used, inodes, slack)
+		}
+	}
+	lock(func() { v.setLocked(a, 8192) })
+	check(8192, 1, 0)
+	lock(func() { v.setLocked(a, 16384); v.dirtyLocked(a, unix.FileHandle{}, 12288, 1<<20) })
+	check(16384, 1, 12288)
+	// writeback added a block: counted once, out of the slack
+	st := unix.Stat_t{Dev: 1, Ino: 10, Blocks: 40}
+	lock(func() { v.observeLocked(a, &st) })
+	check(20480, 1, 8192)
+	if !v.reserve(100<<10 - 20480 - 8192) {
+		t.Fatal("a reservation up to the quota with the slack refused")
+	}
+	if v.reserve(1) {
+		t.Fatal("a reservation past the quota with the slack granted")
+	}
+	v.release(100<<10 - 20480 - 8192)
+	lock(func() { v.dirtyLocked(a, unix.FileHandle{}, 1<<20, 16384) }) // capped
+	check(20480, 1, 16384)
+	lock(func() { v.capSlackLocked(a, 4096) })
+	check(20480, 1, 4096)
+	lock(func() { v.setLocked(b, 4096) })
+	check(24576, 2, 4096)
+	lock(func() { v.forgetLocked(a) })
+	check(4096, 1, 0)
+	lock(func() { v.cleanLocked(b); v.forgetLocked(inodeKey{9, 9}) })
+	check(4096, 1, 0)
+
+	// rescans of a real tree: its inodes replace the records; b, not in
+	// it, is kept by the first walk that misses it, dropped by the second
+	root := t.TempDir()
+	mustWrite(t, filepath.Join(root, "vol", "f"), randomBytes(10000, 1))
+	rootFD, err := unix.Open(root, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(rootFD)
+	u, err := treeUsage(rootFD, "vol")
+	if err != nil {
+		t.Fatal(err)
+	}
+	missed, err := v.scanOnce(context.Background(), rootFD, "vol")
+	if err != nil || !missed {
+		t.Fatalf("first walk: missed %v, %v", missed, err)
+	}
+	check(u.bytes+4096, u.inodes+1, 0)
+	missed, err = v.scanOnce(context.Background(), rootFD, "vol")
+	if err != nil || missed {
+		t.Fatalf("second walk: missed %v, %v", missed, err)
+	}
+	check(u.bytes, u.inodes, 0)
+	lock(func() { v.setLocked(b, 4096) })
+	if err := v.rescan(context.Background(), rootFD, "vol"); err != nil {
+		t.Fatal(err)
+	}
+	check(u.bytes, u.inodes, 0)
+	if err := v.rescan(context.Background(), rootFD, "missing"); err == nil {
+		t.Fatal("rescan of a missing directory succeeded")
+	}
+	check(u.bytes, u.inodes, 0)
 }

@@ -2,6 +2,7 @@ package server
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"maps"
@@ -25,9 +26,10 @@ const maxVolumePath = 1023
 // "/"+path to the nodes granted access, with a quota.
 //
 // Usage is kept in bytes allocated (st_blocks*512, hard links counted
-// once) and inodes: counted by walking the tree at registration and at
-// start, then changed by every modifying NFS call made through the
-// volume's export (see quota.go).
+// once) and inodes, per inode: counted by walking the tree at
+// registration, at start and by Rescan, then set by every modifying NFS
+// call made through the volume's export for the inodes it touches (see
+// quota.go).
 type volume struct {
 	path string // relative to the root, cleaned ("pvc-1", "ns/pvc-1")
 
@@ -36,10 +38,13 @@ type volume struct {
 	access []admin.Access
 	meta   map[string]string
 
-	quota    atomic.Int64 // bytes; 0: unlimited
-	used     atomic.Int64 // bytes allocated
-	inodes   atomic.Int64
-	reserved atomic.Int64 // bytes reserved by calls in progress (quota.go)
+	quota    atomic.Int64           // bytes; 0: unlimited
+	used     atomic.Int64           // bytes allocated: the sum of acct's records
+	inodes   atomic.Int64           // the number of acct's records
+	reserved atomic.Int64           // bytes reserved by calls in progress (quota.go)
+	slack    atomic.Int64           // bytes writeback may still allocate to dirty inodes (quota.go)
+	acct     acct                   // per-inode usage (quota.go)
+	srv      atomic.Pointer[Server] // set by the first recount, before the volume is exported
 }
 
 // exportLocked returns the volume's export with its client list, or nil
@@ -250,15 +255,46 @@ func (s *Server) AddVolume(p string, quotaBytes int64, meta map[string]string) (
 	return v.info(), nil
 }
 
-// recount sets v's usage from a walk of directory p.
+// recount sets v's usage from a walk of directory p (volume.rescan: calls
+// running meanwhile are accounted for exactly).
 func (s *Server) recount(v *volume, p string) error {
-	u, err := treeUsage(s.rootFD, p)
-	if err != nil {
+	v.srv.CompareAndSwap(nil, s)
+	if err := v.rescan(context.Background(), s.rootFD, p); err != nil {
 		return fmt.Errorf("nfs server: volume %q: counting usage: %w", p, err)
 	}
-	v.used.Store(u.bytes)
-	v.inodes.Store(u.inodes)
 	return nil
+}
+
+// Rescan counts the usage of registered volume p again from a walk of its
+// tree, while NFS calls go on, and returns the volume: it takes in what
+// was changed outside the volume's export (local processes, the root
+// export) and blocks that writeback allocated since the last call
+// touching a file; see quota.go for what a rescan during renames keeps.
+// It takes time proportional to the number of files and ends early with
+// ctx's error. Errors wrap admin.ErrNotFound (not registered),
+// admin.ErrPrecondition (its directory is missing), admin.ErrInvalid (bad
+// path), or are internal (walk failures).
+func (s *Server) Rescan(ctx context.Context, p string) (admin.Volume, error) {
+	p, err := volumePath(p)
+	if err != nil {
+		return admin.Volume{}, err
+	}
+	s.tmu.Lock()
+	v := s.reg.vols[p]
+	bound := v != nil && v.srv.Load() != nil
+	s.tmu.Unlock()
+	if v == nil {
+		return admin.Volume{}, fmt.Errorf("%w: volume %q is not registered", admin.ErrNotFound, p)
+	}
+	if !bound {
+		return admin.Volume{}, fmt.Errorf("%w: volume %q: its directory was not found", admin.ErrPrecondition, p)
+	}
+	if err := v.rescan(ctx, s.rootFD, p); err != nil {
+		return admin.Volume{}, fmt.Errorf("nfs server: volume %q: counting usage: %w", p, err)
+	}
+	s.tmu.Lock()
+	defer s.tmu.Unlock()
+	return v.info(), nil
 }
 
 // RemoveVolume unregisters volume p: its export disappears (handles of it
@@ -303,27 +339,37 @@ func (s *Server) RemoveVolume(p string) error {
 	return nil
 }
 
-// Volume returns registered volume p; admin.ErrNotFound when it is not
-// registered, admin.ErrInvalid for a bad path.
+// Volume returns registered volume p, its usage taken after a fresh stat
+// of its files with unsynced data (blocks writeback allocated since their
+// last call are counted); admin.ErrNotFound when it is not registered,
+// admin.ErrInvalid for a bad path.
 func (s *Server) Volume(p string) (admin.Volume, error) {
 	p, err := volumePath(p)
 	if err != nil {
 		return admin.Volume{}, err
 	}
 	s.tmu.Lock()
-	defer s.tmu.Unlock()
 	v := s.reg.vols[p]
+	s.tmu.Unlock()
 	if v == nil {
 		return admin.Volume{}, fmt.Errorf("%w: volume %q is not registered", admin.ErrNotFound, p)
 	}
+	v.refreshDirty()
+	s.tmu.Lock()
+	defer s.tmu.Unlock()
 	return v.info(), nil
 }
 
 // Volumes returns every registered volume, sorted by path.
 func (s *Server) Volumes() []admin.Volume {
 	s.tmu.Lock()
-	defer s.tmu.Unlock()
 	vs := s.reg.sortedVolumes()
+	s.tmu.Unlock()
+	for _, v := range vs {
+		v.refreshDirty()
+	}
+	s.tmu.Lock()
+	defer s.tmu.Unlock()
 	out := make([]admin.Volume, len(vs))
 	for i, v := range vs {
 		out[i] = v.info()
