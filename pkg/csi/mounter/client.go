@@ -3,7 +3,9 @@ package mounter
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"strings"
@@ -77,17 +79,35 @@ func (c *Client) call(ctx context.Context, req Request, fd *os.File) (Response, 
 	if _, _, err := uc.WriteMsgUnix(b, oob, nil); err != nil {
 		return Response{}, fmt.Errorf("mounter: send: %w", err)
 	}
-	buf := make([]byte, MaxMessage)
-	n, err := uc.Read(buf)
-	if err != nil {
-		if ctx.Err() != nil {
-			return Response{}, fmt.Errorf("mounter: %w", ctx.Err())
-		}
-		return Response{}, fmt.Errorf("mounter: receive: %w", err)
-	}
+	// one message, or for a long list several, then the end of the
+	// connection
 	var resp Response
-	if err := json.Unmarshal(buf[:n], &resp); err != nil {
-		return Response{}, fmt.Errorf("mounter: bad response: %w", err)
+	buf := make([]byte, MaxMessage+1)
+	for msgs := 0; ; msgs++ {
+		n, err := uc.Read(buf)
+		if errors.Is(err, io.EOF) && msgs > 0 {
+			break
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return Response{}, fmt.Errorf("mounter: %w", ctx.Err())
+			}
+			if dl, ok := ctx.Deadline(); ok && errors.Is(err, os.ErrDeadlineExceeded) && !time.Now().Before(dl) {
+				return Response{}, fmt.Errorf("mounter: %w", context.DeadlineExceeded)
+			}
+			return Response{}, fmt.Errorf("mounter: receive: %w", err)
+		}
+		if n > MaxMessage {
+			return Response{}, fmt.Errorf("mounter: response exceeds %d bytes", MaxMessage)
+		}
+		var r Response
+		if err := json.Unmarshal(buf[:n], &r); err != nil {
+			return Response{}, fmt.Errorf("mounter: bad response: %w", err)
+		}
+		if r.Error != "" && resp.Error == "" {
+			resp.Error = r.Error
+		}
+		resp.Mounts = append(resp.Mounts, r.Mounts...)
 	}
 	if resp.Error != "" {
 		if msg, ok := strings.CutPrefix(resp.Error, ErrMount.Error()+": "); ok {

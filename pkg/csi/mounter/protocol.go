@@ -14,7 +14,11 @@
 //
 // Wire protocol: one request per connection on a SOCK_SEQPACKET unix
 // socket, one JSON Request (at most MaxMessage bytes) with the fd as
-// ancillary data for OpMount, answered by one JSON Response.
+// ancillary data for OpMount, answered by one JSON Response (at most
+// MaxMessage bytes; an OpList answer too long for one message is split
+// into several whose Mounts add up), after which the mounter closes the
+// connection. A client that closes its end before the answer abandons
+// the request (a mount in progress is stopped).
 package mounter
 
 import (

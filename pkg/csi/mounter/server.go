@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -27,6 +28,14 @@ import (
 // the NFS export and answer FUSE INIT.
 const DefaultReadyTimeout = 2 * time.Minute
 
+// requestTimeout bounds how long a connection may take to send its
+// request once accepted.
+const requestTimeout = 30 * time.Second
+
+// maxFDs is the number of fds a request may carry that are received (and
+// closed); a request with more is refused.
+const maxFDs = 4
+
 // Server is the mounter: it serves Requests on a unix socket and runs one
 // `driver mount` process per mount.
 type Server struct {
@@ -43,8 +52,9 @@ type Server struct {
 	// ReadyTimeout bounds one mount (default DefaultReadyTimeout).
 	ReadyTimeout time.Duration
 
-	mu     sync.Mutex
-	mounts map[string]*proc // by target
+	mu       sync.Mutex
+	mounts   map[string]*proc    // by target
+	starting map[string]struct{} // targets with a mount in progress
 }
 
 // proc is one serving process.
@@ -72,8 +82,9 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	s.mu.Lock()
 	s.mounts = map[string]*proc{}
-	s.mu.Unlock()
+	s.starting = map[string]struct{}{}
 	s.adopt()
+	s.mu.Unlock()
 	if err := os.MkdirAll(filepath.Dir(s.Socket), 0o755); err != nil {
 		return fmt.Errorf("mounter: %w", err)
 	}
@@ -109,46 +120,97 @@ func (s *Server) List() []Mount {
 	return out
 }
 
+// serveConn answers the one request of c. The fds it carries are closed
+// when it is answered. A mount is abandoned (its process killed) when the
+// client goes away before the answer.
 func (s *Server) serveConn(ctx context.Context, c *net.UnixConn) {
 	defer c.Close()
-	buf := make([]byte, MaxMessage)
-	oob := make([]byte, unix.CmsgSpace(4*4))
-	n, oobn, _, _, err := c.ReadMsgUnix(buf, oob)
-	if err != nil {
-		klog.ErrorS(err, "mounter: read request")
-		return
-	}
-	var fds []int
+	buf := make([]byte, MaxMessage+1)
+	oob := make([]byte, unix.CmsgSpace(maxFDs*4))
+	_ = c.SetReadDeadline(time.Now().Add(requestTimeout))
+	n, oobn, flags, _, err := c.ReadMsgUnix(buf, oob)
+	var files []*os.File
 	if oobn > 0 {
-		msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
-		if err == nil {
+		// received with MSG_CMSG_CLOEXEC (package net): not inherited by
+		// the mount processes of concurrent requests
+		msgs, perr := unix.ParseSocketControlMessage(oob[:oobn])
+		if perr == nil {
 			for _, m := range msgs {
 				if r, err := unix.ParseUnixRights(&m); err == nil {
-					fds = append(fds, r...)
+					for _, fd := range r {
+						files = append(files, os.NewFile(uintptr(fd), "fuse"))
+					}
 				}
 			}
 		}
-	}
-	var files []*os.File
-	for _, fd := range fds {
-		files = append(files, os.NewFile(uintptr(fd), "fuse"))
 	}
 	defer func() {
 		for _, f := range files {
 			f.Close()
 		}
 	}()
+	if err != nil {
+		if errors.Is(err, io.EOF) {
+			klog.V(4).InfoS("mounter: connection closed without a request")
+		} else {
+			klog.ErrorS(err, "mounter: read request")
+		}
+		return
+	}
+	_ = c.SetReadDeadline(time.Time{})
 	var req Request
-	resp := Response{}
-	if err := json.Unmarshal(buf[:n], &req); err != nil {
-		resp.Error = fmt.Sprintf("bad request: %v", err)
-	} else {
-		resp = s.handle(ctx, req, files)
+	var resp Response
+	switch {
+	case n > MaxMessage || flags&unix.MSG_TRUNC != 0:
+		resp.Error = fmt.Sprintf("bad request: exceeds %d bytes", MaxMessage)
+	case flags&unix.MSG_CTRUNC != 0:
+		resp.Error = fmt.Sprintf("bad request: more than %d fds", maxFDs)
+	default:
+		if err := json.Unmarshal(buf[:n], &req); err != nil {
+			resp.Error = fmt.Sprintf("bad request: %v", err)
+			break
+		}
+		rctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		if req.Op == OpMount {
+			// the client never writes again: a read returns when it
+			// closes its end (gave up) or when this function does
+			go func() {
+				var b [1]byte
+				_, _ = c.Read(b[:])
+				cancel()
+			}()
+		}
+		resp = s.handle(rctx, req, files)
 	}
-	b, _ := json.Marshal(resp)
-	if _, err := c.Write(b); err != nil {
-		klog.ErrorS(err, "mounter: write response")
+	if err := writeResponse(c, resp); errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET) {
+		klog.V(2).InfoS("mounter: client gone before the answer", "op", req.Op, "target", req.Mount.Target, "error", resp.Error)
+	} else if err != nil {
+		klog.ErrorS(err, "mounter: write response", "op", req.Op, "target", req.Mount.Target)
 	}
+}
+
+// writeResponse sends resp as one message, or, when it is longer than
+// MaxMessage, its mounts split over several messages.
+func writeResponse(c *net.UnixConn, resp Response) error {
+	b, err := json.Marshal(resp)
+	if err != nil {
+		return err
+	}
+	if len(b) <= MaxMessage {
+		_, err = c.Write(b)
+		return err
+	}
+	if resp.Error != "" || len(resp.Mounts) < 2 {
+		b, _ = json.Marshal(Response{Error: fmt.Sprintf("response of %d bytes exceeds %d", len(b), MaxMessage)})
+		_, err = c.Write(b)
+		return err
+	}
+	half := len(resp.Mounts) / 2
+	if err := writeResponse(c, Response{Mounts: resp.Mounts[:half]}); err != nil {
+		return err
+	}
+	return writeResponse(c, Response{Mounts: resp.Mounts[half:]})
 }
 
 func (s *Server) handle(ctx context.Context, req Request, files []*os.File) Response {
@@ -193,16 +255,25 @@ func (s *Server) start(ctx context.Context, m Mount, fuse *os.File) (Mount, erro
 	}
 	m.Target = filepath.Clean(m.Target)
 	s.mu.Lock()
-	if p, ok := s.mounts[m.Target]; ok {
+	if _, ok := s.starting[m.Target]; ok {
 		s.mu.Unlock()
+		return Mount{}, fmt.Errorf("mount: a mount of %s is already in progress", m.Target)
+	}
+	s.starting[m.Target] = struct{}{}
+	p := s.mounts[m.Target]
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.starting, m.Target)
+		s.mu.Unlock()
+	}()
+	if p != nil {
 		select {
 		case <-p.done:
 		case <-time.After(5 * time.Second):
 			return Mount{}, fmt.Errorf("mount: %s is still served by pid %d", m.Target, p.m.PID)
 		}
-		s.mu.Lock()
 	}
-	s.mu.Unlock()
 
 	rr, rw, err := os.Pipe()
 	if err != nil {
@@ -238,7 +309,7 @@ func (s *Server) start(ctx context.Context, m Mount, fuse *os.File) (Mount, erro
 		return Mount{}, fmt.Errorf("mount: start %s: %w", s.Exe, err)
 	}
 	m.PID, m.Started = cmd.Process.Pid, time.Now()
-	p := &proc{m: m, done: make(chan struct{})}
+	p = &proc{m: m, done: make(chan struct{})}
 	s.mu.Lock()
 	s.mounts[m.Target] = p
 	s.mu.Unlock()
@@ -328,7 +399,8 @@ func (s *Server) release(target string, timeout time.Duration) {
 }
 
 // adopt re-attaches the processes of a previous mounter run that still
-// serve their mount, and drops the state of those that exited.
+// serve their mount, and drops the state of those that exited. s.mu is
+// held.
 func (s *Server) adopt() {
 	ents, err := os.ReadDir(s.StateDir)
 	if err != nil {

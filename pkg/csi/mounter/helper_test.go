@@ -1,0 +1,111 @@
+package mounter
+
+import (
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestMain runs the test binary as a stand-in for `driver mount` when the
+// mounter under test starts it (its first argument is then "mount"), so
+// that the server is tested with real processes, fds and pipes but
+// without NFS or FUSE.
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == "mount" {
+		os.Exit(helperMain(os.Args[2:]))
+	}
+	os.Exit(m.Run())
+}
+
+// helperMain is the stand-in mount process. Its behaviour is chosen by
+// --helper=MODE (passed through Server.ExtraArgs):
+//
+//	serve     copy fd 3's content to TARGET/fd3 and the arguments to
+//	          TARGET/args, answer "ok" on fd 4, then serve until SIGTERM
+//	          or until TARGET is removed (the "unmount")
+//	stubborn  like serve, but SIGTERM is ignored
+//	fail      answer "error: NFS MOUNT refused: access denied", exit 1
+//	early     write "boom: server unreachable" to stderr, exit 3 without
+//	          answering
+//	hang      never answer; serve until killed
+//
+// Every mode exits when its parent (the test binary) is gone.
+func helperMain(args []string) int {
+	mode := ""
+	var pos []string
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		switch {
+		case strings.HasPrefix(a, "--helper="):
+			mode = strings.TrimPrefix(a, "--helper=")
+		case a == "-o" || a == "--machine-name":
+			i++
+		case strings.HasPrefix(a, "-"):
+		default:
+			pos = append(pos, a)
+		}
+	}
+	if len(pos) != 2 {
+		fmt.Fprintln(os.Stderr, "helper: want SOURCE TARGET, got", pos)
+		return 2
+	}
+	target := pos[1]
+	ppid := os.Getppid()
+	ready := os.NewFile(4, "ready")
+	term := make(chan os.Signal, 1)
+	signal.Notify(term, syscall.SIGTERM)
+	switch mode {
+	case "fail":
+		fmt.Fprintln(ready, "error: NFS MOUNT refused: access denied")
+		return 1
+	case "early":
+		fmt.Fprintln(os.Stderr, "boom: server unreachable")
+		return 3
+	case "hang":
+	case "serve", "stubborn":
+		if mode == "stubborn" {
+			signal.Ignore(syscall.SIGTERM)
+		}
+		b := make([]byte, 4096)
+		n, err := syscall.Pread(3, b, 0)
+		if err != nil {
+			fmt.Fprintln(ready, "error: fd 3:", err)
+			return 1
+		}
+		if err := os.WriteFile(filepath.Join(target, "fd3"), b[:n], 0o600); err != nil {
+			fmt.Fprintln(ready, "error:", err)
+			return 1
+		}
+		if err := os.WriteFile(filepath.Join(target, "args"), []byte(strings.Join(os.Args, "\n")), 0o600); err != nil {
+			fmt.Fprintln(ready, "error:", err)
+			return 1
+		}
+		fmt.Fprintln(ready, "ok")
+		ready.Close()
+	default:
+		fmt.Fprintln(os.Stderr, "helper: unknown mode", mode)
+		return 2
+	}
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-term:
+			return 0
+		case <-tick.C:
+		}
+		if os.Getppid() != ppid {
+			return 0
+		}
+		if mode != "hang" {
+			if _, err := os.Stat(target); err != nil {
+				return 0
+			}
+		}
+	}
+}
