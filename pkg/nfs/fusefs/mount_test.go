@@ -32,7 +32,7 @@ type testServer struct {
 	stop               func() // stops serving (idempotent)
 }
 
-func startServer(t *testing.T) *testServer {
+func startServer(t testing.TB) *testServer {
 	t.Helper()
 	root := t.TempDir()
 	srv, err := nfsserver.New(nfsserver.Options{Root: root, Exports: []nfsserver.Export{{Path: "/"}}})
@@ -83,7 +83,7 @@ func startServer(t *testing.T) *testServer {
 }
 
 // mounted reports whether dir is a mount point in /proc/mounts.
-func mounted(t *testing.T, dir string) bool {
+func mounted(t testing.TB, dir string) bool {
 	f, err := os.Open("/proc/mounts")
 	if err != nil {
 		t.Fatal(err)
@@ -101,7 +101,7 @@ func mounted(t *testing.T, dir string) bool {
 // mount mounts the test server with FUSE over proto ("tcp" or "rdma") with
 // extra -o options and unmounts it at the end of the test (bounded,
 // lazily if busy), checking that no mount is left behind.
-func (s *testServer) mount(t *testing.T, proto, extra string) (string, *Mount) {
+func (s *testServer) mount(t testing.TB, proto, extra string) (string, *Mount) {
 	t.Helper()
 	o := "proto=" + proto + ",mountport=" + strconv.Itoa(s.mountPort)
 	if proto == ProtoRDMA {
@@ -151,7 +151,7 @@ func (s *testServer) mount(t *testing.T, proto, extra string) (string, *Mount) {
 }
 
 // abortFUSE aborts the FUSE connection of device dev through fusectl.
-func abortFUSE(t *testing.T, dev uint64) {
+func abortFUSE(t testing.TB, dev uint64) {
 	const ctl = "/sys/fs/fuse/connections"
 	if ents, err := os.ReadDir(ctl); err != nil || len(ents) == 0 {
 		_ = syscall.Mount("fusectl", ctl, "fusectl", 0, "")

@@ -1,0 +1,366 @@
+package fusefs
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
+
+	"github.com/nfsrdma/nfsrdma-csi/internal/testenv"
+)
+
+// The FUSE benchmarks (issue 5) run the same work through three mounts,
+// each a sub-benchmark, so that hack/bench can pair them:
+//
+//   - loopback: go-fuse's own loopback file system (fs.NewLoopbackRoot)
+//     over a local temp directory, with FUSE passthrough off (see
+//     noPassthroughNode), mounted with the FUSE options of our Serve
+//     (max_write and max_readahead 1 MiB, direct mount(2), allow_other) and
+//     the kernel cache timeouts of our default mount (entries 30 s =
+//     acdirmin, attributes 3 s = acregmin): the FUSE ceiling of this
+//     machine, the baseline;
+//   - rdma: our mount with default options and credits=16 (the Helm
+//     chart's creditsPerPod; the shared test helpers' mount) over
+//     RPC-over-RDMA on software iWARP, to our export server over a temp
+//     directory on the same file system;
+//   - tcp: the same over TCP.
+//
+// Each runs in this process beside the benchmark's own system calls: the
+// FUSE server, and for ours the NFS client and the export server, share
+// the machine's cores with it.
+//
+// Sequential write: one iteration creates a file, writes -fusebench.mib
+// MiB (default 1024) in 1 MiB write(2)s, then fsync(2)s and close(2)s it,
+// so the data is at the file system and, as both the loopback and our
+// export server fsync the backing file, on its disk. MB/s is reported.
+// The file is removed with the timer stopped.
+//
+// Sequential read: a file of the same size is written and fsynced straight
+// into the backing directory, not timed. One iteration opens it through
+// the mount, drops the mount's page cache of that file with
+// posix_fadvise(POSIX_FADV_DONTNEED) on the FUSE file (timer stopped: our
+// mount keeps the kernel's cache over an open of an unchanged file, the
+// loopback does not), then reads it in 1 MiB read(2)s. The backing file
+// stays in the page cache for both, so every byte goes through FUSE to the
+// file system (and, for ours, over the wire from the export server) and
+// neither side measures the disk. A global drop_caches would have made
+// both read the disk.
+//
+// Metadata: one iteration creates -fusebench.files (default 10,000) empty
+// files in a new directory (open O_CREAT|O_EXCL, close), stats each,
+// unlinks each, and removes the directory; reported per file (ns/file,
+// and files/s, which hack/bench compares), with each phase's share
+// (create-ns/file, stat-ns/file, unlink-ns/file). The stats are what a
+// program gets on either mount: answered from the kernel's attribute
+// cache while it is fresh, by the file system after.
+var (
+	benchMiB   = flag.Int("fusebench.mib", 1024, "MiB written and read per iteration by BenchmarkFUSESeqWrite and BenchmarkFUSESeqRead")
+	benchFiles = flag.Int("fusebench.files", 10000, "files created, stated and unlinked per iteration by BenchmarkFUSEMetadata")
+)
+
+// benchMount is a mounted file system under benchmark: mnt is the mount
+// point, backing the local directory it shows.
+type benchMount struct {
+	mnt, backing string
+	// check, if set, verifies after the run that the mount used the
+	// transport it claims to.
+	check func(b *testing.B)
+}
+
+// benchMounts are the mounts of every FUSE benchmark, baseline first.
+var benchMounts = []struct {
+	name  string
+	mount func(b *testing.B) benchMount
+}{
+	{"loopback", mountLoopback},
+	{"rdma", func(b *testing.B) benchMount { return mountOurs(b, ProtoRDMA) }},
+	{"tcp", func(b *testing.B) benchMount { return mountOurs(b, ProtoTCP) }},
+}
+
+// mountOurs starts our export server and mounts it over proto with the
+// tests' shared helpers (unmounted and stopped at the end of b).
+func mountOurs(b *testing.B, proto string) benchMount {
+	srv := startServer(b)
+	dir, _ := srv.mount(b, proto, "")
+	return benchMount{mnt: dir, backing: srv.root, check: func(b *testing.B) {
+		m := srv.rdma.Metrics()
+		if proto == ProtoRDMA && m.Calls == 0 {
+			b.Fatalf("no RPC-over-RDMA calls over an RDMA mount: %+v", m)
+		} else if proto == ProtoTCP && m.Calls != 0 {
+			b.Fatalf("RPC-over-RDMA calls over a TCP mount: %+v", m)
+		}
+	}}
+}
+
+// mountLoopback mounts go-fuse's loopback file system over a temp
+// directory with the FUSE options of our Serve, and unmounts it at the
+// end of b (Mount.Unmount: retried while busy, then lazily).
+func mountLoopback(b *testing.B) benchMount {
+	backing, mnt := b.TempDir(), b.TempDir()
+	if _, ok := fs.NewLoopbackFile(-1).(loopbackFile); !ok {
+		b.Fatal("go-fuse's loopback file no longer implements loopbackFile: passthrough could not be turned off")
+	}
+	lroot, err := fs.NewLoopbackRoot(backing)
+	if err != nil {
+		b.Fatal(err)
+	}
+	// Every node, the root included, is a noPassthroughNode.
+	lr := lroot.(*fs.LoopbackNode).RootData
+	lr.NewNode = func(r *fs.LoopbackRoot, _ *fs.Inode, _ string, _ *syscall.Stat_t) fs.InodeEmbedder {
+		return &noPassthroughNode{fs.LoopbackNode{RootData: r}}
+	}
+	root := &noPassthroughNode{fs.LoopbackNode{RootData: lr}}
+	lr.RootNode = root
+	defaults := DefaultMountOptions()
+	entry, attr := defaults.ACDirMin, defaults.ACRegMin
+	srv, err := fs.Mount(mnt, root, &fs.Options{
+		EntryTimeout:    &entry,
+		AttrTimeout:     &attr,
+		NullPermissions: true,
+		MountOptions: fuse.MountOptions{
+			FsName:            backing,
+			Name:              "loopback",
+			AllowOther:        true,
+			MaxWrite:          MaxWrite,
+			MaxReadAhead:      MaxWrite,
+			DirectMount:       true,
+			DirectMountStrict: true,
+		},
+	})
+	if err != nil {
+		b.Fatal("mount loopback:", err)
+	}
+	done := make(chan struct{})
+	go func() { srv.Wait(); close(done) }()
+	b.Cleanup(func() {
+		if err := (&Mount{server: srv, dir: mnt}).Unmount(5 * time.Second); err != nil {
+			b.Error("unmount loopback:", err)
+		}
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			b.Error("loopback FUSE server did not stop after unmount")
+		}
+		if mounted(b, mnt) {
+			b.Errorf("%s still mounted", mnt)
+		}
+	})
+	return benchMount{mnt: mnt, backing: backing}
+}
+
+// noPassthroughNode is go-fuse's loopback node whose open files do not
+// offer FUSE passthrough (FOPEN_PASSTHROUGH, Linux 6.9 and later, as
+// root): with it the kernel reads and writes the backing file itself and
+// the loopback's data path would not be FUSE's at all, while a file system
+// whose data is elsewhere, as ours, can never use it. Every READ and WRITE
+// then reaches the loopback's process, as they reach ours.
+type noPassthroughNode struct{ fs.LoopbackNode }
+
+func (n *noPassthroughNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	fh, fl, errno := n.LoopbackNode.Open(ctx, flags)
+	return noPassthrough(fh), fl, errno
+}
+
+func (n *noPassthroughNode) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
+	in, fh, fl, errno := n.LoopbackNode.Create(ctx, name, flags, mode, out)
+	return in, noPassthrough(fh), fl, errno
+}
+
+// loopbackFile is what go-fuse's loopback file implements, less
+// fs.FilePassthroughFder.
+type loopbackFile interface {
+	fs.FileReader
+	fs.FileWriter
+	fs.FileFlusher
+	fs.FileFsyncer
+	fs.FileReleaser
+	fs.FileGetattrer
+	fs.FileSetattrer
+	fs.FileLseeker
+	fs.FileAllocater
+	fs.FileGetlker
+	fs.FileSetlker
+	fs.FileSetlkwer
+	fs.FileStatxer
+	fs.FileIoctler
+}
+
+// noPassthrough hides the passthrough fd of a loopback file handle.
+func noPassthrough(fh fs.FileHandle) fs.FileHandle {
+	if lf, ok := fh.(loopbackFile); ok {
+		return struct{ loopbackFile }{lf}
+	}
+	return fh
+}
+
+// forEachMount runs f as one sub-benchmark per mount of benchMounts.
+func forEachMount(b *testing.B, f func(b *testing.B, m benchMount)) {
+	testenv.NeedRootFUSE(b)
+	for _, bm := range benchMounts {
+		b.Run(bm.name, func(b *testing.B) {
+			m := bm.mount(b)
+			f(b, m)
+			if m.check != nil {
+				m.check(b)
+			}
+		})
+	}
+}
+
+// seqSize is the bytes per iteration of the sequential benchmarks.
+func seqSize(b *testing.B) int64 {
+	if *benchMiB <= 0 {
+		b.Fatalf("-fusebench.mib=%d: want a positive number of MiB", *benchMiB)
+	}
+	return int64(*benchMiB) << 20
+}
+
+// writeSeq creates path and writes size bytes in len(buf) writes, then
+// fsyncs and closes it.
+func writeSeq(b *testing.B, path string, buf []byte, size int64) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for off := int64(0); off < size; off += int64(len(buf)) {
+		if _, err := f.Write(buf); err != nil {
+			f.Close()
+			b.Fatalf("write at %d: %v", off, err)
+		}
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		b.Fatal("fsync:", err)
+	}
+	if err := f.Close(); err != nil {
+		b.Fatal("close:", err)
+	}
+}
+
+// BenchmarkFUSESeqWrite writes a 1 GiB file per iteration in 1 MiB writes
+// and fsyncs it, through each mount.
+func BenchmarkFUSESeqWrite(b *testing.B) {
+	forEachMount(b, func(b *testing.B, m benchMount) {
+		size := seqSize(b)
+		buf := randBytes(MaxWrite, 1)
+		path := filepath.Join(m.mnt, "seq-write")
+		b.SetBytes(size)
+		for b.Loop() {
+			writeSeq(b, path, buf, size)
+			b.StopTimer()
+			if err := os.Remove(path); err != nil {
+				b.Fatal(err)
+			}
+			b.StartTimer()
+		}
+	})
+}
+
+// BenchmarkFUSESeqRead reads a 1 GiB file per iteration in 1 MiB reads
+// through each mount, with the mount's page cache of the file dropped
+// before each pass (see the top of this file).
+func BenchmarkFUSESeqRead(b *testing.B) {
+	forEachMount(b, func(b *testing.B, m benchMount) {
+		size := seqSize(b)
+		// Written straight into the backing directory (not through
+		// the mount) and fsynced, so that it stays in the page cache
+		// there, clean: no writeback during the reads.
+		writeSeq(b, filepath.Join(m.backing, "seq-read"), randBytes(MaxWrite, 2), size)
+		path := filepath.Join(m.mnt, "seq-read")
+		buf := make([]byte, MaxWrite)
+		b.SetBytes(size)
+		for b.Loop() {
+			b.StopTimer()
+			f, err := os.Open(path)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED); err != nil {
+				f.Close()
+				b.Fatal("fadvise DONTNEED:", err)
+			}
+			b.StartTimer()
+			var total int64
+			for {
+				k, err := f.Read(buf)
+				total += int64(k)
+				if errors.Is(err, io.EOF) {
+					break
+				}
+				if err != nil {
+					f.Close()
+					b.Fatalf("read at %d: %v", total, err)
+				}
+			}
+			f.Close()
+			if total != size {
+				b.Fatalf("read %d bytes, want %d", total, size)
+			}
+		}
+	})
+}
+
+// BenchmarkFUSEMetadata creates, stats and unlinks 10,000 files per
+// iteration through each mount; the result is per file.
+func BenchmarkFUSEMetadata(b *testing.B) {
+	forEachMount(b, func(b *testing.B, m benchMount) {
+		n := *benchFiles
+		if n <= 0 {
+			b.Fatalf("-fusebench.files=%d: want a positive number", n)
+		}
+		dir := filepath.Join(m.mnt, "meta")
+		paths := make([]string, n)
+		for j := range paths {
+			paths[j] = filepath.Join(dir, fmt.Sprintf("file-%06d", j))
+		}
+		var create, stat, unlink time.Duration
+		for b.Loop() {
+			if err := os.Mkdir(dir, 0o755); err != nil {
+				b.Fatal(err)
+			}
+			t0 := time.Now()
+			for _, p := range paths {
+				f, err := os.OpenFile(p, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := f.Close(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			t1 := time.Now()
+			for _, p := range paths {
+				if st, err := os.Stat(p); err != nil || st.Size() != 0 {
+					b.Fatalf("stat %s: %v, %v", p, st, err)
+				}
+			}
+			t2 := time.Now()
+			for _, p := range paths {
+				if err := os.Remove(p); err != nil {
+					b.Fatal(err)
+				}
+			}
+			t3 := time.Now()
+			if err := os.Remove(dir); err != nil {
+				b.Fatal(err)
+			}
+			create, stat, unlink = create+t1.Sub(t0), stat+t2.Sub(t1), unlink+t3.Sub(t2)
+		}
+		files := float64(b.N) * float64(n)
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/files, "ns/file")
+		b.ReportMetric(files/b.Elapsed().Seconds(), "files/s")
+		b.ReportMetric(float64(create.Nanoseconds())/files, "create-ns/file")
+		b.ReportMetric(float64(stat.Nanoseconds())/files, "stat-ns/file")
+		b.ReportMetric(float64(unlink.Nanoseconds())/files, "unlink-ns/file")
+	})
+}
