@@ -119,7 +119,7 @@ the controller: handles obtained through it bypass volume quotas and lists.`,
 				srv.Dispatcher().SetObserver(rpcm)
 				reg := newRegistry(rpcm, metrics.NewVolumeCollector(srv.Volumes, nil),
 					metrics.NewTransportCollector(metrics.RoleResponder, srv.RDMAMetrics, nil),
-					metrics.NewConnectionCollector(srv.RDMAConnections))
+					metrics.NewConnectionCollector(srv.RDMAConnections), metrics.NewDRCCollector(srv.DRCStats))
 				go serveMetrics(ctx, metricsAddr, reg)
 			}
 			defer cancel()

@@ -83,7 +83,7 @@ func TestRPCServerAndClientMetrics(t *testing.T) {
 
 	srvReg := prometheus.NewRegistry()
 	rpcm := NewRPCServer(nil)
-	srvReg.MustRegister(rpcm, NewVolumeCollector(e.srv.Volumes, nil))
+	srvReg.MustRegister(rpcm, NewVolumeCollector(e.srv.Volumes, nil), NewDRCCollector(e.srv.DRCStats))
 	e.srv.Dispatcher().SetObserver(rpcm)
 	srvURL := serveReg(t, srvReg) + "/metrics"
 
@@ -165,6 +165,17 @@ func TestRPCServerAndClientMetrics(t *testing.T) {
 	}
 	if v := mustValue(t, c1, "nfsrdma_client_rpc_retransmits_total", nil); v != 0 {
 		t.Errorf("retransmits %v", v)
+	}
+	// CREATE and WRITE went through the duplicate request cache: executed,
+	// kept; no retransmission, no hit.
+	if v := mustValue(t, s1, "nfsrdma_server_drc_calls_total", l("result", "miss")); v != 2 {
+		t.Errorf("DRC misses %v, want 2 (CREATE, WRITE)", v)
+	}
+	if v := mustValue(t, s1, "nfsrdma_server_drc_calls_total", l("result", "hit")); v != 0 {
+		t.Errorf("DRC hits %v", v)
+	}
+	if v := mustValue(t, s1, "nfsrdma_server_drc_entries", nil); v != 2 {
+		t.Errorf("DRC entries %v, want 2", v)
 	}
 	if v := mustValue(t, s1, "nfsrdma_volume_used_bytes", l("volume", "vol")); v < used0+float64(len(data)) {
 		t.Errorf("used bytes %v, want >= %v", v, used0+float64(len(data)))

@@ -77,10 +77,13 @@
 // As knfsd with no_subtree_check, a handle stays valid for a file that a
 // local process moved out of its export. Mount points below an export are
 // not crossed (LOOKUP answers NFS3ERR_XDEV); an export must be on the
-// root's file system. POSIX ACLs are not evaluated, only mode bits. There is
-// no duplicate request cache: a retransmitted non-idempotent call (REMOVE,
-// RENAME) may report NFS3ERR_NOENT after the first one succeeded, except
-// EXCLUSIVE CREATE, which the verifier makes idempotent. The READDIR cookie
+// root's file system. POSIX ACLs are not evaluated, only mode bits. A
+// duplicate request cache (drc.go) answers a retransmitted non-idempotent
+// call (REMOVE, RENAME, CREATE, WRITE, ...) with its original's reply, as
+// knfsd's does; it keys on the client address without its port (a
+// reconnected client comes from a new one), and a retransmission arriving
+// while its original executes waits for that reply instead of being
+// dropped. Replies are kept 120 s after their last use, 32768 at most. The READDIR cookie
 // verifier is the directory's mtime; a zero verifier with a non-zero cookie
 // is accepted, as RFC 1813 section 3.3.16 lets a server choose.
 package server

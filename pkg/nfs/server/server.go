@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/go-logr/logr"
 	"golang.org/x/sys/unix"
@@ -67,6 +68,11 @@ type Options struct {
 	CopyJobs int
 	// Version is reported by the admin API's status.
 	Version string
+	// DRCEntries bounds the replies the duplicate request cache keeps (0:
+	// DefaultDRCEntries); DRCExpiry is how long one is kept after its last
+	// use (0: DefaultDRCExpiry). See drc.go.
+	DRCEntries int
+	DRCExpiry  time.Duration
 }
 
 // Server is an NFSv3 + MOUNT v3 export server over a local directory. Its
@@ -97,6 +103,7 @@ type Server struct {
 	rdma   rdmaListener // the ServeRDMA listener
 
 	jobs jobRunner
+	drc  *replyCache
 
 	closed atomic.Bool
 }
@@ -138,7 +145,8 @@ func New(opts Options) (*Server, error) {
 		return nil, err
 	}
 	s.jobs.startPending(s)
-	s.rpc.Register(nfs3.Program, nfs3.Version, s.nfsHandlers())
+	s.drc = newReplyCache(drcConfig{MaxEntries: opts.DRCEntries, Expiry: opts.DRCExpiry})
+	s.rpc.Register(nfs3.Program, nfs3.Version, s.nfsHandlersWith(s.drc))
 	s.rpc.Register(mount3.Program, mount3.Version, s.mountHandlers())
 	return s, nil
 }
@@ -210,6 +218,9 @@ func (s *Server) rebuildLocked() error {
 	s.exports.Store(t)
 	return nil
 }
+
+// DRCStats returns the duplicate request cache's counters (drc.go).
+func (s *Server) DRCStats() DRCStats { return s.drc.Stats() }
 
 // Dispatcher returns the RPC dispatcher serving both NFS v3 and MOUNT v3,
 // for any transport (sunrpc.ServeTCP, RPC-over-RDMA).
