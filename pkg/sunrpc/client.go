@@ -30,6 +30,30 @@ type RetryPolicy struct {
 	// MaxBackoff bounds the pause between consecutive failed connection
 	// attempts: 0, 10ms, 20ms, ... up to MaxBackoff (0 means 1s).
 	MaxBackoff time.Duration
+	// DialTimeout bounds each connection attempt (TCP connect, RDMA
+	// connection setup): a server that accepts connections but does not
+	// answer them (stopped, hung) costs a call one failed try, counted
+	// against Retries, instead of the transport's own handshake timeout.
+	// 0 means Timeout, but at least MinDialTimeout so that a short timeo
+	// does not cut off every handshake; with Timeout 0 too, only ctx and
+	// the transport bound a dial.
+	DialTimeout time.Duration
+}
+
+// MinDialTimeout is the least default RetryPolicy.DialTimeout, 1 s: an
+// RPC-over-RDMA connection setup (MPA exchange, RTR) takes more than the
+// smallest timeo (0.1 s).
+const MinDialTimeout = time.Second
+
+// dialTimeout is the bound of one connection attempt, 0 for none.
+func (p *RetryPolicy) dialTimeout() time.Duration {
+	switch {
+	case p.DialTimeout > 0:
+		return p.DialTimeout
+	case p.Timeout > 0:
+		return max(p.Timeout, MinDialTimeout)
+	}
+	return 0
 }
 
 // ClientOptions configures a Client.
@@ -290,7 +314,8 @@ func sleep(ctx context.Context, d time.Duration) error {
 }
 
 // transport returns the live transport, dialing one if there is none. One
-// dial runs at a time; other callers wait for it.
+// dial runs at a time, bounded by ctx and RetryPolicy.dialTimeout; other
+// callers wait for it.
 func (c *Client) transport(ctx context.Context) (ClientTransport, error) {
 	for {
 		c.mu.Lock()
@@ -323,7 +348,12 @@ func (c *Client) transport(ctx context.Context) (ClientTransport, error) {
 		c.dialing = ch
 		c.mu.Unlock()
 
-		t, err := c.dial(ctx)
+		dctx, cancel := ctx, context.CancelFunc(func() {})
+		if d := c.retry.dialTimeout(); d > 0 {
+			dctx, cancel = context.WithTimeout(ctx, d)
+		}
+		t, err := c.dial(dctx)
+		cancel()
 
 		c.mu.Lock()
 		c.dialing = nil

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -31,6 +32,9 @@ type Client struct {
 	rsize int
 	wsize int
 	dsize int // READDIRPLUS maxcount
+
+	verfChanges atomic.Uint64 // COMMITs that found a write verifier changed
+	resentBytes atomic.Uint64 // bytes re-sent after a verifier change
 
 	closeOnce sync.Once
 	closeErr  error
@@ -187,6 +191,24 @@ func (c *Client) FsinfoAtMount() nfs3.FsinfoRes { return c.info }
 
 // Stats returns the RPC counters of the NFS connection.
 func (c *Client) Stats() sunrpc.ClientStats { return c.nfs.Stats() }
+
+// WriteStats are counters of the UNSTABLE write path of a Client (all its
+// Files) since Mount or New.
+type WriteStats struct {
+	// VerifierChanges counts the COMMITs whose write verifier differed
+	// from that of at least one UNSTABLE WRITE reply they were to cover:
+	// the server restarted and may have lost that data (RFC 1813 section
+	// 3.3.7, writeverf3).
+	VerifierChanges uint64
+	// ResentBytes counts the bytes re-sent with FILE_SYNC after such a
+	// change.
+	ResentBytes uint64
+}
+
+// WriteStats returns the write-path counters (see WriteStats).
+func (c *Client) WriteStats() WriteStats {
+	return WriteStats{VerifierChanges: c.verfChanges.Load(), ResentBytes: c.resentBytes.Load()}
+}
 
 // Unmount calls UMNT (RFC 1813 section 5.2.3) for the export, bounded by
 // ctx, and closes the connections. The UMNT error, if any, is returned;

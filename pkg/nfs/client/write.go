@@ -31,6 +31,12 @@ type File struct {
 	c  *Client
 	fh nfs3.FH
 
+	// commitSem (capacity 1) serialises Commit: a Commit that would find
+	// the pending writes taken by another one in progress waits for it, so
+	// that no Commit returns before every write acknowledged before it
+	// started is committed (or kept after an error).
+	commitSem chan struct{}
+
 	mu      sync.Mutex
 	pending []piece // UNSTABLE writes the server acknowledged, not yet committed
 	bytes   int     // sum of len(pending[i].data)
@@ -45,7 +51,9 @@ type piece struct {
 }
 
 // OpenFile returns a File for the regular file fh. No call is made.
-func (c *Client) OpenFile(fh nfs3.FH) *File { return &File{c: c, fh: fh} }
+func (c *Client) OpenFile(fh nfs3.FH) *File {
+	return &File{c: c, fh: fh, commitSem: make(chan struct{}, 1)}
+}
 
 // FH returns the file's handle.
 func (f *File) FH() nfs3.FH { return f.fh }
@@ -184,10 +192,23 @@ func (f *File) writeChunk(ctx context.Context, off uint64, data []byte, stable n
 // re-sent with FILE_SYNC (the server lost it; RFC 1813 section 3.3.7 on
 // writeverf3), at most Window at once. The kept data is released when
 // Commit succeeds; on error it stays kept for the next Commit. Writes
-// acknowledged while Commit runs wait for the next one.
+// acknowledged while Commit runs wait for the next one. Commits of one
+// File run one at a time: a Commit called while another is in progress
+// waits for it (bounded by ctx), so that when Commit returns nil every
+// write acknowledged before it was called is durable on the server.
 //
 // Errors: an nfs3.Status (ErrIO, ErrStale, ...), RPC or ctx errors.
 func (f *File) Commit(ctx context.Context) error {
+	select {
+	case f.commitSem <- struct{}{}:
+	default: // another Commit is in progress
+		select {
+		case f.commitSem <- struct{}{}:
+		case <-ctx.Done():
+			return fmt.Errorf("nfs client: COMMIT: waiting for the COMMIT in progress: %w", ctx.Err())
+		}
+	}
+	defer func() { <-f.commitSem }()
 	f.mu.Lock()
 	ps := f.pending
 	f.pending = nil
@@ -210,6 +231,7 @@ func (f *File) Commit(ctx context.Context) error {
 		}
 	}
 	if len(lost) > 0 {
+		f.c.verfChanges.Add(1)
 		if err := f.resend(ctx, lost, res.Verf); err != nil {
 			// What was committed with the right verifier is durable; keep
 			// only the lost pieces (resend failed for some of them).
@@ -258,6 +280,7 @@ func (f *File) resend(ctx context.Context, lost []piece, verf nfs3.WriteVerf) er
 	f.mu.Lock()
 	f.resent += uint64(n)
 	f.mu.Unlock()
+	f.c.resentBytes.Add(uint64(n))
 	return errors.Join(errs...)
 }
 

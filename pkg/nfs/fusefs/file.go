@@ -14,9 +14,15 @@ import (
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/client"
 )
 
-// handle is the FUSE file handle of an open regular file. All state is in
-// the node (shared by the handles of the inode, as the page cache is).
-type handle struct{}
+// handle is the FUSE file handle of an open regular file. All write
+// state is in the node (shared by the handles of the inode, as the page
+// cache is).
+type handle struct {
+	// readOnly: opened O_RDONLY. Closing such a descriptor writes nothing
+	// back (as Linux's nfs_file_flush), so that it does not wait for the
+	// server, e.g. at the close-on-exec of every fork+exec.
+	readOnly bool
+}
 
 // writer is the write-behind state of one inode.
 type writer struct {
@@ -87,7 +93,13 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	if known && !changed {
 		fl |= fuse.FOPEN_KEEP_CACHE
 	}
-	return &handle{}, fl, 0
+	return &handle{readOnly: flags&syscall.O_ACCMODE == syscall.O_RDONLY}, fl, 0
+}
+
+// writable reports whether closing fh must write back (see handle).
+func writable(fh fs.FileHandle) bool {
+	h, ok := fh.(*handle)
+	return !ok || !h.readOnly
 }
 
 // Read answers READ with client.ReadAt (rsize READs, pipelined), after the
@@ -227,8 +239,12 @@ func (n *node) sync(ctx context.Context) syscall.Errno {
 }
 
 // Flush answers FLUSH (each close of a descriptor): write back and COMMIT,
-// the "close" half of close-to-open.
-func (n *node) Flush(ctx context.Context, _ fs.FileHandle) syscall.Errno {
+// the "close" half of close-to-open; nothing for a descriptor opened
+// read-only.
+func (n *node) Flush(ctx context.Context, fh fs.FileHandle) syscall.Errno {
+	if !writable(fh) {
+		return 0
+	}
 	ctx = n.sys.as(ctx)
 	return n.sync(ctx)
 }
@@ -241,7 +257,10 @@ func (n *node) Fsync(ctx context.Context, _ fs.FileHandle, _ uint32) syscall.Err
 
 // Release answers RELEASE: FLUSH already wrote everything back; a write
 // that failed after the last flush is only logged.
-func (n *node) Release(ctx context.Context, _ fs.FileHandle) syscall.Errno {
+func (n *node) Release(ctx context.Context, fh fs.FileHandle) syscall.Errno {
+	if !writable(fh) {
+		return 0
+	}
 	if errno := n.sync(ctx); errno != 0 {
 		klog.InfoS("fusefs: write back at release failed", "fh", n.fh.String(), "err", errno)
 	}
