@@ -498,3 +498,62 @@ func TestResultsErrorAndXIDs(t *testing.T) {
 		t.Fatalf("xids %x", xids)
 	}
 }
+
+// TestSoftDialTimeout: a server that accepts connections but never
+// completes them costs a soft call one failed try per dial, each bounded
+// by RetryPolicy.DialTimeout (default max(Timeout, MinDialTimeout)), not
+// the transport's own handshake timeout.
+func TestSoftDialTimeout(t *testing.T) {
+	var mu sync.Mutex
+	var deadlines []time.Duration
+	dial := func(ctx context.Context) (ClientTransport, error) {
+		dl, ok := ctx.Deadline()
+		mu.Lock()
+		if ok {
+			deadlines = append(deadlines, time.Until(dl))
+		} else {
+			deadlines = append(deadlines, -1)
+		}
+		mu.Unlock()
+		<-ctx.Done() // a handshake that never completes
+		return nil, ctx.Err()
+	}
+	for _, tc := range []struct {
+		name string
+		p    RetryPolicy
+		want time.Duration
+	}{
+		{"default", RetryPolicy{Soft: true, Retries: 1, Timeout: 100 * time.Millisecond}, MinDialTimeout},
+		{"explicit", RetryPolicy{Soft: true, Retries: 1, Timeout: 100 * time.Millisecond, DialTimeout: 200 * time.Millisecond}, 200 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mu.Lock()
+			deadlines = nil
+			mu.Unlock()
+			c, err := NewClient(dial, ClientOptions{Retry: tc.p})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			ctx := testCtx(t, 30*time.Second)
+			start := time.Now()
+			err = c.Call(ctx, CallSpec{Prog: 1, Vers: 1, Proc: 0})
+			if !errors.Is(err, ErrTimeout) {
+				t.Fatalf("err = %v, want ErrTimeout", err)
+			}
+			if d := time.Since(start); d > 20*time.Second {
+				t.Fatalf("gave up after %v", d)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if len(deadlines) != 2 {
+				t.Fatalf("%d dials, want 2 (1 + Retries)", len(deadlines))
+			}
+			for _, d := range deadlines {
+				if d <= 0 || d > tc.want {
+					t.Fatalf("dial deadlines %v, want each within %v", deadlines, tc.want)
+				}
+			}
+		})
+	}
+}
