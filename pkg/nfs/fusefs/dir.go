@@ -38,13 +38,22 @@ func (n *node) OpendirHandle(ctx context.Context, flags uint32) (fs.FileHandle, 
 }
 
 // Readdirent returns the next entry, nil at the end.
+//
+// Its READDIRPLUS is not given up when the kernel interrupts the FUSE
+// request (see fsys.call): go-fuse v2.8.0 keeps an error returned in the
+// middle of a FUSE READDIRPLUS (fileEntry.overflowErrno) and returns it in
+// place of every later entry that does not fit a reply, dropping that
+// entry; with EINTR, which callers retry, entries vanished without an
+// error (TestSignalledCallers).
 func (d *dirStream) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Errno) {
-	ctx = d.n.sys.as(ctx) // the caller's credential (cred.go)
 	for len(d.ents) == 0 {
 		if d.eof {
 			return nil, 0
 		}
-		if errno := d.fill(ctx); errno != 0 {
+		ctx, done := d.n.sys.call(ctx) // the caller's credential, not interrupted (node.go)
+		errno := d.fill(ctx)
+		done()
+		if errno != 0 {
 			return nil, errno
 		}
 	}
@@ -58,7 +67,11 @@ func (d *dirStream) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Err
 	return de, 0
 }
 
-// fill reads the next READDIRPLUS reply after d.cookie.
+// fill reads the next READDIRPLUS reply after d.cookie (RFC 1813 section
+// 3.3.17). Errors: EINVAL when the server refuses the cookie
+// (NFS3ERR_BAD_COOKIE) even with a zero verifier, the errno of the NFS
+// status, EIO for a transport error or a reply with neither entries nor
+// EOF.
 func (d *dirStream) fill(ctx context.Context) syscall.Errno {
 	c := d.n.sys.c
 	max := uint32(c.FsinfoAtMount().DTPref)
@@ -67,6 +80,15 @@ func (d *dirStream) fill(ctx context.Context) syscall.Errno {
 	}
 	max = min(max, 1<<20)
 	res, err := c.ReaddirplusOnce(ctx, d.n.fh, d.cookie, d.verf, max/8, max)
+	if errors.Is(err, nfs3.ErrBadCookie) && d.cookie != 0 && d.verf != (nfs3.CookieVerf{}) {
+		// The directory changed since the listing began (servers that
+		// check verifiers often derive them from its mtime): go on
+		// from the same cookie with a zero verifier, which RFC 1813
+		// section 3.3.16 lets a server accept (ours does; knfsd ignores
+		// verifiers). Entries created or removed meanwhile may or may
+		// not be listed, as POSIX allows; the others are listed once.
+		res, err = c.ReaddirplusOnce(ctx, d.n.fh, d.cookie, nfs3.CookieVerf{}, max/8, max)
+	}
 	if err != nil {
 		if errors.Is(err, nfs3.ErrBadCookie) {
 			return syscall.EINVAL

@@ -18,7 +18,18 @@
 //     changed since we last saw them, the kernel's cached attributes and
 //     pages of the inode are invalidated. Flush (every close) and Fsync
 //     wait for the pending writes and COMMIT them, and report a write
-//     error, as close(2) does on Linux NFS.
+//     error, as close(2) does on Linux NFS; closing a descriptor opened
+//     read-only writes nothing back and never waits for the server (as
+//     nfs_file_flush).
+//   - Signals: a signal to the calling thread (FUSE_INTERRUPT) does not
+//     cancel its NFS calls, as on Linux NFS, where only a fatal signal
+//     does: a call abandoned half-way would answer EINTR for an operation
+//     that may have happened (a REMOVE retried by the application, a
+//     directory listing that drops entries). An interrupted request's
+//     calls are cancelled after InterruptGrace (30 s), or at unmount.
+//   - Soft mounts fail a call with EIO after about (retrans+1) x
+//     max(timeo, 1 s), connection attempts included; hard mounts retry
+//     until the server answers.
 //   - Attribute cache: entry and attribute timeouts given to the kernel
 //     follow Linux's adaptive attrtimeo: acregmin/acdirmin after a change,
 //     doubled each time the attributes are found unchanged, up to

@@ -68,6 +68,52 @@ var (
 	_ fs.NodeSetlkwer       = (*node)(nil)
 )
 
+// InterruptGrace is how long the NFS calls of a FUSE request go on after
+// the kernel interrupted the request (FUSE_INTERRUPT: the caller got a
+// signal), 30 s. An interrupted request is not abandoned at once, as
+// Linux's NFS client does not abandon an RPC for a signal that does not
+// kill the caller: answering EINTR while the call may still reach the
+// server would report a CREATE, REMOVE, RENAME or COMMIT as failed
+// (close(2) failing, open(O_EXCL) retried by the caller failing with
+// EEXIST, unlink retried failing with ENOENT) when it took place; and
+// callers that set SA_RESTART do not expect EINTR from a regular file. A
+// signal that kills the caller ends the kernel's wait without us. Past the
+// grace (a server that does not answer), the request ends with EINTR so
+// that its goroutine is free.
+const InterruptGrace = 30 * time.Second
+
+// call returns the context of the NFS calls of one FUSE request: the
+// caller's credential (as), cancelled InterruptGrace after go-fuse
+// cancels the request (FUSE_INTERRUPT, or the end of the FUSE connection,
+// when go-fuse cancels every request in flight), or at once when the
+// mount's background context ends; done must be called when the request
+// ends.
+func (s *fsys) call(ctx context.Context) (c context.Context, done func()) {
+	ctx = s.as(ctx)
+	if ctx.Done() == nil && s.bg == nil {
+		return ctx, func() {}
+	}
+	c, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	stopBG := func() bool { return false }
+	if s.bg != nil {
+		stopBG = context.AfterFunc(s.bg, cancel)
+	}
+	stopReq := context.AfterFunc(ctx, func() {
+		t := time.NewTimer(InterruptGrace)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			cancel()
+		case <-c.Done():
+		}
+	})
+	return c, func() {
+		stopReq()
+		stopBG()
+		cancel()
+	}
+}
+
 // timeouts returns the attribute cache bounds for n's type.
 func (n *node) timeouts(isDir bool) (time.Duration, time.Duration) {
 	if isDir {
@@ -149,7 +195,8 @@ func (n *node) lookupRPC(ctx context.Context, name string) (nfs3.FH, nfs3.Fattr,
 // Lookup answers LOOKUP, from the READDIRPLUS entries of a recent listing
 // (see plusTTL) when it has the name, else with an NFS LOOKUP.
 func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	ctx = n.sys.as(ctx) // the caller's credential (cred.go)
+	ctx, done := n.sys.call(ctx) // the caller's credential, not interrupted (cred.go)
+	defer done()
 	n.mu.Lock()
 	e, ok := n.plus[name]
 	if ok {
@@ -177,7 +224,8 @@ func (n *node) plusTTL() time.Duration {
 // Getattr answers GETATTR with an NFS GETATTR, after the writes in flight
 // of the file have reached the server (so size and mtime are current).
 func (n *node) Getattr(ctx context.Context, _ fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
-	ctx = n.sys.as(ctx) // the caller's credential (cred.go)
+	ctx, done := n.sys.call(ctx) // the caller's credential, not interrupted (cred.go)
+	defer done()
 	_ = n.waitWrites()
 	a, err := n.sys.c.Getattr(ctx, n.fh)
 	if err != nil {
@@ -192,7 +240,8 @@ func (n *node) Getattr(ctx context.Context, _ fs.FileHandle, out *fuse.AttrOut) 
 // Setattr answers SETATTR (chmod, chown, truncate, utimes; "now" is the
 // server's time) with one NFS SETATTR.
 func (n *node) Setattr(ctx context.Context, _ fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
-	ctx = n.sys.as(ctx) // the caller's credential (cred.go)
+	ctx, done := n.sys.call(ctx) // the caller's credential, not interrupted (cred.go)
+	defer done()
 	if n.sys.o.ReadOnly {
 		return syscall.EROFS
 	}
@@ -243,7 +292,8 @@ func (n *node) Setattr(ctx context.Context, _ fs.FileHandle, in *fuse.SetAttrIn,
 // name exists), UNCHECKED otherwise (O_TRUNC then truncates an existing
 // file), and opens the file.
 func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
-	ctx = n.sys.as(ctx) // the caller's credential (cred.go)
+	ctx, done := n.sys.call(ctx) // the caller's credential, not interrupted (cred.go)
+	defer done()
 	if n.sys.o.ReadOnly {
 		return nil, nil, 0, syscall.EROFS
 	}
@@ -271,7 +321,8 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 
 // Mkdir answers MKDIR with NFS MKDIR.
 func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	ctx = n.sys.as(ctx) // the caller's credential (cred.go)
+	ctx, done := n.sys.call(ctx) // the caller's credential, not interrupted (cred.go)
+	defer done()
 	if n.sys.o.ReadOnly {
 		return nil, syscall.EROFS
 	}
@@ -290,7 +341,8 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 // Mknod answers MKNOD (FIFO, socket, character and block devices) with
 // NFS MKNOD; a regular file goes through CREATE.
 func (n *node) Mknod(ctx context.Context, name string, mode uint32, dev uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	ctx = n.sys.as(ctx) // the caller's credential (cred.go)
+	ctx, done := n.sys.call(ctx) // the caller's credential, not interrupted (cred.go)
+	defer done()
 	if n.sys.o.ReadOnly {
 		return nil, syscall.EROFS
 	}
@@ -327,7 +379,8 @@ func (n *node) Mknod(ctx context.Context, name string, mode uint32, dev uint32, 
 
 // Symlink answers SYMLINK with NFS SYMLINK.
 func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	ctx = n.sys.as(ctx) // the caller's credential (cred.go)
+	ctx, done := n.sys.call(ctx) // the caller's credential, not interrupted (cred.go)
+	defer done()
 	if n.sys.o.ReadOnly {
 		return nil, syscall.EROFS
 	}
@@ -345,7 +398,8 @@ func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.Entry
 
 // Readlink answers READLINK with NFS READLINK.
 func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
-	ctx = n.sys.as(ctx) // the caller's credential (cred.go)
+	ctx, done := n.sys.call(ctx) // the caller's credential, not interrupted (cred.go)
+	defer done()
 	s, _, err := n.sys.c.Readlink(ctx, n.fh)
 	if err != nil {
 		return nil, toErrno(err)
@@ -355,7 +409,8 @@ func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
 
 // Link answers LINK with NFS LINK; the new name shares target's inode.
 func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	ctx = n.sys.as(ctx) // the caller's credential (cred.go)
+	ctx, done := n.sys.call(ctx) // the caller's credential, not interrupted (cred.go)
+	defer done()
 	if n.sys.o.ReadOnly {
 		return nil, syscall.EROFS
 	}
@@ -381,7 +436,8 @@ func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 // open file is not done: a removed file that is still open reads ESTALE
 // when the server frees it.)
 func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
-	ctx = n.sys.as(ctx) // the caller's credential (cred.go)
+	ctx, done := n.sys.call(ctx) // the caller's credential, not interrupted (cred.go)
+	defer done()
 	if n.sys.o.ReadOnly {
 		return syscall.EROFS
 	}
@@ -395,7 +451,8 @@ func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 
 // Rmdir answers RMDIR with NFS RMDIR.
 func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
-	ctx = n.sys.as(ctx) // the caller's credential (cred.go)
+	ctx, done := n.sys.call(ctx) // the caller's credential, not interrupted (cred.go)
+	defer done()
 	if n.sys.o.ReadOnly {
 		return syscall.EROFS
 	}
@@ -410,7 +467,8 @@ func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
 // Rename answers RENAME with NFS RENAME (replacing an existing target, as
 // rename(2)); renameat2 flags are refused with EINVAL, as Linux NFSv3 does.
 func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
-	ctx = n.sys.as(ctx) // the caller's credential (cred.go)
+	ctx, done := n.sys.call(ctx) // the caller's credential, not interrupted (cred.go)
+	defer done()
 	if n.sys.o.ReadOnly {
 		return syscall.EROFS
 	}
@@ -432,7 +490,8 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 
 // Statfs answers STATFS from NFS FSSTAT (block size 4 KiB).
 func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
-	ctx = n.sys.as(ctx) // the caller's credential (cred.go)
+	ctx, done := n.sys.call(ctx) // the caller's credential, not interrupted (cred.go)
+	defer done()
 	res, err := n.sys.c.Fsstat(ctx, n.fh)
 	if err != nil {
 		return toErrno(err)
@@ -446,7 +505,8 @@ func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
 
 // Access answers ACCESS with NFS ACCESS: the server decides.
 func (n *node) Access(ctx context.Context, mask uint32) syscall.Errno {
-	ctx = n.sys.as(ctx) // the caller's credential (cred.go)
+	ctx, done := n.sys.call(ctx) // the caller's credential, not interrupted (cred.go)
+	defer done()
 	isDir := n.StableAttr().Mode&syscall.S_IFMT == syscall.S_IFDIR
 	var want uint32
 	if mask&4 != 0 { // R_OK
