@@ -110,6 +110,18 @@ func (v *volume) setLocked(k inodeKey, bytes int64) int64 {
 	return 0
 }
 
+// observe records st of an inode that still has a link (observeLocked)
+// and returns its key and whether it has one.
+func (v *volume) observe(st *unix.Stat_t) (k inodeKey, live bool) {
+	k, live = keyOf(st), st.Nlink > 0
+	if live {
+		v.acct.mu.Lock()
+		v.observeLocked(k, st)
+		v.acct.mu.Unlock()
+	}
+	return k, live
+}
+
 // observeLocked is setLocked for a stat taken outside any operation on
 // the inode (before one, or by refreshDirty): growth seen there was made
 // by writeback and consumes the inode's slack. acct.mu is held.
@@ -371,15 +383,9 @@ func (c *call) quotaWrite(o *obj, fd int, off, n int64, stable nfs3.StableHow, w
 			m.Unlock()
 			return false, err
 		}
-		k := keyOf(&pre)
 		// a file with no link left was forgotten by REMOVE (under this
 		// lock): written, not counted
-		live := pre.Nlink > 0
-		if live {
-			v.acct.mu.Lock()
-			v.observeLocked(k, &pre)
-			v.acct.mu.Unlock()
-		}
+		k, live := v.observe(&pre)
 		est := int64(0)
 		if v.quota.Load() > 0 {
 			est = writeGrowth(fd, &pre, off, n)
@@ -430,13 +436,7 @@ func (c *call) quotaTruncate(o *obj, fd int, size int64) nfs3.Status {
 			m.Unlock()
 			return statusOf(err)
 		}
-		k := keyOf(&pre)
-		live := pre.Nlink > 0
-		if live {
-			v.acct.mu.Lock()
-			v.observeLocked(k, &pre)
-			v.acct.mu.Unlock()
-		}
+		k, live := v.observe(&pre)
 		est := int64(0)
 		if size > pre.Size && v.quota.Load() > 0 {
 			est = roundUp(size, int64(pre.Blksize)) - roundUp(pre.Size, int64(pre.Blksize))
