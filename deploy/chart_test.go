@@ -157,7 +157,7 @@ func checkController(t *testing.T, objs []object) {
 	}
 	drv := container(t, spec, "driver")
 	wantArgs := []string{"controller", "--endpoint=unix:///csi/csi.sock", "--admin-token-file=/etc/nfsrdma/admin/token",
-		"--admin-port=20050", "--namespace=" + namespace, "--metrics-address=:9810", "--leader-election", "--leader-election-namespace=" + namespace, "--v=2"}
+		"--admin-port=20050", "--credits-budget=512", "--namespace=" + namespace, "--metrics-address=:9810", "--leader-election", "--leader-election-namespace=" + namespace, "--v=2"}
 	if !reflect.DeepEqual(drv.Args, wantArgs) {
 		t.Errorf("driver args %v, want %v", drv.Args, wantArgs)
 	}
@@ -328,7 +328,7 @@ func checkServer(t *testing.T, objs []object) {
 	spec := &ss.Spec.Template.Spec
 	c := container(t, spec, "server")
 	wantArgs := []string{"server", "--root=/export", "--export=/:0.0.0.0/0", "--listen=0.0.0.0", "--nfs-port=2049",
-		"--mount-port=20048", "--rdma-port=20049", "--credits=32", "--admin-listen=0.0.0.0:20050",
+		"--mount-port=20048", "--rdma-port=20049", "--credits=32", "--credits-budget=512", "--admin-listen=0.0.0.0:20050",
 		"--admin-token-file=/etc/nfsrdma/admin/token", "--state-dir=/var/lib/nfsrdma-server", "--v=2"}
 	if !reflect.DeepEqual(c.Args, wantArgs) {
 		t.Errorf("server args %v, want %v", c.Args, wantArgs)
