@@ -86,7 +86,7 @@ func CreditPusher(ports ServerPorts, token string) func(ctx context.Context, ser
 	if ports.Admin == 0 || token == "" {
 		return nil
 	}
-	bs := newBackends(ports, token, nil)
+	bs := &backends{ports: ports, token: token}
 	return func(ctx context.Context, server string, grants map[string]int) error {
 		return bs.adminClient(server).SetCredits(ctx, grants)
 	}

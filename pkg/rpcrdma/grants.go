@@ -236,7 +236,7 @@ func (c *srvConn) finish(idx int, msg []byte, wr *verbs.SendWR) bool {
 	if msg == nil {
 		return false
 	}
-	binary.BigEndian.PutUint32(msg[8:12], uint32(cc.grant))
+	binary.BigEndian.PutUint32(msg[creditOffset:], uint32(cc.grant))
 	return c.qp.PostSend(wr) == nil
 }
 

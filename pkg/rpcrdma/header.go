@@ -39,6 +39,10 @@ const (
 	ReadSegmentLen = 4 + 4 + SegmentLen
 )
 
+// creditOffset is where rdma_credit is in an encoded header: after
+// rdma_xid and rdma_vers (RFC 8166 section 4.2).
+const creditOffset = 8
+
 var be = binary.BigEndian
 
 // Proc is rdma_proc, the discriminator of the header body (RFC 8166 section 4.2.4).

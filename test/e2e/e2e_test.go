@@ -21,6 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
 
+	csicredits "github.com/nfsrdma/nfsrdma-csi/pkg/csi/credits"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/admin"
 )
 
@@ -397,7 +398,7 @@ func (e *env) ledgerGranted(t *testing.T, c *claim) {
 // serverGrant waits until the export server's admin API holds want
 // credits for the pod's machine name (0: no grant).
 func (e *env) serverGrant(t *testing.T, want int) {
-	machine := nodeName + "/" + appNamespace + "/" + podName
+	machine := csicredits.MachineName(nodeName, appNamespace, podName)
 	waitFor(t, 2*time.Minute, fmt.Sprintf("export server grant %s=%d", machine, want), func(ctx context.Context) (bool, string, error) {
 		cr, err := e.admin.GetCredits(ctx)
 		if err != nil {

@@ -108,7 +108,7 @@ func writable(fh fs.FileHandle) bool {
 func (n *node) Read(ctx context.Context, _ fs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
 	ctx, done := n.sys.call(ctx) // the caller's credential, not interrupted (node.go)
 	defer done()
-	_ = n.waitWrites()  // a write error is for flush and fsync to report
+	_ = n.waitWrites() // a write error is for flush and fsync to report
 	k, err := n.sys.c.ReadAt(ctx, n.fh, dest, off)
 	if err != nil && !errors.Is(err, io.EOF) {
 		return nil, toErrno(err)

@@ -174,26 +174,9 @@ func (c *call) mkdir(d *xdr.Decoder, b *sunrpc.Builder) error {
 	if err := a.Decode(d); err != nil {
 		return garbage(err)
 	}
-	var r nfs3.CreateRes
-	o, st := c.openDir(&a.Where.Dir)
-	if st == nfs3.OK {
-		st = checkName(a.Where.Name, nfs3.ErrExist)
-	}
-	var est int64
-	if st == nfs3.OK {
-		est, st = reserveNew(&o, true, 0)
-	}
-	if st == nfs3.OK {
-		st = statusOf(unix.Mkdirat(o.fd, a.Where.Name, 0))
-		if st == nfs3.OK {
-			st = c.created(&o, a.Where.Name, &a.Attr, &r, true)
-		}
-		chargeDir(&o)
-		o.ex.vol.release(est)
-	}
-	r.DirWcc = o.done()
-	r.Status = st
-	r.Encode(&b.Encoder)
+	c.makeEntry(b, &a.Where, &a.Attr, true, true, 0, func(dir int) nfs3.Status {
+		return statusOf(unix.Mkdirat(dir, a.Where.Name, 0))
+	})
 	return nil
 }
 
@@ -204,28 +187,11 @@ func (c *call) symlink(d *xdr.Decoder, b *sunrpc.Builder) error {
 	if err := a.Decode(d, c.req.ArgPayload, c.req.ArgPayload != nil); err != nil {
 		return garbage(err)
 	}
-	where, sa, target := a.Where, a.Attr, a.Path
+	sa := a.Attr
 	sa.SetMode = false
-	var r nfs3.CreateRes
-	o, st := c.openDir(&where.Dir)
-	if st == nfs3.OK {
-		st = checkName(where.Name, nfs3.ErrExist)
-	}
-	var est int64
-	if st == nfs3.OK {
-		est, st = reserveNew(&o, false, len(target))
-	}
-	if st == nfs3.OK {
-		st = statusOf(unix.Symlinkat(string(target), o.fd, where.Name))
-		if st == nfs3.OK {
-			st = c.created(&o, where.Name, &sa, &r, false)
-		}
-		chargeDir(&o)
-		o.ex.vol.release(est)
-	}
-	r.DirWcc = o.done()
-	r.Status = st
-	r.Encode(&b.Encoder)
+	c.makeEntry(b, &a.Where, &sa, false, true, len(a.Path), func(dir int) nfs3.Status {
+		return statusOf(unix.Symlinkat(string(a.Path), dir, a.Where.Name))
+	})
 	return nil
 }
 
@@ -237,14 +203,9 @@ func (c *call) mknod(d *xdr.Decoder, b *sunrpc.Builder) error {
 	if err := a.Decode(d); err != nil {
 		return garbage(err)
 	}
-	var r nfs3.CreateRes
-	o, st := c.openDir(&a.Where.Dir)
-	if st == nfs3.OK {
-		st = checkName(a.Where.Name, nfs3.ErrExist)
-	}
-	var mode uint32
-	var dev uint64
-	if st == nfs3.OK {
+	c.makeEntry(b, &a.Where, &a.Attr, false, false, 0, func(dir int) nfs3.Status {
+		var mode uint32
+		var dev uint64
 		switch a.Type {
 		case nfs3.TypeChr, nfs3.TypeBlk:
 			mode = unix.S_IFCHR
@@ -253,27 +214,49 @@ func (c *call) mknod(d *xdr.Decoder, b *sunrpc.Builder) error {
 			}
 			dev = unix.Mkdev(a.Spec.Major, a.Spec.Minor)
 			if c.id.uid != 0 {
-				st = nfs3.ErrPerm
+				return nfs3.ErrPerm
 			}
 		case nfs3.TypeSock:
 			mode = unix.S_IFSOCK
 		case nfs3.TypeFIFO:
 			mode = unix.S_IFIFO
 		default:
-			st = nfs3.ErrBadType
+			return nfs3.ErrBadType
 		}
+		return statusOf(unix.Mknodat(dir, a.Where.Name, mode, int(dev)))
+	})
+	return nil
+}
+
+// makeEntry is what MKDIR, SYMLINK and MKNOD share: it opens the
+// directory, checks the name, reserves the new object's blocks in a volume
+// with a quota when reserve (reserveNew: a directory's block, a symlink
+// target of symlinkLen bytes; NFS3ERR_NOSPC past the quota), makes the
+// entry with mk (given the directory's fd; a failure status is the
+// answer), sets its attributes and fills the result (created), charges
+// the directory's growth and encodes the CreateRes with the directory's
+// wcc_data.
+func (c *call) makeEntry(b *sunrpc.Builder, where *nfs3.DirOpArgs, sa *nfs3.Sattr, isDir, reserve bool, symlinkLen int, mk func(dir int) nfs3.Status) {
+	var r nfs3.CreateRes
+	o, st := c.openDir(&where.Dir)
+	if st == nfs3.OK {
+		st = checkName(where.Name, nfs3.ErrExist)
+	}
+	var est int64
+	if st == nfs3.OK && reserve {
+		est, st = reserveNew(&o, isDir, symlinkLen)
 	}
 	if st == nfs3.OK {
-		st = statusOf(unix.Mknodat(o.fd, a.Where.Name, mode, int(dev)))
+		st = mk(o.fd)
 		if st == nfs3.OK {
-			st = c.created(&o, a.Where.Name, &a.Attr, &r, false)
+			st = c.created(&o, where.Name, sa, &r, isDir)
 		}
 		chargeDir(&o)
+		o.ex.vol.release(est)
 	}
 	r.DirWcc = o.done()
 	r.Status = st
 	r.Encode(&b.Encoder)
-	return nil
 }
 
 // link is LINK (RFC 1813 section 3.3.15), within one export
