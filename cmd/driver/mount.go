@@ -48,7 +48,9 @@ Options (-o, comma-separated, nfs(5) vocabulary; unknown options are errors):
   credits=N            RPC-over-RDMA credits to ask for (proto=rdma) [32]
   rdmadev=auto|siw|ibverbs|NAME
                        verbs provider of proto=rdma: a kernel RDMA device that
-                       reaches the server (ibverbs builds), else software iWARP [auto]`,
+                       reaches the server (ibverbs builds), else software iWARP [auto]
+  read_ahead_kb=N      the mount's kernel read-ahead in KiB, 0 = the kernel's
+                       128 KiB (/sys/class/bdi/*/read_ahead_kb; needs root) [4096]`,
 		Example: `  driver mount -o proto=rdma,port=20049,mountport=20048 10.0.0.5:/vol1 /mnt/vol1
   driver mount -o proto=tcp,port=2049,mountport=20048,actimeo=0 127.0.0.1:/ /mnt`,
 		Args: cobra.ExactArgs(2),

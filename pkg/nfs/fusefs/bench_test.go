@@ -25,7 +25,8 @@ import (
 //   - loopback: go-fuse's own loopback file system (fs.NewLoopbackRoot)
 //     over a local temp directory, with FUSE passthrough off (see
 //     noPassthroughNode), mounted with the FUSE options of our Serve
-//     (max_write and max_readahead 1 MiB, direct mount(2), allow_other) and
+//     (max_write and max_readahead 1 MiB, direct mount(2), allow_other,
+//     the kernel read-ahead of read_ahead_kb's default, 4 MiB) and
 //     the kernel cache timeouts of our default mount (entries 30 s =
 //     acdirmin, attributes 3 s = acregmin): the FUSE ceiling of this
 //     machine, the baseline;
@@ -155,6 +156,11 @@ func mountLoopback(b *testing.B) benchMount {
 			b.Errorf("%s still mounted", mnt)
 		}
 	})
+	// the read-ahead of our mounts (read_ahead_kb, default 4 MiB), so
+	// that both read the same way
+	if err := SetReadAhead(mnt, defaults.ReadAheadKB); err != nil {
+		b.Fatal(err)
+	}
 	return benchMount{mnt: mnt, backing: backing}
 }
 

@@ -34,8 +34,11 @@
 //     follow Linux's adaptive attrtimeo: acregmin/acdirmin after a change,
 //     doubled each time the attributes are found unchanged, up to
 //     acregmax/acdirmax; noac makes them 0 (the kernel asks every time).
-//   - Readahead: the kernel reads ahead (MaxReadAhead 1 MiB) and each FUSE
-//     READ becomes one client.ReadAt, pipelined in rsize READs.
+//   - Readahead: the kernel reads ahead; FUSE starts every mount at the
+//     kernel's 128 KiB (one 128 KiB READ at a time), so Serve sets the
+//     mount's read_ahead_kb (default 4 MiB, SetReadAhead) and FUSE READs
+//     of up to 1 MiB (MaxWrite pages) reach us several at a time. Each
+//     FUSE READ becomes one client.ReadAt, pipelined in rsize READs.
 //   - Write-behind: a FUSE WRITE (at most 1 MiB, MaxWrite) is copied and
 //     sent in the background as UNSTABLE WRITEs (client.File); overlapping
 //     writes are ordered. READ, GETATTR, SETATTR, FLUSH and FSYNC of the

@@ -186,8 +186,14 @@ func Serve(ctx context.Context, c *client.Client, dir string, cfg Config) (*Moun
 		cancel()
 		return nil, fmt.Errorf("fusefs: mount %s: %w", dir, err)
 	}
+	if o.ReadAheadKB > 0 {
+		// not fatal: the mount works with the kernel's 128 KiB, slower
+		if err := SetReadAhead(dir, o.ReadAheadKB); err != nil {
+			klog.ErrorS(err, "fusefs: read-ahead left at the kernel's default", "dir", dir, "read_ahead_kb", o.ReadAheadKB)
+		}
+	}
 	klog.InfoS("fusefs: mounted", "source", cfg.Source, "dir", dir, "proto", o.Proto,
-		"rsize", c.RSize(), "wsize", c.WSize(), "noac", o.NoAC)
+		"rsize", c.RSize(), "wsize", c.WSize(), "noac", o.NoAC, "read_ahead_kb", o.ReadAheadKB)
 	return &Mount{Client: c, sys: sys, server: srv, dir: dir, cancel: cancel, byFD: cfg.FD > 0}, nil
 }
 

@@ -103,6 +103,13 @@ func mounted(t testing.TB, dir string) bool {
 // lazily if busy), checking that no mount is left behind.
 func (s *testServer) mount(t testing.TB, proto, extra string) (string, *Mount) {
 	t.Helper()
+	return s.mountWith(t, proto, extra, nil)
+}
+
+// mountWith is mount with the NFS client's dialer wrapped by wrap (if not
+// nil; Config.WrapDial).
+func (s *testServer) mountWith(t testing.TB, proto, extra string, wrap func(sunrpc.DialFunc) sunrpc.DialFunc) (string, *Mount) {
+	t.Helper()
 	o := "proto=" + proto + ",mountport=" + strconv.Itoa(s.mountPort)
 	if proto == ProtoRDMA {
 		o += ",port=" + strconv.Itoa(s.rdmaPort) + ",credits=16"
@@ -119,7 +126,7 @@ func (s *testServer) mount(t testing.TB, proto, extra string) (string, *Mount) {
 	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	m, err := NewMount(ctx, dir, Config{Source: "127.0.0.1:/", Options: mo, AuthSys: sunrpc.AuthSysParams{MachineName: "fusefs-test"}})
+	m, err := NewMount(ctx, dir, Config{Source: "127.0.0.1:/", Options: mo, AuthSys: sunrpc.AuthSysParams{MachineName: "fusefs-test"}, WrapDial: wrap})
 	if err != nil {
 		t.Fatal("mount:", err)
 	}

@@ -25,6 +25,13 @@ const (
 	DefaultRDMAPort = 20049
 	// MaxCredits bounds credits=N (RPC-over-RDMA calls outstanding).
 	MaxCredits = 1024
+	// DefaultReadAheadKB is the kernel read-ahead of a mount, in KiB
+	// (read_ahead_kb=N): 4 MiB, four READs of the largest rsize in flight
+	// per sequential reader. The kernel's own default for FUSE is 128 KiB,
+	// one 128 KiB READ at a time.
+	DefaultReadAheadKB = 4096
+	// MaxReadAheadKB bounds read_ahead_kb=N: 64 MiB.
+	MaxReadAheadKB = 64 << 10
 )
 
 // MountOptions are the options of `driver mount -o`, in nfs(5) vocabulary.
@@ -65,14 +72,19 @@ type MountOptions struct {
 	// the driver is built with the ibverbs tag, else software iWARP),
 	// "siw", "ibverbs", or a device name such as mlx5_0.
 	RDMADevice string
+	// ReadAheadKB is the mount's kernel read-ahead in KiB (ours:
+	// read_ahead_kb=N, the name of the knob in /sys/class/bdi/*/, where
+	// Linux NFS mounts are tuned too); 0 leaves the kernel's default.
+	// Default DefaultReadAheadKB.
+	ReadAheadKB int
 }
 
 // DefaultMountOptions returns the defaults of nfs(5) for vers=3 over TCP:
 // hard, timeo=600 (60 s), retrans=2, acregmin=3, acregmax=60,
-// acdirmin=30, acdirmax=60, rw.
+// acdirmin=30, acdirmax=60, rw; and ours: read_ahead_kb=4096.
 func DefaultMountOptions() MountOptions {
 	return MountOptions{
-		Proto: ProtoTCP, Vers: 3, Timeo: 60 * time.Second, Retrans: 2,
+		Proto: ProtoTCP, Vers: 3, Timeo: 60 * time.Second, Retrans: 2, ReadAheadKB: DefaultReadAheadKB,
 		ACRegMin: 3 * time.Second, ACRegMax: 60 * time.Second,
 		ACDirMin: 30 * time.Second, ACDirMax: 60 * time.Second,
 	}
@@ -169,6 +181,8 @@ func ParseOptions(s string) (MountOptions, error) {
 			o.ReadOnly, err = false, flag()
 		case "credits":
 			o.Credits, err = num(1, MaxCredits)
+		case "read_ahead_kb":
+			o.ReadAheadKB, err = num(0, MaxReadAheadKB)
 		case "rdmadev":
 			if !hasVal || val == "" {
 				err = fmt.Errorf("%w: rdmadev needs a value (auto, siw, ibverbs or a device name)", ErrBadOption)

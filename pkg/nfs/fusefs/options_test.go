@@ -55,7 +55,11 @@ func TestParseOptions(t *testing.T) {
 		{in: "proto=rdma,rdmadev", bad: true},      // needs a value
 		{in: "proto=rdma,credits=0", bad: true},    // out of range
 		{in: "proto=rdma,credits=5000", bad: true}, // out of range
-		{in: "nolock", bad: true},                  // unknown: not ignored
+		{in: "read_ahead_kb=16384", want: with(func(o *MountOptions) { o.ReadAheadKB = 16384 })},
+		{in: "read_ahead_kb=0", want: with(func(o *MountOptions) { o.ReadAheadKB = 0 })},
+		{in: "read_ahead_kb=-1", bad: true},
+		{in: "read_ahead_kb=70000", bad: true}, // past MaxReadAheadKB
+		{in: "nolock", bad: true},              // unknown: not ignored
 		{in: "bogus=1", bad: true},
 	}
 	for _, tt := range tests {
