@@ -12,6 +12,7 @@ import (
 
 	"github.com/nfsrdma/nfsrdma-csi/pkg/metrics"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/fusefs"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/rpcrdma"
 )
 
 func newMountCmd() *cobra.Command {
@@ -66,6 +67,7 @@ Options (-o, comma-separated, nfs(5) vocabulary; unknown options are errors):
 			if msock != "" {
 				rc = metrics.NewRPCClient(nil) // per-procedure calls, latency and bytes of this pod's mount
 				cfg.WrapDial = rc.Dial
+				cfg.RDMAMetrics = new(rpcrdma.ClientMetrics)
 			}
 			m, err := fusefs.NewMount(ctx, args[1], cfg)
 			ready(readyFD, err)
@@ -75,7 +77,11 @@ Options (-o, comma-separated, nfs(5) vocabulary; unknown options are errors):
 			if msock != "" {
 				// only nfsrdma_* metrics: the node gathers nothing else from mounts
 				reg := prometheus.NewRegistry()
-				reg.MustRegister(rc, metrics.NewClientCollector(m.Client.Stats, nil), metrics.NewDeviceCollector(nil, nil))
+				reg.MustRegister(rc, metrics.NewClientCollector(m.Client.Stats, nil), metrics.NewDeviceCollector(nil, nil),
+					metrics.NewMountMemoryCollector(m.Memory, nil))
+				if mo.Proto == fusefs.ProtoRDMA {
+					reg.MustRegister(metrics.NewTransportCollector(metrics.RoleRequester, cfg.RDMAMetrics.Metrics, nil))
+				}
 				go func() {
 					if err := metrics.ServeUnix(ctx, msock, reg); err != nil {
 						klog.ErrorS(err, "mount: metrics socket", "path", msock)

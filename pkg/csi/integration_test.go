@@ -161,6 +161,9 @@ func TestQuota(t *testing.T) {
 		`nfsrdma_csi_operations_total{grpc_code="OK",method="NodePublishVolume"} 1`,
 		`pod="uid-quota"`, `nfsrdma_client_rpc_calls_total`, `nfsrdma_mount_scrape_up`,
 		`nfsrdma_client_rpc_duration_seconds_bucket`, `nfsrdma_client_rpc_bytes_total`,
+		`nfsrdma_mount_memory_bytes{kind="heap"`, `nfsrdma_mount_memory_limit_bytes{kind="write_behind"`,
+		`nfsrdma_mount_inodes{`, `nfsrdma_client_write_verifier_changes_total{`,
+		`nfsrdma_rpcrdma_registered_bytes{`, `nfsrdma_rpcrdma_calls_total{`,
 	} {
 		if !strings.Contains(nm, want) {
 			t.Errorf("node metrics lack %s", want)

@@ -109,7 +109,8 @@ func (d *dirStream) fill(ctx context.Context) syscall.Errno {
 		}
 	}
 	d.n.mu.Lock()
-	d.n.plus, d.n.plusAt = plus, time.Now()
+	d.n.setPlusLocked(plus)
+	d.n.plusAt = time.Now()
 	d.n.mu.Unlock()
 	return 0
 }
@@ -127,6 +128,6 @@ func (d *dirStream) Seekdir(ctx context.Context, off uint64) syscall.Errno {
 // Releasedir drops the entries not looked up.
 func (d *dirStream) Releasedir(ctx context.Context, flags uint32) {
 	d.n.mu.Lock()
-	d.n.plus = nil
+	d.n.setPlusLocked(nil)
 	d.n.mu.Unlock()
 }

@@ -69,4 +69,8 @@
 //     or closedir;
 //   - one small node (handle, attributes) per inode the kernel remembers,
 //     freed by the kernel's FORGET (drop_caches or memory pressure).
+//
+// Mount.Memory reports what a mount holds against these bounds, and the Go
+// heap of its process (`driver mount --metrics-socket` exports it as
+// nfsrdma_mount_memory_bytes and friends, see pkg/metrics).
 package fusefs

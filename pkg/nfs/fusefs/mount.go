@@ -38,6 +38,9 @@ type Config struct {
 	Debug bool
 	// WrapDial wraps the NFS client's dialer (client.Options.WrapDial).
 	WrapDial func(sunrpc.DialFunc) sunrpc.DialFunc
+	// RDMAMetrics, if not nil, counts the RPC-over-RDMA transport of a
+	// proto=rdma mount (credits, chunks, registered memory).
+	RDMAMetrics *rpcrdma.ClientMetrics
 	// FD, when positive, is an open /dev/fuse file descriptor that a
 	// privileged process already mounted on the mount point (mount(2)
 	// with "fd=FD", the libfuse /dev/fd/N convention): Serve answers the
@@ -93,7 +96,7 @@ func ClientOptions(cfg Config) (client.Options, error) {
 		}
 		klog.InfoS("fusefs: RDMA device chosen", "server", server, "provider", choice.Provider, "device", choice.Device,
 			"transport", choice.Transport, "reason", choice.Reason)
-		co.Dial = rpcrdma.Dialer(dev, addr, rpcrdma.ClientOptions{Credits: o.Credits})
+		co.Dial = rpcrdma.Dialer(dev, addr, rpcrdma.ClientOptions{Credits: o.Credits, Metrics: cfg.RDMAMetrics})
 		co.Transport = "rdma/" + choice.Provider
 	}
 	return co, nil
@@ -150,6 +153,7 @@ func Serve(ctx context.Context, c *client.Client, dir string, cfg Config) (*Moun
 	}
 	sys := &fsys{c: c, o: o, blksize: uint32(c.WSize()), bg: bg, budget: newBudget(), callers: newCallers(machine)}
 	root := &node{sys: sys, fh: c.Root()}
+	sys.root = root
 	root.refresh(&rootAttr)
 	rs := stableAttr(c.Root(), &rootAttr)
 	fsopts := &fs.Options{

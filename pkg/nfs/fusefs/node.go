@@ -3,6 +3,7 @@ package fusefs
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -22,6 +23,10 @@ type fsys struct {
 	bg      context.Context
 	budget  *budget
 	callers *callers // the credential of each FUSE caller (cred.go)
+	root    *node
+	// dirEntries counts the READDIRPLUS entries kept in nodes' plus maps
+	// (MemoryStats.DirEntries).
+	dirEntries atomic.Int64
 }
 
 // node is one NFS file, directory or other object known to the kernel.
@@ -201,6 +206,7 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 	e, ok := n.plus[name]
 	if ok {
 		delete(n.plus, name)
+		n.sys.dirEntries.Add(-1)
 		ok = time.Since(n.plusAt) <= n.plusTTL()
 	}
 	n.mu.Unlock()
