@@ -320,7 +320,11 @@ func (c *Client) fail(cause error) {
 }
 
 // release frees everything the connection registered; slots still held
-// by a RoundTrip free their buffers when they are put back.
+// by a RoundTrip free their buffers when they are put back, and the last
+// one put back frees the send and receive buffer pools (a RoundTrip still
+// encodes into its send buffer, or returns a reply in its receive buffer,
+// after the connection died: a closed region must not be used, since the
+// provider may hand it out again).
 func (c *Client) release() {
 	if c.qp != nil {
 		c.qp.Close()
@@ -330,9 +334,10 @@ func (c *Client) release() {
 	for _, i := range c.free {
 		c.slots[i].deregOwned()
 	}
+	if c.inUse == 0 {
+		c.deregPoolsLocked()
+	}
 	c.mu.Unlock()
-	c.dereg(c.sendMR)
-	c.dereg(c.recvMR)
 	if c.cq != nil {
 		c.cq.Close()
 	}
@@ -498,7 +503,18 @@ func (c *Client) putSlotLocked(i int) {
 	c.free = append(c.free, i)
 	c.inUse--
 	c.m.creditsInUse.Add(-1)
+	if c.freed && c.inUse == 0 {
+		c.deregPoolsLocked()
+	}
 	c.wakeLocked()
+}
+
+// deregPoolsLocked deregisters the send and receive buffer pools, once
+// release ran and no slot is held.
+func (c *Client) deregPoolsLocked() {
+	c.dereg(c.sendMR)
+	c.dereg(c.recvMR)
+	c.sendMR, c.recvMR = nil, nil
 }
 
 // acquire waits for a credit (ctx-aware, FIFO, no spinning).

@@ -51,6 +51,7 @@ const (
 	pLong       = 4 // uint32 n -> n bytes as a non-DDP opaque
 	pCount      = 5 // counts calls in progress
 	pEchoToLong = 6 // DDP-eligible argument -> same bytes, non-DDP opaque
+	pSink       = 7 // DDP-eligible argument -> its length (uint32)
 )
 
 func pattern(n, seed int) []byte {
@@ -136,6 +137,15 @@ func (ts *testSrv) handlers() []sunrpc.Handler {
 				time.Sleep(time.Duration(d))
 			}
 			ts.inflight.Add(-1)
+			return nil
+		},
+		pSink: func(ctx context.Context, req *sunrpc.Request, res *sunrpc.Builder) error {
+			d := req.ArgsDecoder()
+			b := req.Payload(d, 4<<20)
+			if d.Err() != nil {
+				return d.Err()
+			}
+			res.Uint32(uint32(len(b)))
 			return nil
 		},
 		pEchoToLong: func(ctx context.Context, req *sunrpc.Request, res *sunrpc.Builder) error {
@@ -648,9 +658,17 @@ func TestAbandonedCall(t *testing.T) {
 
 // --- benchmarks: RDMA vs sunrpc's TCP transport in one run ---
 
-func benchClients(b *testing.B, credits int) (rdma, tcp *sunrpc.Client) {
-	ts := startServer(b, ServerOptions{Credits: credits})
-	rdma, _ = newClient(b, ts, ClientOptions{Credits: credits})
+func benchClients(b testing.TB, credits int) (rdma, tcp *sunrpc.Client) {
+	rdma, tcp, _, _ = clientPair(b, credits)
+	return rdma, tcp
+}
+
+// clientPair starts a test server answering over RDMA and over sunrpc's
+// TCP transport, and returns a client of each, the server and the RDMA
+// client's metrics.
+func clientPair(b testing.TB, credits int) (rdma, tcp *sunrpc.Client, ts *testSrv, cm *ClientMetrics) {
+	ts = startServer(b, ServerOptions{Credits: credits})
+	rdma, cm = newClient(b, ts, ClientOptions{Credits: credits})
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
@@ -664,7 +682,7 @@ func benchClients(b *testing.B, credits int) (rdma, tcp *sunrpc.Client) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { tcp.Close() })
-	return rdma, tcp
+	return rdma, tcp, ts, cm
 }
 
 func BenchmarkNull(b *testing.B) {
@@ -717,16 +735,12 @@ func BenchmarkRead1MiB(b *testing.B) {
 				var failed atomic.Value
 				b.RunParallel(func(pb *testing.PB) {
 					buf := make([]byte, n)
+					// Made once per goroutine, not per call: a closure
+					// capturing buf, built in the loop, would be the
+					// benchmark's own allocation in every call.
+					spec := read1MiBSpec(buf)
 					for pb.Next() {
-						err := tr.c.Call(ctx, sunrpc.CallSpec{Prog: tProg, Vers: tVers, Proc: pGive,
-							Args: func(e *sunrpc.Builder) { e.Uint32(n) },
-							Results: func(d *xdr.Decoder, placed int) error {
-								if placed < 0 { // inline: copy into the caller's buffer
-									copy(buf, d.Opaque(n))
-								}
-								return d.Err()
-							},
-							ReplyPayload: buf, MaxReplySize: 256})
+						err := tr.c.Call(ctx, spec)
 						if err != nil {
 							failed.Store(err)
 							return
@@ -739,6 +753,22 @@ func BenchmarkRead1MiB(b *testing.B) {
 			})
 		}
 	}
+}
+
+// read1MiBSpec is the call of BenchmarkRead1MiB and TestNoAllocsPerCall:
+// pGive of len(buf) bytes, the result placed into buf (a Write chunk over
+// RDMA) or, inline, copied into it.
+func read1MiBSpec(buf []byte) sunrpc.CallSpec {
+	n := len(buf)
+	return sunrpc.CallSpec{Prog: tProg, Vers: tVers, Proc: pGive,
+		Args: func(e *sunrpc.Builder) { e.Uint32(uint32(n)) },
+		Results: func(d *xdr.Decoder, placed int) error {
+			if placed < 0 { // inline: copy into the caller's buffer
+				copy(buf, d.Opaque(n))
+			}
+			return d.Err()
+		},
+		ReplyPayload: buf, MaxReplySize: 256}
 }
 
 // TestKeepAlive: a responder that stops answering NULL calls is detected

@@ -288,7 +288,9 @@ type MR interface {
 	// returns the new STag: an STag handed out before no longer works
 	// (fast-register with a rotated key).
 	Rekey() uint32
-	// Close deregisters the region.
+	// Close deregisters the region. The MR must not be used afterwards: a
+	// provider may hand the same value out again from a later RegMR (under
+	// a new STag), so that per-call registrations need not allocate.
 	Close() error
 }
 

@@ -88,6 +88,7 @@ type Device struct {
 	mrs     []*mr   // by STag index; index 0 is never used
 	keys    []uint8 // last consumer key handed out per index
 	free    []uint32
+	spare   []*mr // closed regions, reused by RegMR (at most maxSpareMRs)
 	nextQPN atomic.Uint32
 	nextPD  atomic.Uint32
 	closed  atomic.Bool
@@ -128,13 +129,13 @@ func (d *Device) Close() error {
 	return nil
 }
 
-// lookup returns the region an STag names, or nil when no region is
+// lookupLocked returns the region an STag names, or nil when no region is
 // registered under it or its consumer key does not match. It does not look
-// at validity or access rights.
-func (d *Device) lookup(stag uint32) *mr {
+// at validity or access rights. Called with d.mu held (read or write): a
+// region's fields are only stable under the lock, since a closed region's
+// struct is reused by a later RegMR.
+func (d *Device) lookupLocked(stag uint32) *mr {
 	idx := stag >> 8
-	d.mu.RLock()
-	defer d.mu.RUnlock()
 	if idx == 0 || int(idx) >= len(d.mrs) {
 		return nil
 	}
@@ -145,9 +146,65 @@ func (d *Device) lookup(stag uint32) *mr {
 	return m
 }
 
+// stagCheck is the outcome of resolving an STag.
+type stagCheck uint8
+
+const (
+	stagOK      stagCheck = iota
+	stagInvalid           // not registered, wrong consumer key, or invalidated
+	stagOtherPD           // registered in another protection domain
+	stagAccess            // lacks a needed access right
+	stagBounds            // the bytes are not all inside the region
+)
+
+// resolve returns the n bytes at tagged offset to of the valid region stag
+// names, in protection domain p and with the rights need, or why not (in
+// the order the checks are made: validity, PD, access, bounds). It holds
+// the lock throughout, so that a region closed meanwhile (whose struct a
+// later RegMR may reuse) is never mixed up with its successor; the bytes
+// returned stay the memory that was registered under stag.
+func (d *Device) resolve(stag uint32, p *pd, to uint64, n uint32, need verbs.Access) ([]byte, stagCheck) {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	m := d.lookupLocked(stag)
+	switch {
+	case m == nil || !m.valid.Load():
+		return nil, stagInvalid
+	case m.pd != p:
+		return nil, stagOtherPD
+	case m.access&need != need:
+		return nil, stagAccess
+	}
+	b, ok := m.span(to, n)
+	if !ok {
+		return nil, stagBounds
+	}
+	return b, stagOK
+}
+
+// invalidate invalidates the region stag names when it belongs to p (an
+// invalid one stays invalid), and reports whether it did.
+func (d *Device) invalidate(stag uint32, p *pd) bool {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	m := d.lookupLocked(stag)
+	if m == nil || m.pd != p {
+		return false
+	}
+	m.valid.Store(false)
+	return true
+}
+
 const maxMRIndex = 1<<24 - 1
 
-func (d *Device) register(m *mr) error {
+// maxSpareMRs bounds the closed region structs a device keeps for reuse.
+const maxSpareMRs = 1024
+
+// register registers buf under a fresh STag: a free index (or a new one)
+// whose consumer key moves on, so that no STag handed out before names the
+// new registration. The region struct is a spare one when there is one: a
+// per-call registration then does not allocate.
+func (d *Device) register(p *pd, buf []byte, access verbs.Access) (*mr, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	var idx uint32
@@ -156,35 +213,57 @@ func (d *Device) register(m *mr) error {
 		d.free = d.free[:n-1]
 	} else {
 		if len(d.mrs) > maxMRIndex {
-			return fmt.Errorf("siw: out of STag indices")
+			return nil, fmt.Errorf("siw: out of STag indices")
 		}
 		idx = uint32(len(d.mrs))
 		d.mrs = append(d.mrs, nil)
 		d.keys = append(d.keys, 0)
 	}
+	var m *mr
+	if n := len(d.spare); n > 0 {
+		m = d.spare[n-1]
+		d.spare[n-1] = nil
+		d.spare = d.spare[:n-1]
+	} else {
+		m = &mr{dev: d}
+	}
+	m.pd, m.buf, m.access = p, buf, access
 	d.keys[idx]++ // a new registration never reuses the last key of its index
 	m.index = idx
 	m.key.Store(uint32(d.keys[idx]))
 	m.iova = uint64(idx) << 40
+	m.valid.Store(true)
 	d.mrs[idx] = m
-	return nil
+	return m, nil
 }
 
 func (d *Device) rekey(m *mr) uint32 {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if d.mrs[m.index] != m {
+		return m.stag() // closed: no new STag
+	}
 	d.keys[m.index]++
 	m.key.Store(uint32(d.keys[m.index]))
 	m.valid.Store(true)
 	return m.index<<8 | uint32(d.keys[m.index])
 }
 
+// deregister invalidates and unregisters m, forgets its memory and keeps
+// the struct for a later registration. Closing it again (before it is
+// reused) does nothing.
 func (d *Device) deregister(m *mr) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.mrs[m.index] == m {
-		d.mrs[m.index] = nil
-		d.free = append(d.free, m.index)
+	if d.mrs[m.index] != m {
+		return
+	}
+	m.valid.Store(false)
+	d.mrs[m.index] = nil
+	d.free = append(d.free, m.index)
+	m.pd, m.buf = nil, nil
+	if len(d.spare) < maxSpareMRs {
+		d.spare = append(d.spare, m)
 	}
 }
 
@@ -194,15 +273,17 @@ type pd struct {
 	id  uint32
 }
 
+// RegMR registers buf under a fresh STag (an index's consumer key moves on
+// with every registration). The region value may be one a Close gave back:
+// in the steady state, registering per call does not allocate.
 func (p *pd) RegMR(buf []byte, access verbs.Access) (verbs.MR, error) {
 	if len(buf) == 0 {
 		return nil, fmt.Errorf("%w: empty memory region", verbs.ErrInvalidWR)
 	}
-	m := &mr{dev: p.dev, pd: p, buf: buf, access: access}
-	if err := p.dev.register(m); err != nil {
+	m, err := p.dev.register(p, buf, access)
+	if err != nil {
 		return nil, err
 	}
-	m.valid.Store(true)
 	return m, nil
 }
 
@@ -212,7 +293,9 @@ func (p *pd) CreateQP(attr verbs.QPAttr) (verbs.QP, error) {
 
 func (p *pd) Close() error { return nil }
 
-// mr is a registered memory region.
+// mr is a registered memory region. Its fields change only under the
+// device's lock: Close returns the struct to the device, and a later RegMR
+// reuses it under a new STag.
 type mr struct {
 	dev    *Device
 	pd     *pd
@@ -233,7 +316,7 @@ func (m *mr) Bytes() []byte        { return m.buf }
 func (m *mr) Access() verbs.Access { return m.access }
 func (m *mr) Valid() bool          { return m.valid.Load() }
 func (m *mr) Rekey() uint32        { return m.dev.rekey(m) }
-func (m *mr) Close() error         { m.valid.Store(false); m.dev.deregister(m); return nil }
+func (m *mr) Close() error         { m.dev.deregister(m); return nil }
 func (m *mr) SGE(off, n int) verbs.SGE {
 	return verbs.SGE{Addr: m.iova + uint64(off), Length: uint32(n), LKey: m.stag()}
 }
@@ -254,16 +337,14 @@ func (m *mr) span(to uint64, n uint32) ([]byte, bool) {
 // resolveLocal maps an SGE to memory for a local access: the lkey must name
 // a valid region of pd with the needed rights, and the bytes must be inside.
 func (d *Device) resolveLocal(p *pd, s verbs.SGE, need verbs.Access) ([]byte, verbs.WCStatus, error) {
-	m := d.lookup(s.LKey)
-	if m == nil || !m.valid.Load() || m.pd != p {
-		return nil, verbs.WCLocProtErr, fmt.Errorf("%w: lkey 0x%08x", verbs.ErrInvalidKey, s.LKey)
-	}
-	if m.access&need != need {
+	b, why := d.resolve(s.LKey, p, s.Addr, s.Length, need)
+	switch why {
+	case stagOK:
+		return b, verbs.WCSuccess, nil
+	case stagAccess:
 		return nil, verbs.WCLocProtErr, fmt.Errorf("%w: lkey 0x%08x lacks local write access", verbs.ErrInvalidKey, s.LKey)
-	}
-	b, ok := m.span(s.Addr, s.Length)
-	if !ok {
+	case stagBounds:
 		return nil, verbs.WCLocLenErr, fmt.Errorf("siw: SGE [0x%x,+%d) outside region lkey 0x%08x", s.Addr, s.Length, s.LKey)
 	}
-	return b, verbs.WCSuccess, nil
+	return nil, verbs.WCLocProtErr, fmt.Errorf("%w: lkey 0x%08x", verbs.ErrInvalidKey, s.LKey)
 }

@@ -137,6 +137,10 @@ func (q *qp) rxLoop() {
 			q.fail(fmt.Errorf("%w: peer closed the connection", verbs.ErrDisconnect))
 		case errors.Is(err, net.ErrClosed):
 			q.fail(fmt.Errorf("%w: connection closed", verbs.ErrDisconnect))
+		case errors.As(err, new(*net.OpError)):
+			// the socket failed (reset, TCP_USER_TIMEOUT, keepalive): a
+			// disconnect, as the transmit path reports a failed write
+			q.fail(fmt.Errorf("%w: read: %w", verbs.ErrDisconnect, err))
 		default:
 			q.fail(err)
 		}
@@ -326,18 +330,15 @@ func (q *qp) rxTagged(n uint32) error {
 
 // taggedTarget validates a tagged placement and returns the target bytes.
 func (q *qp) taggedTarget(stag uint32, to uint64, n uint32, need verbs.Access) ([]byte, error) {
-	m := q.dev.lookup(stag)
-	if m == nil || !m.valid.Load() {
+	dst, why := q.dev.resolve(stag, q.pd, to, n, need)
+	switch why {
+	case stagInvalid:
 		return nil, q.violation(ErrTaggedSTag, "STag 0x%08x", stag)
-	}
-	if m.pd != q.pd {
+	case stagOtherPD:
 		return nil, q.violation(ErrSTagNotAssoc, "STag 0x%08x belongs to another protection domain", stag)
-	}
-	if m.access&need != need {
+	case stagAccess:
 		return nil, q.violation(ErrAccessRights, "STag 0x%08x lacks the access right", stag)
-	}
-	dst, ok := m.span(to, n)
-	if !ok {
+	case stagBounds:
 		return nil, q.violation(ErrTaggedBounds, "%d bytes at TO 0x%x outside STag 0x%08x", n, to, stag)
 	}
 	return dst, nil
@@ -425,12 +426,10 @@ func (q *qp) rxSend(n uint32) error {
 		wc.Flags |= verbs.WCSolicitedEvent
 	}
 	if h.opcode() == opSendInv || h.opcode() == opSendSEInv {
-		m := q.dev.lookup(h.inv)
-		if m == nil || m.pd != q.pd {
+		if !q.dev.invalidate(h.inv, q.pd) {
 			err := q.violation(ErrCannotInval, "Send with Invalidate of STag 0x%08x", h.inv)
 			return err
 		}
-		m.valid.Store(false)
 		wc.Flags |= verbs.WCWithInv
 		wc.InvalidatedKey = h.inv
 	}

@@ -166,12 +166,11 @@ func (q *qp) execute(idx int) {
 		_ = q.sendMessage(false, opReadRequest, 0, 0, 0, qnReadReq, q.tx.msn[qnReadReq], q.tx.segs, readReqLen)
 		q.tx.segs[0] = nil
 	case verbs.WRLocalInv:
-		m := q.dev.lookup(wr.InvalidateKey)
+		ok := q.dev.invalidate(wr.InvalidateKey, q.pd)
 		q.sqMu.Lock()
-		if m == nil || m.pd != q.pd {
+		if !ok {
 			q.finishSendLocked(idx, verbs.WCLocProtErr, fmt.Errorf("%w: local invalidate of STag 0x%08x", verbs.ErrInvalidKey, wr.InvalidateKey), 0)
 		} else {
-			m.valid.Store(false)
 			q.finishSendLocked(idx, verbs.WCSuccess, nil, 0)
 		}
 		q.sqMu.Unlock()
@@ -212,21 +211,17 @@ func (q *qp) sendReadResponse(r *inboundRead) error {
 	rr := &r.req
 	q.tx.segs = q.tx.segs[:0]
 	if rr.size > 0 {
-		m := q.dev.lookup(rr.srcSTag)
+		b, why := q.dev.resolve(rr.srcSTag, q.pd, rr.srcTO, rr.size, verbs.AccessRemoteRead)
 		var terr *TerminateError
-		var b []byte
-		switch {
-		case m == nil || !m.valid.Load():
+		switch why {
+		case stagInvalid:
 			terr = newTerm(ErrInvalidSTag, "RDMA Read source STag 0x%08x", rr.srcSTag)
-		case m.pd != q.pd:
+		case stagOtherPD:
 			terr = newTerm(ErrSTagNotAssoc, "RDMA Read source STag 0x%08x", rr.srcSTag)
-		case m.access&verbs.AccessRemoteRead == 0:
+		case stagAccess:
 			terr = newTerm(ErrAccessRights, "RDMA Read source STag 0x%08x has no remote read access", rr.srcSTag)
-		default:
-			var ok bool
-			if b, ok = m.span(rr.srcTO, rr.size); !ok {
-				terr = newTerm(ErrBaseBounds, "RDMA Read of %d bytes at 0x%x outside source STag 0x%08x", rr.size, rr.srcTO, rr.srcSTag)
-			}
+		case stagBounds:
+			terr = newTerm(ErrBaseBounds, "RDMA Read of %d bytes at 0x%x outside source STag 0x%08x", rr.size, rr.srcTO, rr.srcSTag)
 		}
 		if terr != nil {
 			var rq [readReqLen]byte
