@@ -3,6 +3,8 @@ package rpcrdma
 import (
 	"context"
 	"math/rand/v2"
+	"net"
+	"net/netip"
 	"slices"
 	"testing"
 	"time"
@@ -332,4 +334,28 @@ func TestGrantOverrun(t *testing.T) {
 		t.Errorf("%d calls processed with a grant of 2 (after the first)", got)
 	}
 	t.Logf("connection ended: %v; %d calls processed", qp.Err(), ts.calls.Load())
+}
+
+// TestRecentXIDs: a retransmission is the same XID from the same host
+// (on any connection); the same XID from another host is another call;
+// the window forgets the oldest calls.
+func TestRecentXIDs(t *testing.T) {
+	var r recentXIDs
+	a, b := netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.2")
+	if r.seen(xidKey{a, 7}) || r.seen(xidKey{b, 7}) {
+		t.Fatal("first calls counted as retransmissions")
+	}
+	if !r.seen(xidKey{a, 7}) || !r.seen(xidKey{b, 7}) {
+		t.Fatal("retransmissions not counted")
+	}
+	c := &srvConn{addr: &net.TCPAddr{IP: net.ParseIP("::ffff:10.0.0.1"), Port: 999}}
+	if !r.seen(c.callKey(7)) {
+		t.Fatal("the same host on another connection (v4-mapped) not recognised")
+	}
+	for i := range uint32(len(r.ring)) {
+		r.seen(xidKey{a, 1000 + i})
+	}
+	if r.seen(xidKey{b, 7}) {
+		t.Fatal("a call older than the window still remembered")
+	}
 }

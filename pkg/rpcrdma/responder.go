@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"sync"
 
 	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
@@ -85,16 +86,33 @@ type Server struct {
 	machineGrants map[string]int // SetMachineGrants
 }
 
-// recentXIDs remembers the last 4096 XIDs, to count retransmissions.
-type recentXIDs struct {
-	ring [4096]uint32
-	n    int
-	set  map[uint32]int
+// xidKey names a call for retransmission counting: the requester's host
+// (a retransmission comes on a new connection, from a new port) and XID.
+type xidKey struct {
+	host netip.Addr
+	xid  uint32
 }
 
-func (r *recentXIDs) seen(x uint32) bool {
+// callKey returns the xidKey of call xid on connection c.
+func (c *srvConn) callKey(xid uint32) xidKey {
+	var host netip.Addr
+	if ta, ok := c.addr.(*net.TCPAddr); ok {
+		host = ta.AddrPort().Addr().Unmap()
+	}
+	return xidKey{host: host, xid: xid}
+}
+
+// recentXIDs remembers the last 4096 calls (host and XID), to count
+// retransmissions; the same XID from two hosts is two calls.
+type recentXIDs struct {
+	ring [4096]xidKey
+	n    int
+	set  map[xidKey]int
+}
+
+func (r *recentXIDs) seen(x xidKey) bool {
 	if r.set == nil {
-		r.set = make(map[uint32]int, len(r.ring))
+		r.set = make(map[xidKey]int, len(r.ring))
 	}
 	if _, ok := r.set[x]; ok {
 		return true
@@ -434,7 +452,7 @@ func (sl *srvSlot) handle(ctx context.Context, d sunrpc.Dispatcher, n int) {
 	s.m.creditsInUse.Add(1)
 	defer s.m.creditsInUse.Add(-1)
 	s.mu.Lock()
-	if s.recent.seen(sl.hdr.XID) {
+	if s.recent.seen(c.callKey(sl.hdr.XID)) {
 		s.m.retransmits.Add(1)
 	}
 	s.mu.Unlock()
