@@ -94,6 +94,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	if known && !changed {
 		fl |= fuse.FOPEN_KEEP_CACHE
 	}
+	n.opened()
 	return &handle{readOnly: flags&syscall.O_ACCMODE == syscall.O_RDONLY}, fl, 0
 }
 
@@ -261,13 +262,14 @@ func (n *node) Fsync(ctx context.Context, _ fs.FileHandle, _ uint32) syscall.Err
 }
 
 // Release answers RELEASE: FLUSH already wrote everything back; a write
-// that failed after the last flush is only logged.
+// that failed after the last flush is only logged. The last RELEASE of a
+// silly-renamed file removes it (sillyrename.go).
 func (n *node) Release(ctx context.Context, fh fs.FileHandle) syscall.Errno {
-	if !writable(fh) {
-		return 0
+	if writable(fh) {
+		if errno := n.sync(ctx); errno != 0 {
+			klog.InfoS("fusefs: write back at release failed", "fh", n.fh.String(), "err", errno)
+		}
 	}
-	if errno := n.sync(ctx); errno != 0 {
-		klog.InfoS("fusefs: write back at release failed", "fh", n.fh.String(), "err", errno)
-	}
+	n.released(n.sys.bg)
 	return 0
 }

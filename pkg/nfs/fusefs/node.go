@@ -24,6 +24,8 @@ type fsys struct {
 	budget  *budget
 	callers *callers // the credential of each FUSE caller (cred.go)
 	root    *node
+	// sillyCount numbers the hidden names of silly renames.
+	sillyCount atomic.Uint64
 	// dirEntries counts the READDIRPLUS entries kept in nodes' plus maps
 	// (MemoryStats.DirEntries).
 	dirEntries atomic.Int64
@@ -40,6 +42,8 @@ type node struct {
 	plus   map[string]nfs3.EntryPlus // READDIRPLUS entries not yet looked up (directories)
 	plusAt time.Time                 // when plus was read
 	w      *writer                   // write-behind state (regular files, created on first write)
+	opens  int                       // open file handles (sillyrename.go)
+	silly  *silly                    // where this open file was renamed to at unlink
 }
 
 var (
@@ -322,6 +326,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 		}
 	}
 	ch := n.child(ctx, fh, &a, out)
+	ch.Operations().(*node).opened()
 	return ch, &handle{}, 0, 0
 }
 
@@ -447,6 +452,11 @@ func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 	if n.sys.o.ReadOnly {
 		return syscall.EROFS
 	}
+	if cn, err := n.sillyRename(ctx, name); err != nil {
+		return toErrno(err)
+	} else if cn != nil {
+		return 0 // removed at its last close
+	}
 	res, err := n.sys.c.Remove(ctx, n.fh, name)
 	if err != nil {
 		return toErrno(err)
@@ -485,8 +495,20 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 	if !ok {
 		return syscall.EXDEV
 	}
+	// an open target is renamed away first (sillyrename.go), unless it
+	// is the source itself (rename of a link onto the same file)
+	var tgt *node
+	if src, dst := n.GetChild(name), np.GetChild(newName); dst != nil && src != dst {
+		var err error
+		if tgt, err = np.sillyRename(ctx, newName); err != nil {
+			return toErrno(err)
+		}
+	}
 	res, err := n.sys.c.Rename(ctx, n.fh, name, np.fh, newName)
 	if err != nil {
+		if tgt != nil {
+			np.unsilly(ctx, tgt, newName)
+		}
 		return toErrno(err)
 	}
 	n.afterDirChange(&res.FromDirWcc)

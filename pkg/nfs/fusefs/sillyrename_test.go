@@ -1,0 +1,159 @@
+package fusefs
+
+import (
+	"bytes"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// hidden lists the silly-renamed (".nfs*") names in dir.
+func hidden(t *testing.T, dir string) []string {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var h []string
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), ".nfs") {
+			h = append(h, e.Name())
+		}
+	}
+	return h
+}
+
+// waitNoHidden waits for the REMOVE that follows the last close (RELEASE
+// reaches the file system after close(2) returns).
+func waitNoHidden(t *testing.T, dirs ...string) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		n := 0
+		for _, d := range dirs {
+			n += len(hidden(t, d))
+		}
+		if n == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("silly-renamed files left after the last close: %v", hidden(t, dirs[0]))
+		}
+	}
+}
+
+// TestSillyRename: a file unlinked (or replaced by a rename) while open
+// stays usable through its descriptors, as on a Linux NFS mount: it is
+// renamed to a hidden .nfs name and removed at the last close. A file
+// with another link, or not open, is removed at once.
+func TestSillyRename(t *testing.T) {
+	needFUSE(t)
+	for _, proto := range []string{ProtoTCP, ProtoRDMA} {
+		t.Run(proto, func(t *testing.T) {
+			srv := startServer(t)
+			dir, _ := srv.mount(t, proto, "")
+			data := bytes.Repeat([]byte("open but unlinked "), 100000) // 1.8 MB
+
+			// unlink while open for reading and writing
+			p := filepath.Join(dir, "tmp")
+			f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := f.Write(data); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Remove(p); err != nil {
+				t.Fatal("unlink of an open file:", err)
+			}
+			if _, err := os.Stat(p); !errors.Is(err, fs.ErrNotExist) {
+				t.Fatalf("stat after unlink: %v", err)
+			}
+			if h := hidden(t, dir); len(h) != 1 || len(h[0]) != len(".nfs")+24 {
+				t.Fatalf("hidden names while open: %v", h)
+			}
+			if _, err := f.WriteAt([]byte("MORE"), int64(len(data))); err != nil {
+				t.Fatal("write after unlink:", err)
+			}
+			if err := f.Sync(); err != nil {
+				t.Fatal("fsync after unlink:", err)
+			}
+			// drop the kernel's pages: the read below goes to the server
+			if err := unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED); err != nil {
+				t.Fatal(err)
+			}
+			got := make([]byte, len(data)+4)
+			if n, err := f.ReadAt(got, 0); n != len(got) || !bytes.Equal(got, append(append([]byte{}, data...), "MORE"...)) {
+				t.Fatalf("read after unlink: %d bytes, %v", n, err)
+			}
+			if st, err := f.Stat(); err != nil || st.Size() != int64(len(data)+4) {
+				t.Fatalf("fstat after unlink: %v, %v", st, err)
+			}
+			if err := os.Remove(dir); err == nil {
+				t.Fatal("rmdir of the mount root")
+			}
+			f.Close()
+			waitNoHidden(t, dir)
+			if ents, _ := os.ReadDir(srv.root); len(ents) != 0 {
+				t.Fatalf("left on the server: %v", ents)
+			}
+
+			// a rename over an open target keeps the target's data for its
+			// readers
+			a, b := filepath.Join(dir, "a"), filepath.Join(dir, "b")
+			if err := os.WriteFile(a, []byte("new contents"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(b, data, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			old, err := os.Open(b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Rename(a, b); err != nil {
+				t.Fatal(err)
+			}
+			if got, err := os.ReadFile(b); err != nil || string(got) != "new contents" {
+				t.Fatalf("renamed file: %q, %v", got, err)
+			}
+			if err := unix.Fadvise(int(old.Fd()), 0, 0, unix.FADV_DONTNEED); err != nil {
+				t.Fatal(err)
+			}
+			got = make([]byte, len(data))
+			if n, err := old.ReadAt(got, 0); n != len(data) || !bytes.Equal(got, data) {
+				t.Fatalf("read of the replaced file through its descriptor: %d bytes, %v", n, err)
+			}
+			old.Close()
+			waitNoHidden(t, dir)
+
+			// two links: the other name keeps the file, nothing hidden
+			c, d := filepath.Join(dir, "c"), filepath.Join(dir, "d")
+			if err := os.WriteFile(c, data, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Link(c, d); err != nil {
+				t.Fatal(err)
+			}
+			g, err := os.Open(c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer g.Close()
+			if err := os.Remove(c); err != nil {
+				t.Fatal(err)
+			}
+			if h := hidden(t, dir); len(h) != 0 {
+				t.Fatalf("hidden name for a file with another link: %v", h)
+			}
+			if got, err := os.ReadFile(d); err != nil || !bytes.Equal(got, data) {
+				t.Fatalf("other link: %d bytes, %v", len(got), err)
+			}
+		})
+	}
+}
