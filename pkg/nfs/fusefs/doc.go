@@ -46,6 +46,12 @@
 //     synchronous (still UNSTABLE, committed on close).
 //   - Permissions are checked by the server only (no default_permissions);
 //     all calls carry the mount's AUTH_SYS credential (see Config).
+//   - Silly rename, as Linux NFS: unlinking a file that is open through
+//     the mount (with no other link), or renaming over one, renames it to
+//     a hidden .nfs<fileid><counter> in its directory, REMOVEd at the
+//     last close, so that its descriptors keep working (NFSv3 servers
+//     free a file at REMOVE; knfsd answers STALE after). The hidden name
+//     shows in listings meanwhile (sillyrename.go).
 //   - Extended attributes answer ENOTSUP; POSIX and BSD locks ENOSYS (the
 //     kernel turns that into ENOLCK for fcntl).
 //
