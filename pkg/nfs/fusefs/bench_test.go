@@ -67,6 +67,7 @@ import (
 var (
 	benchMiB   = flag.Int("fusebench.mib", 1024, "MiB written and read per iteration by BenchmarkFUSESeqWrite and BenchmarkFUSESeqRead")
 	benchFiles = flag.Int("fusebench.files", 10000, "files created, stated and unlinked per iteration by BenchmarkFUSEMetadata")
+	benchRA    = flag.Int("fusebench.ra", DefaultReadAheadKB, "kernel read-ahead of every mount of the benchmarks, in KiB (read_ahead_kb)")
 )
 
 // benchMount is a mounted file system under benchmark: mnt is the mount
@@ -92,7 +93,7 @@ var benchMounts = []struct {
 // tests' shared helpers (unmounted and stopped at the end of b).
 func mountOurs(b *testing.B, proto string) benchMount {
 	srv := startServer(b)
-	dir, _ := srv.mount(b, proto, "")
+	dir, _ := srv.mount(b, proto, fmt.Sprintf("read_ahead_kb=%d", *benchRA))
 	return benchMount{mnt: dir, backing: srv.root, check: func(b *testing.B) {
 		m := srv.rdma.Metrics()
 		if proto == ProtoRDMA && m.Calls == 0 {
@@ -156,9 +157,9 @@ func mountLoopback(b *testing.B) benchMount {
 			b.Errorf("%s still mounted", mnt)
 		}
 	})
-	// the read-ahead of our mounts (read_ahead_kb, default 4 MiB), so
+	// the read-ahead of our mounts (read_ahead_kb, -fusebench.ra), so
 	// that both read the same way
-	if err := SetReadAhead(mnt, defaults.ReadAheadKB); err != nil {
+	if err := SetReadAhead(mnt, *benchRA); err != nil {
 		b.Fatal(err)
 	}
 	return benchMount{mnt: mnt, backing: backing}
