@@ -22,8 +22,9 @@ type MemoryStats struct {
 	// every dirty file starts (and FileUncommittedBytes bounds each file).
 	UncommittedBytes int64
 	// Inodes: nodes in the mount's tree (one handle and attributes
-	// each): every name the kernel looked up, until its FORGET. Counted
-	// by walking the tree, O(Inodes).
+	// each): every name the kernel looked up, until its FORGET or the
+	// name's removal (a node still open after an unlink is not counted).
+	// Counted by walking the tree, O(Inodes).
 	Inodes int64
 	// DirEntries: READDIRPLUS entries kept for open directory streams and
 	// for the LOOKUPs that follow a listing; one reply (at most 1 MiB) per

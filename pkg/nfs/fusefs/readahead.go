@@ -11,8 +11,8 @@ import (
 )
 
 // sysBDI is where the kernel lists backing devices (bdi), one directory
-// per file system "MAJOR:MINOR" of its st_dev; a variable for tests.
-var sysBDI = "/sys/class/bdi"
+// per file system "MAJOR:MINOR" of its st_dev.
+const sysBDI = "/sys/class/bdi"
 
 // SetReadAhead sets the kernel read-ahead of the FUSE file system mounted
 // on dir to kib KiB: it writes read_ahead_kb of the file system's backing
@@ -26,11 +26,10 @@ var sysBDI = "/sys/class/bdi"
 // Errors: stat(2)'s on dir, and the write's (os.ErrPermission,
 // os.ErrNotExist when /sys is not mounted).
 func SetReadAhead(dir string, kib int) error {
-	var st unix.Stat_t
-	if err := unix.Stat(dir, &st); err != nil {
-		return fmt.Errorf("fusefs: read-ahead: stat %s: %w", dir, err)
+	p, err := readAheadPath(dir)
+	if err != nil {
+		return err
 	}
-	p := filepath.Join(sysBDI, fmt.Sprintf("%d:%d", unix.Major(st.Dev), unix.Minor(st.Dev)), "read_ahead_kb")
 	if err := os.WriteFile(p, []byte(strconv.Itoa(kib)), 0); err != nil {
 		return fmt.Errorf("fusefs: read-ahead of %s: %w", dir, err)
 	}
@@ -41,11 +40,10 @@ func SetReadAhead(dir string, kib int) error {
 // dir, in KiB (see SetReadAhead). Errors: stat(2)'s, the read's, and a
 // malformed value.
 func ReadAhead(dir string) (int, error) {
-	var st unix.Stat_t
-	if err := unix.Stat(dir, &st); err != nil {
-		return 0, fmt.Errorf("fusefs: read-ahead: stat %s: %w", dir, err)
+	p, err := readAheadPath(dir)
+	if err != nil {
+		return 0, err
 	}
-	p := filepath.Join(sysBDI, fmt.Sprintf("%d:%d", unix.Major(st.Dev), unix.Minor(st.Dev)), "read_ahead_kb")
 	b, err := os.ReadFile(p)
 	if err != nil {
 		return 0, fmt.Errorf("fusefs: read-ahead of %s: %w", dir, err)
@@ -55,4 +53,14 @@ func ReadAhead(dir string) (int, error) {
 		return 0, fmt.Errorf("fusefs: read-ahead of %s: %s: %w", dir, p, err)
 	}
 	return n, nil
+}
+
+// readAheadPath returns the read_ahead_kb file of the backing device of
+// the file system mounted on dir.
+func readAheadPath(dir string) (string, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(dir, &st); err != nil {
+		return "", fmt.Errorf("fusefs: read-ahead: stat %s: %w", dir, err)
+	}
+	return filepath.Join(sysBDI, fmt.Sprintf("%d:%d", unix.Major(st.Dev), unix.Minor(st.Dev)), "read_ahead_kb"), nil
 }

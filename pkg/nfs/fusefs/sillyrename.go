@@ -45,10 +45,15 @@ func (n *node) released(ctx context.Context) {
 		s, n.silly = n.silly, nil
 	}
 	n.mu.Unlock()
-	if s == nil {
-		return
+	if s != nil {
+		s.remove(ctx, n.sys.c)
 	}
-	res, err := n.sys.c.Remove(client.WithCred(ctx, s.cred), s.dir.fh, s.name)
+}
+
+// remove REMOVEs the hidden name, as the unlinker; a failure leaves the
+// file (logged), as Linux does.
+func (s *silly) remove(ctx context.Context, c *client.Client) {
+	res, err := c.Remove(client.WithCred(ctx, s.cred), s.dir.fh, s.name)
 	if err != nil {
 		klog.InfoS("fusefs: REMOVE of a silly-renamed file at its last close failed; it stays", "dir", s.dir.fh.String(), "name", s.name, "err", err)
 		return
@@ -88,13 +93,15 @@ func (n *node) sillyRename(ctx context.Context, name string) (*node, error) {
 		return nil, err
 	}
 	n.afterDirChange(&res.ToDirWcc)
+	s := &silly{dir: n, name: hidden, cred: client.CredFrom(ctx)}
 	cn.mu.Lock()
-	cn.silly = &silly{dir: n, name: hidden, cred: client.CredFrom(ctx)}
-	last := cn.opens == 0 // closed meanwhile: remove now
+	closed := cn.opens == 0 // the last RELEASE came meanwhile: remove now
+	if !closed {
+		cn.silly = s
+	}
 	cn.mu.Unlock()
-	if last {
-		cn.opened()
-		cn.released(ctx)
+	if closed {
+		s.remove(ctx, n.sys.c)
 	}
 	return cn, nil
 }
