@@ -19,9 +19,13 @@ import (
 // as the Linux client does (nfs_lookup and friends check the server's
 // namelen): Linux knfsd does not answer such a name NFS3ERR_NAMETOOLONG
 // but GARBAGE_ARGS, an RPC error that would reach the application as EIO.
-func checkName(proc uint32, name string) error {
-	if len(name) > nfs3.MaxNameLen {
-		return fmt.Errorf("nfs3 %s: a name of %d bytes: %w", nfs3.ProcName(proc), len(name), nfs3.ErrNameTooLong)
+// The result's status is set to nfs3.ErrNameTooLong then.
+func checkName(proc uint32, st *nfs3.Status, names ...string) error {
+	for _, name := range names {
+		if len(name) > nfs3.MaxNameLen {
+			*st = nfs3.ErrNameTooLong
+			return fmt.Errorf("nfs3 %s: a name of %d bytes: %w", nfs3.ProcName(proc), len(name), nfs3.ErrNameTooLong)
+		}
 	}
 	return nil
 }
@@ -52,8 +56,7 @@ func (c *Client) Setattr(ctx context.Context, fh nfs3.FH, attr nfs3.Sattr, guard
 // at most 255 bytes) in dir.
 func (c *Client) Lookup(ctx context.Context, dir nfs3.FH, name string) (nfs3.LookupRes, error) {
 	var res nfs3.LookupRes
-	if err := checkName(nfs3.ProcLookup, name); err != nil {
-		res.Status = nfs3.ErrNameTooLong
+	if err := checkName(nfs3.ProcLookup, &res.Status, name); err != nil {
 		return res, err
 	}
 	err := c.simple(ctx, nfs3.ProcLookup, &nfs3.LookupArgs{What: nfs3.DirOpArgs{Dir: dir, Name: name}}, &res, func() nfs3.Status { return res.Status })
@@ -133,8 +136,7 @@ func (c *Client) Write(ctx context.Context, fh nfs3.FH, off uint64, data []byte,
 // verifier). res.Obj may be unset: then LOOKUP the name (see CreateFile).
 func (c *Client) Create(ctx context.Context, dir nfs3.FH, name string, how nfs3.CreateHow) (nfs3.CreateRes, error) {
 	var res nfs3.CreateRes
-	if err := checkName(nfs3.ProcCreate, name); err != nil {
-		res.Status = nfs3.ErrNameTooLong
+	if err := checkName(nfs3.ProcCreate, &res.Status, name); err != nil {
 		return res, err
 	}
 	err := c.simple(ctx, nfs3.ProcCreate, &nfs3.CreateArgs{Where: nfs3.DirOpArgs{Dir: dir, Name: name}, How: how}, &res, func() nfs3.Status { return res.Status })
@@ -144,8 +146,7 @@ func (c *Client) Create(ctx context.Context, dir nfs3.FH, name string, how nfs3.
 // Mkdir calls MKDIR (RFC 1813 section 3.3.9).
 func (c *Client) Mkdir(ctx context.Context, dir nfs3.FH, name string, attr nfs3.Sattr) (nfs3.MkdirRes, error) {
 	var res nfs3.MkdirRes
-	if err := checkName(nfs3.ProcMkdir, name); err != nil {
-		res.Status = nfs3.ErrNameTooLong
+	if err := checkName(nfs3.ProcMkdir, &res.Status, name); err != nil {
 		return res, err
 	}
 	err := c.simple(ctx, nfs3.ProcMkdir, &nfs3.MkdirArgs{Where: nfs3.DirOpArgs{Dir: dir, Name: name}, Attr: attr}, &res, func() nfs3.Status { return res.Status })
@@ -157,8 +158,7 @@ func (c *Client) Mkdir(ctx context.Context, dir nfs3.FH, name string, attr nfs3.
 func (c *Client) Symlink(ctx context.Context, dir nfs3.FH, name, target string, attr nfs3.Sattr) (nfs3.SymlinkRes, error) {
 	args := nfs3.SymlinkArgs{Where: nfs3.DirOpArgs{Dir: dir, Name: name}, Attr: attr, Path: []byte(target)}
 	var res nfs3.SymlinkRes
-	if err := checkName(nfs3.ProcSymlink, name); err != nil {
-		res.Status = nfs3.ErrNameTooLong
+	if err := checkName(nfs3.ProcSymlink, &res.Status, name); err != nil {
 		return res, err
 	}
 	err := c.call(ctx, nfs3.ProcSymlink, nfs3.MaxResultSize(nfs3.ProcSymlink, nil), nil,
@@ -170,8 +170,7 @@ func (c *Client) Symlink(ctx context.Context, dir nfs3.FH, name, target string, 
 // Mknod calls MKNOD (RFC 1813 section 3.3.11) for a device, socket or FIFO.
 func (c *Client) Mknod(ctx context.Context, dir nfs3.FH, name string, typ nfs3.FileType, attr nfs3.Sattr, spec nfs3.SpecData) (nfs3.MknodRes, error) {
 	var res nfs3.MknodRes
-	if err := checkName(nfs3.ProcMknod, name); err != nil {
-		res.Status = nfs3.ErrNameTooLong
+	if err := checkName(nfs3.ProcMknod, &res.Status, name); err != nil {
 		return res, err
 	}
 	err := c.simple(ctx, nfs3.ProcMknod, &nfs3.MknodArgs{Where: nfs3.DirOpArgs{Dir: dir, Name: name}, Type: typ, Attr: attr, Spec: spec}, &res, func() nfs3.Status { return res.Status })
@@ -181,8 +180,7 @@ func (c *Client) Mknod(ctx context.Context, dir nfs3.FH, name string, typ nfs3.F
 // Remove calls REMOVE (RFC 1813 section 3.3.12) for a non-directory.
 func (c *Client) Remove(ctx context.Context, dir nfs3.FH, name string) (nfs3.RemoveRes, error) {
 	var res nfs3.RemoveRes
-	if err := checkName(nfs3.ProcRemove, name); err != nil {
-		res.Status = nfs3.ErrNameTooLong
+	if err := checkName(nfs3.ProcRemove, &res.Status, name); err != nil {
 		return res, err
 	}
 	err := c.simple(ctx, nfs3.ProcRemove, &nfs3.RemoveArgs{Object: nfs3.DirOpArgs{Dir: dir, Name: name}}, &res, func() nfs3.Status { return res.Status })
@@ -193,8 +191,7 @@ func (c *Client) Remove(ctx context.Context, dir nfs3.FH, name string) (nfs3.Rem
 // (NFS3ERR_NOTEMPTY otherwise).
 func (c *Client) Rmdir(ctx context.Context, dir nfs3.FH, name string) (nfs3.RmdirRes, error) {
 	var res nfs3.RmdirRes
-	if err := checkName(nfs3.ProcRmdir, name); err != nil {
-		res.Status = nfs3.ErrNameTooLong
+	if err := checkName(nfs3.ProcRmdir, &res.Status, name); err != nil {
 		return res, err
 	}
 	err := c.simple(ctx, nfs3.ProcRmdir, &nfs3.RmdirArgs{Object: nfs3.DirOpArgs{Dir: dir, Name: name}}, &res, func() nfs3.Status { return res.Status })
@@ -204,12 +201,7 @@ func (c *Client) Rmdir(ctx context.Context, dir nfs3.FH, name string) (nfs3.Rmdi
 // Rename calls RENAME (RFC 1813 section 3.3.14).
 func (c *Client) Rename(ctx context.Context, fromDir nfs3.FH, fromName string, toDir nfs3.FH, toName string) (nfs3.RenameRes, error) {
 	var res nfs3.RenameRes
-	if err := checkName(nfs3.ProcRename, fromName); err != nil {
-		res.Status = nfs3.ErrNameTooLong
-		return res, err
-	}
-	if err := checkName(nfs3.ProcRename, toName); err != nil {
-		res.Status = nfs3.ErrNameTooLong
+	if err := checkName(nfs3.ProcRename, &res.Status, fromName, toName); err != nil {
 		return res, err
 	}
 	err := c.simple(ctx, nfs3.ProcRename, &nfs3.RenameArgs{From: nfs3.DirOpArgs{Dir: fromDir, Name: fromName}, To: nfs3.DirOpArgs{Dir: toDir, Name: toName}}, &res, func() nfs3.Status { return res.Status })
@@ -219,8 +211,7 @@ func (c *Client) Rename(ctx context.Context, fromDir nfs3.FH, fromName string, t
 // Link calls LINK (RFC 1813 section 3.3.15): a new name for file in dir.
 func (c *Client) Link(ctx context.Context, file, dir nfs3.FH, name string) (nfs3.LinkRes, error) {
 	var res nfs3.LinkRes
-	if err := checkName(nfs3.ProcLink, name); err != nil {
-		res.Status = nfs3.ErrNameTooLong
+	if err := checkName(nfs3.ProcLink, &res.Status, name); err != nil {
 		return res, err
 	}
 	err := c.simple(ctx, nfs3.ProcLink, &nfs3.LinkArgs{File: file, Link: nfs3.DirOpArgs{Dir: dir, Name: name}}, &res, func() nfs3.Status { return res.Status })

@@ -276,6 +276,9 @@ func onSignalledThread(t *testing.T, f func() error) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			if sent == 0 {
+				t.Fatal("no signal reached the calling thread: nothing was interrupted")
+			}
 			return
 		default:
 		}

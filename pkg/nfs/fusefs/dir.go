@@ -50,7 +50,7 @@ func (d *dirStream) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Err
 		if d.eof {
 			return nil, 0
 		}
-		ctx, done := d.n.sys.call(ctx) // the caller's credential, not interrupted (node.go)
+		ctx, done := d.n.sys.call(ctx) // the caller's credential, not interrupted (fsys.call)
 		errno := d.fill(ctx)
 		done()
 		if errno != 0 {

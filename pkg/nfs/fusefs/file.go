@@ -70,7 +70,7 @@ func (n *node) waitWrites() error {
 // data of the inode are dropped; otherwise its page cache is kept
 // (FOPEN_KEEP_CACHE).
 func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
-	ctx, done := n.sys.call(ctx) // the caller's credential, not interrupted (node.go)
+	ctx, done := n.sys.call(ctx) // the caller's credential, not interrupted (fsys.call)
 	defer done()
 	if n.sys.o.ReadOnly && flags&(syscall.O_WRONLY|syscall.O_RDWR|syscall.O_TRUNC) != 0 {
 		return nil, 0, syscall.EROFS
@@ -107,7 +107,7 @@ func writable(fh fs.FileHandle) bool {
 // Read answers READ with client.ReadAt (rsize READs, pipelined), after the
 // inode's writes in flight have reached the server.
 func (n *node) Read(ctx context.Context, _ fs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
-	ctx, done := n.sys.call(ctx) // the caller's credential, not interrupted (node.go)
+	ctx, done := n.sys.call(ctx) // the caller's credential, not interrupted (fsys.call)
 	defer done()
 	_ = n.waitWrites() // a write error is for flush and fsync to report
 	k, err := n.sys.c.ReadAt(ctx, n.fh, dest, off)
@@ -124,7 +124,7 @@ func (n *node) Read(ctx context.Context, _ fs.FileHandle, dest []byte, off int64
 // background write is returned by the next flush or fsync (close(2) or
 // fsync(2)), as Linux NFS does.
 func (n *node) Write(ctx context.Context, _ fs.FileHandle, data []byte, off int64) (uint32, syscall.Errno) {
-	ctx, done := n.sys.call(ctx) // the caller's credential, not interrupted (node.go)
+	ctx, done := n.sys.call(ctx) // the caller's credential, not interrupted (fsys.call)
 	defer done()
 	if n.sys.o.ReadOnly {
 		return 0, syscall.EROFS
@@ -249,14 +249,14 @@ func (n *node) Flush(ctx context.Context, fh fs.FileHandle) syscall.Errno {
 	if !writable(fh) {
 		return 0
 	}
-	ctx, done := n.sys.call(ctx) // the caller's credential, not interrupted (node.go)
+	ctx, done := n.sys.call(ctx) // the caller's credential, not interrupted (fsys.call)
 	defer done()
 	return n.sync(ctx)
 }
 
 // Fsync answers FSYNC: write back and COMMIT.
 func (n *node) Fsync(ctx context.Context, _ fs.FileHandle, _ uint32) syscall.Errno {
-	ctx, done := n.sys.call(ctx) // the caller's credential, not interrupted (node.go)
+	ctx, done := n.sys.call(ctx) // the caller's credential, not interrupted (fsys.call)
 	defer done()
 	return n.sync(ctx)
 }

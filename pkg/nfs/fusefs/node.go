@@ -99,14 +99,8 @@ const InterruptGrace = 30 * time.Second
 // ends.
 func (s *fsys) call(ctx context.Context) (c context.Context, done func()) {
 	ctx = s.as(ctx)
-	if ctx.Done() == nil && s.bg == nil {
-		return ctx, func() {}
-	}
 	c, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	stopBG := func() bool { return false }
-	if s.bg != nil {
-		stopBG = context.AfterFunc(s.bg, cancel)
-	}
+	stopBG := context.AfterFunc(s.bg, cancel)
 	stopReq := context.AfterFunc(ctx, func() {
 		t := time.NewTimer(InterruptGrace)
 		defer t.Stop()
@@ -204,7 +198,7 @@ func (n *node) lookupRPC(ctx context.Context, name string) (nfs3.FH, nfs3.Fattr,
 // Lookup answers LOOKUP, from the READDIRPLUS entries of a recent listing
 // (see plusTTL) when it has the name, else with an NFS LOOKUP.
 func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	ctx, done := n.sys.call(ctx) // the caller's credential, not interrupted (cred.go)
+	ctx, done := n.sys.call(ctx) // the caller's credential, not interrupted (fsys.call)
 	defer done()
 	n.mu.Lock()
 	e, ok := n.plus[name]
@@ -234,7 +228,7 @@ func (n *node) plusTTL() time.Duration {
 // Getattr answers GETATTR with an NFS GETATTR, after the writes in flight
 // of the file have reached the server (so size and mtime are current).
 func (n *node) Getattr(ctx context.Context, _ fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
-	ctx, done := n.sys.call(ctx) // the caller's credential, not interrupted (cred.go)
+	ctx, done := n.sys.call(ctx) // the caller's credential, not interrupted (fsys.call)
 	defer done()
 	_ = n.waitWrites()
 	a, err := n.sys.c.Getattr(ctx, n.fh)
@@ -250,7 +244,7 @@ func (n *node) Getattr(ctx context.Context, _ fs.FileHandle, out *fuse.AttrOut) 
 // Setattr answers SETATTR (chmod, chown, truncate, utimes; "now" is the
 // server's time) with one NFS SETATTR.
 func (n *node) Setattr(ctx context.Context, _ fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
-	ctx, done := n.sys.call(ctx) // the caller's credential, not interrupted (cred.go)
+	ctx, done := n.sys.call(ctx) // the caller's credential, not interrupted (fsys.call)
 	defer done()
 	if n.sys.o.ReadOnly {
 		return syscall.EROFS
@@ -302,7 +296,7 @@ func (n *node) Setattr(ctx context.Context, _ fs.FileHandle, in *fuse.SetAttrIn,
 // name exists), UNCHECKED otherwise (O_TRUNC then truncates an existing
 // file), and opens the file.
 func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
-	ctx, done := n.sys.call(ctx) // the caller's credential, not interrupted (cred.go)
+	ctx, done := n.sys.call(ctx) // the caller's credential, not interrupted (fsys.call)
 	defer done()
 	if n.sys.o.ReadOnly {
 		return nil, nil, 0, syscall.EROFS
@@ -332,7 +326,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 
 // Mkdir answers MKDIR with NFS MKDIR.
 func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	ctx, done := n.sys.call(ctx) // the caller's credential, not interrupted (cred.go)
+	ctx, done := n.sys.call(ctx) // the caller's credential, not interrupted (fsys.call)
 	defer done()
 	if n.sys.o.ReadOnly {
 		return nil, syscall.EROFS
@@ -352,7 +346,7 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 // Mknod answers MKNOD (FIFO, socket, character and block devices) with
 // NFS MKNOD; a regular file goes through CREATE.
 func (n *node) Mknod(ctx context.Context, name string, mode uint32, dev uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	ctx, done := n.sys.call(ctx) // the caller's credential, not interrupted (cred.go)
+	ctx, done := n.sys.call(ctx) // the caller's credential, not interrupted (fsys.call)
 	defer done()
 	if n.sys.o.ReadOnly {
 		return nil, syscall.EROFS
@@ -390,7 +384,7 @@ func (n *node) Mknod(ctx context.Context, name string, mode uint32, dev uint32, 
 
 // Symlink answers SYMLINK with NFS SYMLINK.
 func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	ctx, done := n.sys.call(ctx) // the caller's credential, not interrupted (cred.go)
+	ctx, done := n.sys.call(ctx) // the caller's credential, not interrupted (fsys.call)
 	defer done()
 	if n.sys.o.ReadOnly {
 		return nil, syscall.EROFS
@@ -409,7 +403,7 @@ func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.Entry
 
 // Readlink answers READLINK with NFS READLINK.
 func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
-	ctx, done := n.sys.call(ctx) // the caller's credential, not interrupted (cred.go)
+	ctx, done := n.sys.call(ctx) // the caller's credential, not interrupted (fsys.call)
 	defer done()
 	s, _, err := n.sys.c.Readlink(ctx, n.fh)
 	if err != nil {
@@ -420,7 +414,7 @@ func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
 
 // Link answers LINK with NFS LINK; the new name shares target's inode.
 func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	ctx, done := n.sys.call(ctx) // the caller's credential, not interrupted (cred.go)
+	ctx, done := n.sys.call(ctx) // the caller's credential, not interrupted (fsys.call)
 	defer done()
 	if n.sys.o.ReadOnly {
 		return nil, syscall.EROFS
@@ -443,17 +437,16 @@ func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 	return n.child(ctx, t.fh, &a, out), 0
 }
 
-// Unlink answers UNLINK with NFS REMOVE. (Linux's "silly rename" of an
-// open file is not done: a removed file that is still open reads ESTALE
-// when the server frees it.)
+// Unlink answers UNLINK with NFS REMOVE, or, for a file open through
+// this mount, with a silly rename (sillyrename.go).
 func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
-	ctx, done := n.sys.call(ctx) // the caller's credential, not interrupted (cred.go)
+	ctx, done := n.sys.call(ctx) // the caller's credential, not interrupted (fsys.call)
 	defer done()
 	if n.sys.o.ReadOnly {
 		return syscall.EROFS
 	}
 	if cn, err := n.sillyRename(ctx, name); err != nil {
-		return toErrno(err)
+		return sillyErrno(err)
 	} else if cn != nil {
 		return 0 // removed at its last close
 	}
@@ -467,7 +460,7 @@ func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 
 // Rmdir answers RMDIR with NFS RMDIR.
 func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
-	ctx, done := n.sys.call(ctx) // the caller's credential, not interrupted (cred.go)
+	ctx, done := n.sys.call(ctx) // the caller's credential, not interrupted (fsys.call)
 	defer done()
 	if n.sys.o.ReadOnly {
 		return syscall.EROFS
@@ -483,7 +476,7 @@ func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
 // Rename answers RENAME with NFS RENAME (replacing an existing target, as
 // rename(2)); renameat2 flags are refused with EINVAL, as Linux NFSv3 does.
 func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
-	ctx, done := n.sys.call(ctx) // the caller's credential, not interrupted (cred.go)
+	ctx, done := n.sys.call(ctx) // the caller's credential, not interrupted (fsys.call)
 	defer done()
 	if n.sys.o.ReadOnly {
 		return syscall.EROFS
@@ -501,7 +494,7 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 	if src, dst := n.GetChild(name), np.GetChild(newName); dst != nil && src != dst {
 		var err error
 		if tgt, err = np.sillyRename(ctx, newName); err != nil {
-			return toErrno(err)
+			return sillyErrno(err)
 		}
 	}
 	res, err := n.sys.c.Rename(ctx, n.fh, name, np.fh, newName)
@@ -518,7 +511,7 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 
 // Statfs answers STATFS from NFS FSSTAT (block size 4 KiB).
 func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
-	ctx, done := n.sys.call(ctx) // the caller's credential, not interrupted (cred.go)
+	ctx, done := n.sys.call(ctx) // the caller's credential, not interrupted (fsys.call)
 	defer done()
 	res, err := n.sys.c.Fsstat(ctx, n.fh)
 	if err != nil {
@@ -533,7 +526,7 @@ func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
 
 // Access answers ACCESS with NFS ACCESS: the server decides.
 func (n *node) Access(ctx context.Context, mask uint32) syscall.Errno {
-	ctx, done := n.sys.call(ctx) // the caller's credential, not interrupted (cred.go)
+	ctx, done := n.sys.call(ctx) // the caller's credential, not interrupted (fsys.call)
 	defer done()
 	isDir := n.StableAttr().Mode&syscall.S_IFMT == syscall.S_IFDIR
 	var want uint32

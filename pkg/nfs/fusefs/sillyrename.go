@@ -2,7 +2,9 @@ package fusefs
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"syscall"
 
 	"k8s.io/klog/v2"
 
@@ -63,8 +65,11 @@ func (s *silly) remove(ctx context.Context, c *client.Client) {
 
 // sillyRename renames name in directory n away to a hidden name when it is
 // an open file of this mount with a single link, and returns its node (nil
-// when it did not: the caller removes or replaces name as usual). Errors
-// are the GETATTR's and the RENAME's.
+// when it did not: the caller removes or replaces name as usual). A hidden
+// name whose file is still open is not removed: syscall.EBUSY, as Linux.
+// A GETATTR that fails (the file gone from the server meanwhile) leaves
+// the name to the caller's plain REMOVE or RENAME. Errors are the
+// RENAME's.
 func (n *node) sillyRename(ctx context.Context, name string) (*node, error) {
 	ch := n.GetChild(name)
 	if ch == nil {
@@ -75,14 +80,20 @@ func (n *node) sillyRename(ctx context.Context, name string) (*node, error) {
 		return nil, nil
 	}
 	cn.mu.Lock()
-	busy := cn.opens > 0 && cn.silly == nil
+	opens, was := cn.opens, cn.silly
 	cn.mu.Unlock()
-	if !busy {
+	if opens == 0 {
+		return nil, nil
+	}
+	if was != nil {
+		if was.dir == n && was.name == name {
+			return nil, syscall.EBUSY // the hidden name itself, still open
+		}
 		return nil, nil
 	}
 	a, err := n.sys.c.Getattr(ctx, cn.fh)
 	if err != nil {
-		return nil, err
+		return nil, nil // stale or unreachable: the caller's call says
 	}
 	if a.Type == nfs3.TypeDir || a.Nlink > 1 {
 		return nil, nil // another name keeps the file
@@ -95,13 +106,18 @@ func (n *node) sillyRename(ctx context.Context, name string) (*node, error) {
 	n.afterDirChange(&res.ToDirWcc)
 	s := &silly{dir: n, name: hidden, cred: client.CredFrom(ctx)}
 	cn.mu.Lock()
-	closed := cn.opens == 0 // the last RELEASE came meanwhile: remove now
+	closed := cn.opens == 0 // the last RELEASE came meanwhile
 	if !closed {
 		cn.silly = s
 	}
 	cn.mu.Unlock()
 	if closed {
-		s.remove(ctx, n.sys.c)
+		// no RELEASE will remove it: put the name back and let the
+		// caller's REMOVE or RENAME run as for a closed file
+		if _, err := n.sys.c.Rename(ctx, n.fh, hidden, n.fh, name); err != nil {
+			return nil, err
+		}
+		return nil, nil
 	}
 	return cn, nil
 }
@@ -122,4 +138,13 @@ func (n *node) unsilly(ctx context.Context, cn *node, name string) {
 		cn.silly = s
 		cn.mu.Unlock()
 	}
+}
+
+// sillyErrno maps an error of sillyRename: its own EBUSY as is, the
+// RENAME's as every NFS error.
+func sillyErrno(err error) syscall.Errno {
+	if errors.Is(err, syscall.EBUSY) {
+		return syscall.EBUSY
+	}
+	return toErrno(err)
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -94,13 +95,42 @@ func TestSillyRename(t *testing.T) {
 			if st, err := f.Stat(); err != nil || st.Size() != int64(len(data)+4) {
 				t.Fatalf("fstat after unlink: %v, %v", st, err)
 			}
-			if err := os.Remove(dir); err == nil {
-				t.Fatal("rmdir of the mount root")
-			}
 			f.Close()
 			waitNoHidden(t, dir)
 			if ents, _ := os.ReadDir(srv.root); len(ents) != 0 {
 				t.Fatalf("left on the server: %v", ents)
+			}
+
+			// a directory holding a hidden name cannot be removed, nor the
+			// hidden name while its file is open (EBUSY, as Linux)
+			sub := filepath.Join(dir, "sub")
+			if err := os.Mkdir(sub, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(sub, "x"), data, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			x, err := os.Open(filepath.Join(sub, "x"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Remove(filepath.Join(sub, "x")); err != nil {
+				t.Fatal(err)
+			}
+			if err := syscall.Rmdir(sub); err != syscall.ENOTEMPTY {
+				t.Fatalf("rmdir of a directory holding an open, unlinked file: %v, want ENOTEMPTY", err)
+			}
+			h := hidden(t, sub)
+			if len(h) != 1 {
+				t.Fatalf("hidden names in sub: %v", h)
+			}
+			if err := syscall.Unlink(filepath.Join(sub, h[0])); err != syscall.EBUSY {
+				t.Fatalf("unlink of the hidden name of an open file: %v, want EBUSY", err)
+			}
+			x.Close()
+			waitNoHidden(t, sub)
+			if err := syscall.Rmdir(sub); err != nil {
+				t.Fatal("rmdir after the last close:", err)
 			}
 
 			// a rename over an open target keeps the target's data for its
