@@ -25,13 +25,8 @@ type rdmaListener interface {
 // admin.MaxMachineName bytes (nothing changed), or are internal when the
 // state file cannot be written (the grants apply anyway).
 func (s *Server) SetCredits(grants map[string]int) error {
-	for m, n := range grants {
-		if m == "" || len(m) > admin.MaxMachineName {
-			return fmt.Errorf("%w: machine name %q: want 1 to %d bytes", admin.ErrInvalid, m, admin.MaxMachineName)
-		}
-		if n < 1 {
-			return fmt.Errorf("%w: %d credits for %q: a grant is at least 1 (RFC 8166 section 3.3.1)", admin.ErrInvalid, n, m)
-		}
+	if err := checkCredits(grants); err != nil {
+		return err
 	}
 	s.tmu.Lock()
 	defer s.tmu.Unlock()
@@ -43,6 +38,21 @@ func (s *Server) SetCredits(grants map[string]int) error {
 	s.rdmaMu.Unlock()
 	klog.V(2).InfoS("nfs server: credit grants set", "machines", len(grants))
 	return s.saveLocked()
+}
+
+// checkCredits checks credit grants per machine name (SetCredits, and the
+// state file's): errors wrap admin.ErrInvalid for a grant below 1 or a
+// machine name empty or longer than admin.MaxMachineName bytes.
+func checkCredits(grants map[string]int) error {
+	for m, n := range grants {
+		if m == "" || len(m) > admin.MaxMachineName {
+			return fmt.Errorf("%w: machine name %q: want 1 to %d bytes", admin.ErrInvalid, m, admin.MaxMachineName)
+		}
+		if n < 1 {
+			return fmt.Errorf("%w: %d credits for %q: a grant is at least 1 (RFC 8166 section 3.3.1)", admin.ErrInvalid, n, m)
+		}
+	}
+	return nil
 }
 
 // Credits returns the credit grants per machine name and the NFS/RDMA

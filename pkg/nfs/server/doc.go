@@ -67,8 +67,11 @@
 //
 // Changes made through another export containing a volume (the root
 // export the controller uses, say) or by local processes are counted when
-// a call through the volume next touches the inode, or at the next walk
-// (restart, Server.Rescan, AddVolume after the directory was replaced).
+// a call through the volume next touches the inode, or when the volume's
+// tree is walked again: when the server restarts (New counts every volume
+// it restores), when AddVolume finds the directory replaced, or when
+// Server.Rescan is called. Nothing schedules Rescan yet: until one of
+// these, such changes stay uncounted.
 // Usage passes the quota only by the metadata blocks of the call in
 // progress that fills it (quota.go). Snapshot copies are not atomic: a volume
 // written to while it is copied gives a snapshot of no single instant, as

@@ -18,8 +18,10 @@ type Export struct {
 	// I): "/" for the server root, or "/vol1" for the directory vol1 under
 	// it. It is cleaned; it must not leave the root.
 	Path string
-	// Clients are the addresses allowed to mount and use the export; an
-	// empty list allows every client unless ExplicitClients is set.
+	// Clients are the addresses allowed to mount and use the export
+	// read-write. When both Clients and ReadOnlyClients are empty, every
+	// client is allowed unless ExplicitClients is set; when only Clients
+	// is empty, only the ReadOnlyClients are allowed.
 	Clients []netip.Prefix
 	// ReadOnlyClients are further addresses allowed to mount and use the
 	// export read-only (every modifying procedure fails with
@@ -119,7 +121,7 @@ func resolveExport(rootFD int, seal *sealer, e Export) (*export, error) {
 	}
 	fd, err := unix.Openat2(rootFD, rel, &unix.OpenHow{
 		Flags:   unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC,
-		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_XDEV | unix.RESOLVE_NO_MAGICLINKS,
+		Resolve: beneath,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("nfs server: export %q: %w", e.Path, err)

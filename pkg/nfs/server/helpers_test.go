@@ -75,6 +75,13 @@ func (e *testEnv) client(t testing.TB, mount bool, uid, gid uint32, gids ...uint
 	if mount {
 		addr = e.mntAddr
 	}
+	return authSysClient(t, addr, uid, gid, gids...)
+}
+
+// authSysClient returns an AUTH_SYS client (machine name "test") of the
+// RPC server at addr over TCP, closed when the test ends.
+func authSysClient(t testing.TB, addr string, uid, gid uint32, gids ...uint32) *sunrpc.Client {
+	t.Helper()
 	c, err := sunrpc.NewClient(sunrpc.TCPDialer(addr, sunrpc.TCPOptions{}), sunrpc.ClientOptions{
 		AuthSys: &sunrpc.AuthSysParams{MachineName: "test", UID: uid, GID: gid, GIDs: gids},
 		Retry:   sunrpc.RetryPolicy{Soft: true, Retries: 2},

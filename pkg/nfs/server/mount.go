@@ -58,7 +58,7 @@ func (s *Server) doMnt(req *sunrpc.Request, p string, r *mount3.MntRes) mount3.S
 		full := strings.TrimLeft(path.Join(ex.Path, rel), "/") // relative to the root, also under the "/" export
 		fd, err := unix.Openat2(s.rootFD, full, &unix.OpenHow{
 			Flags:   unix.O_PATH | unix.O_CLOEXEC,
-			Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_XDEV | unix.RESOLVE_NO_MAGICLINKS,
+			Resolve: beneath,
 		})
 		if err != nil {
 			switch err {

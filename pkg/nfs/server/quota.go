@@ -56,10 +56,12 @@ const errQuota = nfs3.ErrNoSpc
 // Memory: one record per inode of a volume (about 40 bytes), plus the
 // kernel file handle of each dirty inode.
 //
-// Not counted (until the next rescan): changes made outside the volume's
-// export (the root export, local processes) to inodes no call through the
-// volume touches afterwards; a file moved to another volume by such means
-// (NFS calls cannot: RENAME and LINK across exports are NFS3ERR_XDEV).
+// Not counted until the next rescan (the server restarting, as New counts
+// every volume it restores, or a call of Server.Rescan, which nothing
+// schedules yet): changes made outside the volume's export (the root
+// export, local processes) to inodes no call through the volume touches
+// afterwards; a file moved to another volume by such means (NFS calls
+// cannot: RENAME and LINK across exports are NFS3ERR_XDEV).
 
 // inodeKey identifies an inode of the root's file system.
 type inodeKey struct{ dev, ino uint64 }
@@ -273,7 +275,7 @@ func (v *volume) settleDirty(s *Server, sync bool) {
 		if err != nil {
 			if errors.Is(err, unix.ESTALE) || errors.Is(err, unix.ENOENT) {
 				v.acct.mu.Lock()
-				v.cleanLocked(it.k) // gone: the record goes with REMOVE or the next rescan
+				v.cleanLocked(it.k) // gone: the record goes with REMOVE or the next rescan (restart, Server.Rescan)
 				v.acct.mu.Unlock()
 			}
 			continue

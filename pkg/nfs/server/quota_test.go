@@ -226,7 +226,9 @@ func volumeQuota(t *testing.T, proto string) {
 func TestVolumeUsage(t *testing.T) {
 	root, state := t.TempDir(), t.TempDir()
 	mustWrite(t, filepath.Join(root, "vol", "pre", "existing"), randomBytes(100000, 1))
-	os.Link(filepath.Join(root, "vol", "pre", "existing"), filepath.Join(root, "vol", "pre", "hardlink"))
+	if err := os.Link(filepath.Join(root, "vol", "pre", "existing"), filepath.Join(root, "vol", "pre", "hardlink")); err != nil {
+		t.Fatal(err)
+	}
 	e := startVolEnv(t, root, state, false)
 	ctx := ctxLong(t)
 	if _, err := e.adm.PutVolume(ctx, "vol", 1<<30); err != nil {
@@ -443,6 +445,9 @@ func TestVolumeUsageWriteback(t *testing.T) {
 	syncfs(t, dir)
 	after := blocksOf(t, filepath.Join(dir, "frag"))
 	t.Logf("writeback allocated %d bytes besides the data", after-before)
+	if after == before {
+		t.Skipf("the file system of %s allocated nothing at writeback (tmpfs, say): nothing here for the test to check", dir)
+	}
 	checkUsage(t, e, "vol") // the dirty file was stat'ed again
 	if _, err := c.Commit(ctx, fh, 0, 0); err != nil {
 		t.Fatal(err)

@@ -101,6 +101,9 @@ func (s *Server) initRegistry(opts Options) error {
 	if st.Version != stateVersion {
 		return fmt.Errorf("nfs server: state file %s: version %d, want %d", s.reg.stateFile, st.Version, stateVersion)
 	}
+	if err := checkCredits(st.Credits); err != nil {
+		return fmt.Errorf("nfs server: state file %s: credits: %w", s.reg.stateFile, err)
+	}
 	for _, pv := range st.Volumes {
 		p, err := volumePath(pv.Path)
 		if err != nil {

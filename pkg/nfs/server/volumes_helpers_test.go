@@ -110,15 +110,7 @@ func (e *volEnv) rpcClient(t testing.TB, mount bool) *sunrpc.Client {
 	if mount {
 		port = e.mntPort
 	}
-	c, err := sunrpc.NewClient(sunrpc.TCPDialer(net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), sunrpc.TCPOptions{}), sunrpc.ClientOptions{
-		AuthSys: &sunrpc.AuthSysParams{MachineName: "test"},
-		Retry:   sunrpc.RetryPolicy{Soft: true, Retries: 2},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
+	return authSysClient(t, net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), 0, 0)
 }
 
 func ctxLong(t testing.TB) context.Context {
