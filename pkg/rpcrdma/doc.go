@@ -30,10 +30,12 @@
 //   - metrics.go: Metrics (calls, credits, chunks and bytes by kind, RDMA
 //     errors, registered memory) and ErrorReply, the RDMA_ERROR a call got.
 //
-// In the steady state a call allocates nothing, on the requester or the
-// responder side: per-call state lives in per-credit slots, and the chunk
-// memory registered per call reuses the provider's region objects (a siw
-// MR is handed out again after Close, under a new STag).
+// In the steady state, with the siw provider, a call allocates nothing,
+// on the requester or the responder side: per-call state lives in
+// per-credit slots, and the chunk memory registered per call reuses the
+// provider's region objects (a siw MR is handed out again after Close,
+// under a new STag). With the ibverbs provider RegMR allocates, so calls
+// that register memory per call (Read and Write chunks) do.
 //
 // All sizes are in bytes. Decoders never panic, never trust a length or a
 // count before checking it against the bytes present and the configured

@@ -1,7 +1,6 @@
 package rpcrdma
 
 import (
-	"encoding/binary"
 	"maps"
 	"slices"
 	"strings"
@@ -236,7 +235,7 @@ func (c *srvConn) finish(idx int, msg []byte, wr *verbs.SendWR) bool {
 	if msg == nil {
 		return false
 	}
-	binary.BigEndian.PutUint32(msg[creditOffset:], uint32(cc.grant))
+	be.PutUint32(msg[creditOffset:], uint32(cc.grant))
 	return c.qp.PostSend(wr) == nil
 }
 

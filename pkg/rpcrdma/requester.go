@@ -605,6 +605,14 @@ func (c *Client) RoundTrip(ctx context.Context, call *sunrpc.Call) (*sunrpc.Repl
 // the reply arrives or the connection dies.
 func (s *slot) abandon(call *sunrpc.Call, err error) error {
 	c := s.c
+	// Drop the caller's registrations first, while the slot is still
+	// slotBusy: only this goroutine frees a busy slot, so the completion
+	// loop cannot free it (and a new RoundTrip cannot take it and register
+	// its own payMR/resMR) before this is done. Once the slot is marked
+	// abandoned below and c.mu released, it may be freed and reused at any
+	// moment, so s.payMR/s.resMR must not be touched after that. If the
+	// reply raced in, finish's dropCallerRegs finds them nil and skips them.
+	s.dropCallerRegs()
 	c.mu.Lock()
 	select {
 	case <-s.done: // the reply raced in
@@ -623,7 +631,6 @@ func (s *slot) abandon(call *sunrpc.Call, err error) error {
 		c.putSlotLocked(s.idx)
 	}
 	c.mu.Unlock()
-	s.dropCallerRegs()
 	return err
 }
 

@@ -24,10 +24,14 @@ type ServerOptions struct {
 	// Credits [Credits]; SetGrant changes it at run time, SetMachineGrants
 	// sets it per AUTH_SYS machine name (see grants.go).
 	Grant int
-	// Budget bounds the receives posted plus calls in process over all
-	// connections (a server-wide receive budget, as a shared receive queue
-	// would): when the connections' grants add up to more, each gets its
-	// max-min fair share, at least 1 [0: no bound].
+	// Budget bounds the sum of the connections' grants (a server-wide
+	// receive budget, as a shared receive queue would): when their targets
+	// add up to more, each gets its max-min fair share, but every
+	// connection gets at least 1, so the sum exceeds Budget when there are
+	// more connections than Budget. Receives posted plus calls in process
+	// converge to the grants as requesters use them (receives posted under
+	// an older, higher grant drain only as calls arrive on them), and a
+	// connection takes its share before it is accepted [0: no bound].
 	Budget int
 	// Inline is our send and receive size in bytes, advertised in RFC
 	// 8797 private data [OurInline, 4096].
