@@ -37,6 +37,10 @@ type sendSlot struct {
 	status  verbs.WCStatus
 	err     error
 	byteLen uint32
+	// termStatus and termErr: a Terminate refused this request while the
+	// transmit path was still sending it; it completes with them.
+	termStatus verbs.WCStatus
+	termErr    error
 }
 
 // recvSlot is one receive-queue entry with its SGEs resolved to memory.
@@ -288,6 +292,9 @@ func (q *qp) wakeTx() {
 // order, every completion that is now due. Call with sqMu held.
 func (q *qp) finishSendLocked(idx int, status verbs.WCStatus, err error, n uint32) {
 	s := &q.sq[idx]
+	if s.termErr != nil { // the peer's Terminate named it (rxTerminate)
+		status, err, s.termErr = s.termStatus, s.termErr, nil
+	}
 	s.state, s.status, s.err, s.byteLen = slotDone, status, err, n
 	q.deliverLocked()
 }
@@ -305,7 +312,7 @@ func (q *qp) deliverLocked() {
 			}
 		}
 		s.state = slotFree
-		s.err = nil
+		s.err, s.termErr = nil, nil
 		s.wr.SGL = nil
 		q.sqHead = (q.sqHead + 1) % len(q.sq)
 		q.sqN--

@@ -508,9 +508,15 @@ func (q *qp) rxTerminate(n uint32) error {
 	}
 	q.sqMu.Lock()
 	for i := 0; i < q.sqN; i++ {
-		idx := (q.sqHead + i) % len(q.sq)
-		if q.sq[idx].state != slotDone {
-			q.sq[idx].state, q.sq[idx].status, q.sq[idx].err = slotDone, status, te
+		sl := &q.sq[(q.sqHead+i)%len(q.sq)]
+		if sl.state == slotSending {
+			// the transmit path owns it until its write returns, and
+			// completes it with this status (finishSendLocked)
+			sl.termStatus, sl.termErr = status, te
+			break
+		}
+		if sl.state != slotDone {
+			sl.state, sl.status, sl.err = slotDone, status, te
 			break
 		}
 	}
