@@ -2,12 +2,10 @@ package csi
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"strconv"
 	"sync"
-	"syscall"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -69,9 +67,10 @@ func (bs *backends) servers() []string {
 }
 
 // adminClient returns the admin client of server, or nil when the
-// controller is configured without one.
+// controller is configured without one (ports.Admin 0 or no token: the
+// admin API is never served without a token).
 func (bs *backends) adminClient(server string) *admin.Client {
-	if bs.ports.Admin == 0 {
+	if bs.ports.Admin == 0 || bs.token == "" {
 		return nil
 	}
 	u := "http://" + net.JoinHostPort(server, strconv.Itoa(bs.ports.Admin))
@@ -113,16 +112,15 @@ func (bs *backends) get(ctx context.Context, server, share string) (*backend, er
 	if err != nil {
 		return nil, fmt.Errorf("mount %s:%s: %w", server, share, err)
 	}
+	// Whether the server has an admin API is configuration (ports.Admin
+	// and the token, adminClient): a refused connection (the export
+	// server starts NFS before its admin listener) is an error the CO
+	// retries, never a cached "third-party server" verdict.
 	b = &backend{server: server, share: share, nfs: c, admin: bs.adminClient(server)}
 	if b.admin != nil {
 		if _, err := b.admin.Status(ctx); err != nil {
-			if errors.Is(err, syscall.ECONNREFUSED) {
-				klog.InfoS("controller: the server has no admin API; volumes there get no quota, ACL or snapshots", "server", server, "err", err)
-				b.admin = nil
-			} else {
-				_ = c.Close()
-				return nil, fmt.Errorf("admin API of %s: %w", server, err)
-			}
+			_ = c.Close()
+			return nil, fmt.Errorf("admin API of %s: %w", server, err)
 		}
 	}
 	bs.mu.Lock()

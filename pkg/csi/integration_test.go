@@ -18,7 +18,9 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/nfsrdma/nfsrdma-csi/internal/testenv"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/csi/mounter"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/admin"
 )
 
 func mountCap() *csipb.VolumeCapability {
@@ -544,5 +546,44 @@ func TestReadOnlyAndServerGone(t *testing.T) {
 		if _, ok, _ := mountAt(tg); ok {
 			t.Errorf("%s still mounted", tg)
 		}
+	}
+}
+
+// TestAdminAPINotYetListening: the export server starts NFS before its
+// admin listener. A CreateVolume meanwhile fails Unavailable (the CO
+// retries) instead of caching the server as a third-party one; once the
+// admin API listens, the next CreateVolume registers the volume and its
+// quota.
+func TestAdminAPINotYetListening(t *testing.T) {
+	e := newEnv(t)
+	want := e.adminP
+	// the server's admin API elsewhere: the controller's port refuses
+	e.adminP = testenv.FreePort(t)
+	e.startServer()
+	e.adminP = want
+	e.startController()
+	ctx := ctxT(t, 2*time.Minute)
+	req := &csipb.CreateVolumeRequest{Name: "early",
+		CapacityRange:      &csipb.CapacityRange{RequiredBytes: 4 << 20},
+		VolumeCapabilities: []*csipb.VolumeCapability{mountCap()},
+		Parameters:         map[string]string{ParamServer: "127.0.0.1"}}
+	if _, err := e.controller().CreateVolume(ctx, req); status.Code(err) != codes.Unavailable {
+		t.Fatalf("CreateVolume with the admin API refusing: %v, want Unavailable", err)
+	}
+	// the admin API now listens where the controller looks
+	e.stop("server", syscall.SIGTERM)
+	e.startServer()
+	cv, err := e.controller().CreateVolume(ctx, req)
+	if err != nil {
+		t.Fatal("CreateVolume with the admin API listening:", err)
+	}
+	vid, err := parseVolumeID(cv.GetVolume().GetVolumeId())
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := admin.NewClient("http://127.0.0.1:"+strconv.Itoa(e.adminP), e.token, nil)
+	v, err := a.GetVolume(ctx, vid.adminPath())
+	if err != nil || v.QuotaBytes != 4<<20 {
+		t.Fatalf("volume on the server: %+v %v; want registered with a 4 MiB quota", v, err)
 	}
 }

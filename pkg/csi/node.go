@@ -206,9 +206,6 @@ func (n *node) NodePublishVolume(ctx context.Context, req *csipb.NodePublishVolu
 		}
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	if err := n.ledgerCredits(ctx, req, &sp); err != nil {
-		return nil, err
-	}
 	unlock, err := n.locks.lock(ctx, "target/"+target)
 	if err != nil {
 		return nil, err
@@ -242,6 +239,11 @@ func (n *node) NodePublishVolume(ctx context.Context, req *csipb.NodePublishVolu
 				return nil, status.Errorf(codes.FailedPrecondition, "single-writer volume %s is already published at %s", m.VolumeID, m.Target)
 			}
 		}
+	}
+	// after the idempotent return above: a publish of a healthy mount
+	// neither waits for the ledger nor fails on its grant
+	if err := n.ledgerCredits(ctx, req, &sp); err != nil {
+		return nil, err
 	}
 	if err := os.MkdirAll(target, 0o750); err != nil {
 		return nil, status.Errorf(codes.Internal, "create target: %v", err)

@@ -5,17 +5,19 @@ import (
 	"path"
 	"strconv"
 	"strings"
+
+	"github.com/nfsrdma/nfsrdma-csi/pkg/csi/credits"
 )
 
 // StorageClass parameters (CreateVolumeRequest.parameters).
 const (
-	ParamServer           = "server"           // export server host name or IP (required)
-	ParamShare            = "share"            // exported directory volumes are made in (default "/")
-	ParamSubDir           = "subDir"           // volume directory under share; templates below (default: the volume name)
-	ParamOnDelete         = "onDelete"         // delete | retain | archive (default delete)
-	ParamMountPermissions = "mountPermissions" // octal mode of the volume directory (default 0777)
-	ParamTransport        = "transport"        // rdma | tcp (default rdma)
-	ParamCreditsPerPod    = "creditsPerPod"    // RPC-over-RDMA credits each pod's mount asks for (default 16)
+	ParamServer           = credits.KeyServer        // export server host name or IP (required)
+	ParamShare            = "share"                  // exported directory volumes are made in (default "/")
+	ParamSubDir           = "subDir"                 // volume directory under share; templates below (default: the volume name)
+	ParamOnDelete         = "onDelete"               // delete | retain | archive (default delete)
+	ParamMountPermissions = "mountPermissions"       // octal mode of the volume directory (default 0777)
+	ParamTransport        = "transport"              // rdma | tcp (default rdma)
+	ParamCreditsPerPod    = credits.KeyCreditsPerPod // RPC-over-RDMA credits each pod's mount asks for (default 16)
 
 	// Keys the external-provisioner adds with --extra-create-metadata.
 	paramPVCName      = "csi.storage.k8s.io/pvc/name"
@@ -28,7 +30,7 @@ const (
 
 	// DefaultCreditsPerPod is the credits a pod's mount asks for when the
 	// StorageClass says nothing (the export server may grant fewer).
-	DefaultCreditsPerPod = 16
+	DefaultCreditsPerPod = credits.DefaultDesired
 	// MaxCreditsPerPod bounds creditsPerPod (RFC 8166 credits are a
 	// 32-bit field; Linux caps its requester at 128 slots by default).
 	MaxCreditsPerPod = 1024
@@ -37,10 +39,10 @@ const (
 // Volume context keys (CreateVolumeResponse.volume.volume_context, handed
 // to NodePublishVolume).
 const (
-	ctxServer       = "server"
+	ctxServer       = credits.KeyServer
 	ctxExport       = "export"    // the path the node mounts, e.g. "/pvc-1"
 	ctxTransport    = "transport" // rdma | tcp
-	ctxCredits      = "creditsPerPod"
+	ctxCredits      = credits.KeyCreditsPerPod
 	ctxMountOptions = "mountOptions" // driver mount -o options from the controller (ports)
 	ctxEphemeral    = "csi.storage.k8s.io/ephemeral"
 	ctxPodName      = "csi.storage.k8s.io/pod.name"

@@ -75,22 +75,13 @@ func TestE2E(t *testing.T) {
 			failed = name
 		}
 	}
-	// ledgerStep is a step that needs the controller's credit ledger.
-	ledgerStep := func(name string, f func(t *testing.T)) {
-		step(name, func(t *testing.T) {
-			if !e.ledger {
-				t.Skip("credit ledger: not available in this build (driver controller has no --kubeconfig/--namespace)")
-			}
-			f(t)
-		})
-	}
 
 	step("cluster-objects", func(t *testing.T) { e.createObjects(t, claims) })
 	step("provision", func(t *testing.T) { e.provision(t, claims) })
 	step("attach", func(t *testing.T) { e.attach(t, data) })
-	ledgerStep("credit-ledger-granted", func(t *testing.T) { e.ledgerGranted(t, data) })
+	step("credit-ledger-granted", func(t *testing.T) { e.ledgerGranted(t, data) })
 	step("detach", func(t *testing.T) { e.detach(t, data) })
-	ledgerStep("credit-ledger-freed", func(t *testing.T) { e.ledgerFreed(t) })
+	step("credit-ledger-freed", func(t *testing.T) { e.ledgerFreed(t) })
 	step("delete", func(t *testing.T) { e.deleteClaims(t, claims) })
 	t.Run("events", func(t *testing.T) { e.events(t, claims) })
 }

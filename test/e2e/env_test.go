@@ -40,9 +40,6 @@ type env struct {
 	nfsPort, mountPort, rdmaPort, adm int
 	ctrlSock                          string
 	admin                             *admin.Client
-	// ledger: the controller has --kubeconfig and --namespace (the
-	// credit ledger); otherwise those checks skip.
-	ledger bool
 
 	mu    sync.Mutex
 	procs map[string]*proc
@@ -301,13 +298,6 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func(ctx context.C
 	}
 }
 
-// controllerHasLedger reports whether `driver controller` takes the
-// credit ledger's flags.
-func (e *env) controllerHasLedger() bool {
-	out, _ := exec.Command(e.bin, "controller", "--help").CombinedOutput()
-	return bytes.Contains(out, []byte("--kubeconfig")) && bytes.Contains(out, []byte("--namespace"))
-}
-
 func (e *env) startServer() {
 	e.start("server", testenv.Dialable("tcp", "127.0.0.1:"+strconv.Itoa(e.adm)), e.bin,
 		"server", "--root", e.root, "--listen", "127.0.0.1",
@@ -321,12 +311,8 @@ func (e *env) startController() {
 	args := []string{"controller", "--endpoint", "unix://" + e.ctrlSock, "--admin-token-file", e.tokenFile,
 		"--admin-port", strconv.Itoa(e.adm), "--nfs-port", strconv.Itoa(e.nfsPort),
 		"--rdma-port", strconv.Itoa(e.rdmaPort), "--mount-port", strconv.Itoa(e.mountPort),
-		"--server", "127.0.0.1", "--v=4"}
-	if e.ledger = e.controllerHasLedger(); e.ledger {
-		args = append(args, "--kubeconfig", e.kubeconfig, "--namespace", ledgerNamespace)
-	} else {
-		e.t.Logf("credit ledger: not available in this build (driver controller has no --kubeconfig/--namespace); its checks will skip")
-	}
+		"--server", "127.0.0.1", "--v=4",
+		"--kubeconfig", e.kubeconfig, "--namespace", ledgerNamespace}
 	e.start("controller", testenv.Dialable("unix", e.ctrlSock), e.bin, args...)
 }
 

@@ -35,8 +35,14 @@ const (
 	DefaultBudget = 512
 	// AnnotationCredits on a pod overrides its StorageClass creditsPerPod.
 	AnnotationCredits = "nfsrdma.csi.dev/credits"
-	// DefaultDesired is a pod's demand when neither says anything.
+	// DefaultDesired is a pod's demand when neither says anything; it is
+	// also the driver's default StorageClass creditsPerPod.
 	DefaultDesired = 16
+	// KeyServer and KeyCreditsPerPod are the StorageClass parameters and
+	// volume context keys (a PV's or inline volume's attributes) naming
+	// the export server and a pod's credits; package csi uses these.
+	KeyServer        = "server"
+	KeyCreditsPerPod = "creditsPerPod"
 	// budgetKey holds the per-server totals in the ledger.
 	budgetKey = "_servers"
 )
@@ -203,11 +209,11 @@ func (l *Ledger) demands() (map[string][]demand, error) {
 				if err != nil || pv.Spec.CSI == nil || pv.Spec.CSI.Driver != l.cfg.DriverName {
 					continue
 				}
-				server, name = pv.Spec.CSI.VolumeAttributes["server"], pv.Name
-				per, _ = strconv.Atoi(pv.Spec.CSI.VolumeAttributes["creditsPerPod"])
+				server, name = pv.Spec.CSI.VolumeAttributes[KeyServer], pv.Name
+				per, _ = strconv.Atoi(pv.Spec.CSI.VolumeAttributes[KeyCreditsPerPod])
 			case v.CSI != nil && v.CSI.Driver == l.cfg.DriverName:
-				server, name = v.CSI.VolumeAttributes["server"], v.Name
-				per, _ = strconv.Atoi(v.CSI.VolumeAttributes["creditsPerPod"])
+				server, name = v.CSI.VolumeAttributes[KeyServer], v.Name
+				per, _ = strconv.Atoi(v.CSI.VolumeAttributes[KeyCreditsPerPod])
 			default:
 				continue
 			}
