@@ -68,6 +68,7 @@ type attrCache struct {
 	attr  nfs3.Fattr
 	valid bool
 	timeo time.Duration
+	at    time.Time // when attr was recorded
 }
 
 // update records fresh attributes a and returns the timeout to give the
@@ -84,6 +85,6 @@ func (c *attrCache) update(a *nfs3.Fattr, lo, hi time.Duration) (timeo time.Dura
 			c.timeo = lo
 		}
 	}
-	c.attr, c.valid = *a, true
+	c.attr, c.valid, c.at = *a, true, time.Now()
 	return c.timeo, changed
 }

@@ -44,14 +44,14 @@ func newCallers(machine string) *callers {
 	return &callers{machine: machine, byPID: make(map[uint32]callerEntry)}
 }
 
-// as returns ctx carrying the credential of the FUSE request's caller, or
-// ctx itself when it carries no caller (the mount's credential is used).
-func (s *fsys) as(ctx context.Context) context.Context {
+// as returns the credential of the FUSE request's caller, or nil when ctx
+// carries no caller (the mount's credential is used).
+func (s *fsys) as(ctx context.Context) *client.Cred {
 	c, ok := fuse.FromContext(ctx)
 	if !ok {
-		return ctx
+		return nil
 	}
-	return client.WithCred(ctx, s.callers.cred(c.Uid, c.Gid, c.Pid))
+	return s.callers.cred(c.Uid, c.Gid, c.Pid)
 }
 
 func (cs *callers) cred(uid, gid, pid uint32) *client.Cred {

@@ -27,8 +27,9 @@ type MemoryStats struct {
 	// Counted by walking the tree, O(Inodes).
 	Inodes int64
 	// DirEntries: READDIRPLUS entries kept for open directory streams and
-	// for the LOOKUPs that follow a listing; one reply (at most 1 MiB) per
-	// open directory.
+	// for the LOOKUPs that follow a listing, one reply (at most 1 MiB)
+	// per open directory; and the names of directories whose whole
+	// listing is known (at most MaxDirNames per directory, dirnames.go).
 	DirEntries int64
 	// HeapBytes: the process's Go heap in use, in bytes (runtime/metrics
 	// /memory/classes/heap/objects:bytes), everything this mount's
@@ -47,6 +48,7 @@ var _ fs.NodeOnForgetter = (*node)(nil)
 func (n *node) OnForget() {
 	n.mu.Lock()
 	n.setPlusLocked(nil)
+	n.setNamesLocked(nil)
 	n.mu.Unlock()
 }
 

@@ -151,7 +151,7 @@ func Serve(ctx context.Context, c *client.Client, dir string, cfg Config) (*Moun
 	if machine == "" {
 		machine, _ = os.Hostname()
 	}
-	sys := &fsys{c: c, o: o, blksize: uint32(c.WSize()), bg: bg, budget: newBudget(), callers: newCallers(machine)}
+	sys := &fsys{c: c, o: o, blksize: uint32(c.WSize()), bg: bg, budget: newBudget(), callers: newCallers(machine), intr: newInterrupts(InterruptGrace)}
 	root := &node{sys: sys, fh: c.Root()}
 	sys.root = root
 	root.refresh(&rootAttr)
@@ -190,6 +190,7 @@ func Serve(ctx context.Context, c *client.Client, dir string, cfg Config) (*Moun
 		cancel()
 		return nil, fmt.Errorf("fusefs: mount %s: %w", dir, err)
 	}
+	go sys.intr.watch(bg)
 	if o.ReadAheadKB > 0 {
 		// not fatal: the mount works with the kernel's 128 KiB, slower
 		if err := SetReadAhead(dir, o.ReadAheadKB); err != nil {

@@ -22,7 +22,8 @@ type fsys struct {
 	// bg bounds the background (write-behind) WRITEs; cancelled at unmount.
 	bg      context.Context
 	budget  *budget
-	callers *callers // the credential of each FUSE caller (cred.go)
+	callers *callers    // the credential of each FUSE caller (cred.go)
+	intr    *interrupts // FUSE requests in flight (interrupt.go)
 	root    *node
 	// sillyCount numbers the hidden names of silly renames.
 	sillyCount atomic.Uint64
@@ -40,6 +41,7 @@ type node struct {
 	mu     sync.Mutex
 	ac     attrCache
 	plus   map[string]nfs3.EntryPlus // READDIRPLUS entries not yet looked up (directories)
+	names  *dirNames                 // the whole listing, when known (directories; dirnames.go)
 	plusAt time.Time                 // when plus was read
 	w      *writer                   // write-behind state (regular files, created on first write)
 	opens  int                       // open file handles (sillyrename.go)
@@ -77,46 +79,6 @@ var (
 	_ fs.NodeSetlkwer       = (*node)(nil)
 )
 
-// InterruptGrace is how long the NFS calls of a FUSE request go on after
-// the kernel interrupted the request (FUSE_INTERRUPT: the caller got a
-// signal), 30 s. An interrupted request is not abandoned at once, as
-// Linux's NFS client does not abandon an RPC for a signal that does not
-// kill the caller: answering EINTR while the call may still reach the
-// server would report a CREATE, REMOVE, RENAME or COMMIT as failed
-// (close(2) failing, open(O_EXCL) retried by the caller failing with
-// EEXIST, unlink retried failing with ENOENT) when it took place; and
-// callers that set SA_RESTART do not expect EINTR from a regular file. A
-// signal that kills the caller ends the kernel's wait without us. Past the
-// grace (a server that does not answer), the request ends with EINTR so
-// that its goroutine is free.
-const InterruptGrace = 30 * time.Second
-
-// call returns the context of the NFS calls of one FUSE request: the
-// caller's credential (as), cancelled InterruptGrace after go-fuse
-// cancels the request (FUSE_INTERRUPT, or the end of the FUSE connection,
-// when go-fuse cancels every request in flight), or at once when the
-// mount's background context ends; done must be called when the request
-// ends.
-func (s *fsys) call(ctx context.Context) (c context.Context, done func()) {
-	ctx = s.as(ctx)
-	c, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	stopBG := context.AfterFunc(s.bg, cancel)
-	stopReq := context.AfterFunc(ctx, func() {
-		t := time.NewTimer(InterruptGrace)
-		defer t.Stop()
-		select {
-		case <-t.C:
-			cancel()
-		case <-c.Done():
-		}
-	})
-	return c, func() {
-		stopReq()
-		stopBG()
-		cancel()
-	}
-}
-
 // timeouts returns the attribute cache bounds for n's type.
 func (n *node) timeouts(isDir bool) (time.Duration, time.Duration) {
 	if isDir {
@@ -128,9 +90,14 @@ func (n *node) timeouts(isDir bool) (time.Duration, time.Duration) {
 // refresh records fresh attributes and returns the attribute timeout and
 // whether the data may have changed.
 func (n *node) refresh(a *nfs3.Fattr) (time.Duration, bool) {
-	lo, hi := n.timeouts(a.Type == nfs3.TypeDir)
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	return n.refreshLocked(a)
+}
+
+// refreshLocked is refresh with n.mu held.
+func (n *node) refreshLocked(a *nfs3.Fattr) (time.Duration, bool) {
+	lo, hi := n.timeouts(a.Type == nfs3.TypeDir)
 	return n.ac.update(a, lo, hi)
 }
 
@@ -159,16 +126,19 @@ func (n *node) child(ctx context.Context, fh nfs3.FH, a *nfs3.Fattr, out *fuse.E
 	return ch
 }
 
-// afterDirChange notes that directory n changed through us: its cached
-// attributes are no longer trusted.
-func (n *node) afterDirChange(wcc *nfs3.WccData) {
-	if wcc != nil && wcc.After.Set {
-		n.refresh(&wcc.After.Attr)
+// afterDirChange notes that directory n changed through us: the reply's
+// wcc data refreshes its attributes (or its cached attributes are no
+// longer trusted), and its known names follow the change (dirnames.go):
+// add and del are the names it added and removed ("" for none).
+func (n *node) afterDirChange(wcc *nfs3.WccData, add, del string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.followLocked(wcc, add, del)
+	if wcc.After.Set {
+		n.refreshLocked(&wcc.After.Attr)
 		return
 	}
-	n.mu.Lock()
 	n.ac.valid = false
-	n.mu.Unlock()
 }
 
 // objAttrs returns the handle and attributes of a created object,
@@ -196,7 +166,9 @@ func (n *node) lookupRPC(ctx context.Context, name string) (nfs3.FH, nfs3.Fattr,
 }
 
 // Lookup answers LOOKUP, from the READDIRPLUS entries of a recent listing
-// (see plusTTL) when it has the name, else with an NFS LOOKUP.
+// (see plusTTL) when it has the name, with ENOENT when the directory's
+// whole listing is known and lacks the name (dirnames.go), else with an
+// NFS LOOKUP.
 func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
 	ctx, done := n.sys.call(ctx) // the caller's credential, not interrupted (fsys.call)
 	defer done()
@@ -206,6 +178,9 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 		delete(n.plus, name)
 		n.sys.dirEntries.Add(-1)
 		ok = time.Since(n.plusAt) <= n.plusTTL()
+	} else if n.absentLocked(name, time.Now()) {
+		n.mu.Unlock()
+		return nil, syscall.ENOENT // dirnames.go
 	}
 	n.mu.Unlock()
 	if ok && e.Handle.Set && e.Attr.Set {
@@ -307,9 +282,10 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	}
 	res, err := n.sys.c.Create(ctx, n.fh, name, how)
 	if err != nil {
+		n.forgetNames()
 		return nil, nil, 0, toErrno(err)
 	}
-	n.afterDirChange(&res.DirWcc)
+	n.afterDirChange(&res.DirWcc, name, "")
 	fh, a, err := n.objAttrs(ctx, name, res)
 	if err != nil {
 		return nil, nil, 0, toErrno(err)
@@ -333,14 +309,21 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 	}
 	res, err := n.sys.c.Mkdir(ctx, n.fh, name, nfs3.Sattr{SetMode: true, Mode: mode & 0o7777})
 	if err != nil {
+		n.forgetNames()
 		return nil, toErrno(err)
 	}
-	n.afterDirChange(&res.DirWcc)
+	n.afterDirChange(&res.DirWcc, name, "")
 	fh, a, err := n.objAttrs(ctx, name, res)
 	if err != nil {
 		return nil, toErrno(err)
 	}
-	return n.child(ctx, fh, &a, out), 0
+	ch := n.child(ctx, fh, &a, out)
+	if cn := ch.Operations().(*node); res.Obj.Set && res.ObjAttr.Set && cn.fh == fh {
+		// the attributes of the MKDIR reply are those of the new,
+		// empty directory (dirnames.go)
+		cn.madeEmpty(&res.ObjAttr.Attr)
+	}
+	return ch, 0
 }
 
 // Mknod answers MKNOD (FIFO, socket, character and block devices) with
@@ -372,9 +355,10 @@ func (n *node) Mknod(ctx context.Context, name string, mode uint32, dev uint32, 
 		return nil, syscall.EINVAL
 	}
 	if err != nil {
+		n.forgetNames()
 		return nil, toErrno(err)
 	}
-	n.afterDirChange(&res.DirWcc)
+	n.afterDirChange(&res.DirWcc, name, "")
 	fh, a, err := n.objAttrs(ctx, name, res)
 	if err != nil {
 		return nil, toErrno(err)
@@ -391,9 +375,10 @@ func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.Entry
 	}
 	res, err := n.sys.c.Symlink(ctx, n.fh, name, target, nfs3.Sattr{})
 	if err != nil {
+		n.forgetNames()
 		return nil, toErrno(err)
 	}
-	n.afterDirChange(&res.DirWcc)
+	n.afterDirChange(&res.DirWcc, name, "")
 	fh, a, err := n.objAttrs(ctx, name, res)
 	if err != nil {
 		return nil, toErrno(err)
@@ -425,9 +410,10 @@ func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 	}
 	res, err := n.sys.c.Link(ctx, t.fh, n.fh, name)
 	if err != nil {
+		n.forgetNames()
 		return nil, toErrno(err)
 	}
-	n.afterDirChange(&res.LinkDirWcc)
+	n.afterDirChange(&res.LinkDirWcc, name, "")
 	a := res.FileAttr.Attr
 	if !res.FileAttr.Set {
 		if a, err = n.sys.c.Getattr(ctx, t.fh); err != nil {
@@ -452,9 +438,10 @@ func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 	}
 	res, err := n.sys.c.Remove(ctx, n.fh, name)
 	if err != nil {
+		n.forgetNames()
 		return toErrno(err)
 	}
-	n.afterDirChange(&res.DirWcc)
+	n.afterDirChange(&res.DirWcc, "", name)
 	return 0
 }
 
@@ -467,9 +454,10 @@ func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
 	}
 	res, err := n.sys.c.Rmdir(ctx, n.fh, name)
 	if err != nil {
+		n.forgetNames()
 		return toErrno(err)
 	}
-	n.afterDirChange(&res.DirWcc)
+	n.afterDirChange(&res.DirWcc, "", name)
 	return 0
 }
 
@@ -502,10 +490,17 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 		if tgt != nil {
 			np.unsilly(ctx, tgt, newName)
 		}
+		n.forgetNames()
+		np.forgetNames()
 		return toErrno(err)
 	}
-	n.afterDirChange(&res.FromDirWcc)
-	np.afterDirChange(&res.ToDirWcc)
+	if np == n {
+		// one change of one directory: both wcc_data are of it
+		n.afterDirChange(&res.FromDirWcc, newName, name)
+		return 0
+	}
+	n.afterDirChange(&res.FromDirWcc, "", name)
+	np.afterDirChange(&res.ToDirWcc, newName, "")
 	return 0
 }
 

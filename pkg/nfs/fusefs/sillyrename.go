@@ -60,7 +60,7 @@ func (s *silly) remove(ctx context.Context, c *client.Client) {
 		klog.InfoS("fusefs: REMOVE of a silly-renamed file at its last close failed; it stays", "dir", s.dir.fh.String(), "name", s.name, "err", err)
 		return
 	}
-	s.dir.afterDirChange(&res.DirWcc)
+	s.dir.afterDirChange(&res.DirWcc, "", s.name)
 }
 
 // sillyRename renames name in directory n away to a hidden name when it is
@@ -103,7 +103,7 @@ func (n *node) sillyRename(ctx context.Context, name string) (*node, error) {
 	if err != nil {
 		return nil, err
 	}
-	n.afterDirChange(&res.ToDirWcc)
+	n.afterDirChange(&res.ToDirWcc, hidden, name)
 	s := &silly{dir: n, name: hidden, cred: client.CredFrom(ctx)}
 	cn.mu.Lock()
 	closed := cn.opens == 0 // the last RELEASE came meanwhile

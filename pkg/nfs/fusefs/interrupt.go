@@ -1,0 +1,134 @@
+package fusefs
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/client"
+)
+
+// InterruptGrace is how long the NFS calls of a FUSE request go on after
+// the kernel interrupted the request (FUSE_INTERRUPT: the caller got a
+// signal), 30 s. An interrupted request is not abandoned at once, as
+// Linux's NFS client does not abandon an RPC for a signal that does not
+// kill the caller: answering EINTR while the call may still reach the
+// server would report a CREATE, REMOVE, RENAME or COMMIT as failed
+// (close(2) failing, open(O_EXCL) retried by the caller failing with
+// EEXIST, unlink retried failing with ENOENT) when it took place; and
+// callers that set SA_RESTART do not expect EINTR from a regular file. A
+// signal that kills the caller ends the kernel's wait without us. Past the
+// grace (a server that does not answer), the request ends with EINTR so
+// that its goroutine is free. The grace is measured by a watcher that
+// looks at the requests in flight every grace/30 (1 s), so it ends up to
+// one such tick late.
+const InterruptGrace = 30 * time.Second
+
+// interrupts is the watcher of one mount's FUSE requests in flight: it
+// cancels the NFS calls of a request a grace after go-fuse closed the
+// request's cancel channel (FUSE_INTERRUPT, or the end of the FUSE
+// connection, when go-fuse cancels every request in flight). One
+// goroutine per mount looks at every request each tick, so that a request
+// costs a map insert and delete, not a goroutine of its own (what
+// context.AfterFunc on go-fuse's context, which is not a standard one,
+// would start).
+type interrupts struct {
+	mu    sync.Mutex
+	grace time.Duration // guarded by mu (a test shortens it)
+	reqs  map[*request]struct{}
+	pool  sync.Pool // of *request
+}
+
+// request is one FUSE request in flight.
+type request struct {
+	interrupted <-chan struct{}    // go-fuse's cancel channel of the request
+	cancel      context.CancelFunc // cancels the request's NFS calls
+	since       time.Time          // when the watcher first saw it interrupted
+}
+
+func newInterrupts(grace time.Duration) *interrupts {
+	return &interrupts{grace: grace, reqs: make(map[*request]struct{})}
+}
+
+// tick is how often the watcher looks: grace/30, between 10 ms and 1 s.
+func (in *interrupts) tick() time.Duration {
+	in.mu.Lock()
+	g := in.grace
+	in.mu.Unlock()
+	return min(max(g/30, 10*time.Millisecond), time.Second)
+}
+
+// watch cancels interrupted requests past the grace until ctx ends.
+func (in *interrupts) watch(ctx context.Context) {
+	t := time.NewTicker(in.tick())
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			in.scan(now)
+		}
+	}
+}
+
+// scan cancels the requests interrupted for at least the grace at now.
+func (in *interrupts) scan(now time.Time) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	for r := range in.reqs {
+		select {
+		case <-r.interrupted:
+		default:
+			continue
+		}
+		if r.since.IsZero() {
+			r.since = now
+		}
+		if now.Sub(r.since) >= in.grace {
+			r.cancel()
+		}
+	}
+}
+
+func (in *interrupts) add(interrupted <-chan struct{}, cancel context.CancelFunc) *request {
+	r, _ := in.pool.Get().(*request)
+	if r == nil {
+		r = new(request)
+	}
+	*r = request{interrupted: interrupted, cancel: cancel}
+	in.mu.Lock()
+	in.reqs[r] = struct{}{}
+	in.mu.Unlock()
+	return r
+}
+
+func (in *interrupts) remove(r *request) {
+	in.mu.Lock()
+	delete(in.reqs, r)
+	in.mu.Unlock()
+	*r = request{}
+	in.pool.Put(r)
+}
+
+// call returns the context of the NFS calls of one FUSE request: the
+// caller's credential (as), cancelled InterruptGrace after go-fuse
+// cancels the request (see interrupts), or at once when the mount's
+// background context ends (unmount); done must be called when the
+// request ends.
+func (s *fsys) call(ctx context.Context) (c context.Context, done func()) {
+	parent := s.bg
+	if cred := s.as(ctx); cred != nil {
+		parent = client.WithCred(parent, cred)
+	}
+	c, cancel := context.WithCancel(parent)
+	interrupted := ctx.Done()
+	if interrupted == nil || s.intr == nil {
+		return c, cancel
+	}
+	r := s.intr.add(interrupted, cancel)
+	return c, func() {
+		s.intr.remove(r)
+		cancel()
+	}
+}

@@ -1,0 +1,59 @@
+package fusefs
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// TestInterruptGrace: a FUSE request whose NFS call cannot finish (the
+// server is gone and the mount is hard) goes on after its caller is
+// signalled (FUSE_INTERRUPT) until the grace has passed, then ends with
+// EINTR, so that its goroutine is free; requests never interrupted are
+// never cancelled (TestSignalledCallers checks that an interrupted
+// request that can finish reports its true outcome).
+func TestInterruptGrace(t *testing.T) {
+	needFUSE(t)
+	srv := startServer(t)
+	dir, m := srv.mount(t, ProtoTCP, "hard,noac,timeo=5")
+	f := filepath.Join(dir, "f")
+	if err := os.WriteFile(f, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	const grace = 700 * time.Millisecond
+	in := m.sys.intr
+	in.mu.Lock()
+	in.grace = grace
+	in.mu.Unlock()
+	srv.stop()
+
+	var took time.Duration
+	var statErr error
+	onSignalledThread(t, func() error {
+		start := time.Now()
+		var st unix.Stat_t
+		statErr = unix.Stat(f, &st) // noac: a GETATTR that cannot be answered
+		took = time.Since(start)
+		return nil
+	})
+	t.Logf("stat of a file on a hard mount whose server is gone, caller signalled: %v after %v", statErr, took)
+	if !errors.Is(statErr, unix.EINTR) {
+		t.Fatalf("stat: %v, want EINTR once the grace has passed", statErr)
+	}
+	if took < grace {
+		t.Fatalf("stat ended after %v, before the grace of %v", took, grace)
+	}
+	if limit := grace + 3*in.tick() + 2*time.Second; took > limit {
+		t.Fatalf("stat ended after %v, want at most %v", took, limit)
+	}
+	in.mu.Lock()
+	left := len(in.reqs)
+	in.mu.Unlock()
+	if left != 0 {
+		t.Fatalf("%d FUSE requests still registered", left)
+	}
+}
