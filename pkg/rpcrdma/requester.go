@@ -90,6 +90,8 @@ const (
 // Client is the requester end of one RPC-over-RDMA v1 connection (RFC 8166
 // section 3): a sunrpc.ClientTransport. It is safe for concurrent use.
 type Client struct {
+	pollMu sync.Mutex   // serializes drain
+	wcs    [32]verbs.WC // drain's, under pollMu
 	opts   ClientOptions
 	m      *metrics
 	pd     verbs.PD
@@ -348,7 +350,10 @@ func (c *Client) release() {
 
 // loop is the connection's completion goroutine: it waits on the CQ
 // (no busy polling), matches replies to calls by XID and fails the
-// connection on an error completion or when the QP leaves RTS.
+// connection on an error completion or when the QP leaves RTS. When the
+// CQ takes a handler (verbs.CQHandler), replies are matched by the
+// provider's goroutine that received them (drain), which wakes the
+// caller directly, and this goroutine handles the rest.
 func (c *Client) loop(ctx context.Context) {
 	defer close(c.loopEnd)
 	defer c.m.connections.Add(-1)
@@ -360,19 +365,40 @@ func (c *Client) loop(ctx context.Context) {
 		case <-ctx.Done():
 		}
 	}()
-	var wcs [32]verbs.WC
+	if h, ok := c.cq.(verbs.CQHandler); ok {
+		h.SetHandler(func() { c.drain() })
+		defer func() {
+			h.SetHandler(nil)
+			c.pollMu.Lock() // a handler call in progress ends
+			c.pollMu.Unlock()
+		}()
+	}
 	for {
-		n := c.cq.Poll(wcs[:])
-		if n == 0 {
+		if c.drain() == 0 {
 			if err := c.cq.Wait(ctx); err != nil {
 				c.fail(err)
 				c.settleAbandoned()
 				return
 			}
-			continue
 		}
-		for i := range wcs[:n] {
-			c.complete(&wcs[i])
+	}
+}
+
+// drain completes every completion the CQ holds and returns how many. The
+// completion goroutine and the CQ's handler both call it, one at a time,
+// so completions are handled one by one in their order.
+func (c *Client) drain() int {
+	c.pollMu.Lock()
+	defer c.pollMu.Unlock()
+	total := 0
+	for {
+		n := c.cq.Poll(c.wcs[:])
+		for i := range c.wcs[:n] {
+			c.complete(&c.wcs[i])
+		}
+		total += n
+		if n < len(c.wcs) {
+			return total
 		}
 	}
 }

@@ -202,6 +202,9 @@ func (s *Server) Serve(ctx context.Context, d sunrpc.Dispatcher) error {
 
 // srvConn is one responder connection.
 type srvConn struct {
+	pollMu sync.Mutex   // serializes drain
+	wcs    [32]verbs.WC // drain's, under pollMu
+	broken bool         // an error completion was drained; under pollMu
 	s      *Server
 	pd     verbs.PD
 	cq     verbs.CQ
@@ -372,20 +375,27 @@ func (c *srvConn) run(ctx context.Context, d sunrpc.Dispatcher) {
 		}
 		cancel()
 	}()
-	var wcs [32]verbs.WC
-loop:
+	if h, ok := c.cq.(verbs.CQHandler); ok {
+		// calls are handed to their worker by the provider's goroutine
+		// that received them
+		h.SetHandler(func() {
+			if _, ok := c.drain(); !ok {
+				cancel()
+			}
+		})
+		defer func() {
+			h.SetHandler(nil)
+			c.pollMu.Lock() // a handler call in progress ends
+			c.pollMu.Unlock()
+		}()
+	}
 	for {
-		n := c.cq.Poll(wcs[:])
-		if n == 0 {
-			if c.cq.Wait(lctx) != nil {
-				break
-			}
-			continue
+		n, ok := c.drain()
+		if !ok {
+			break
 		}
-		for i := range wcs[:n] {
-			if !c.complete(&wcs[i]) {
-				break loop
-			}
+		if n == 0 && c.cq.Wait(lctx) != nil {
+			break
 		}
 	}
 	cancel()
@@ -398,6 +408,29 @@ loop:
 	c.s.removeConn(c)
 	c.s.m.connections.Add(-1)
 	c.release()
+}
+
+// drain completes every completion the CQ holds; it reports how many,
+// and false once an error completion ended the connection. The completion
+// goroutine and the CQ's handler both call it, one at a time.
+func (c *srvConn) drain() (int, bool) {
+	c.pollMu.Lock()
+	defer c.pollMu.Unlock()
+	total := 0
+	for !c.broken {
+		n := c.cq.Poll(c.wcs[:])
+		for i := range c.wcs[:n] {
+			if !c.complete(&c.wcs[i]) {
+				c.broken = true
+				break
+			}
+		}
+		total += n
+		if n < len(c.wcs) {
+			break
+		}
+	}
+	return total, !c.broken
 }
 
 func (c *srvConn) complete(wc *verbs.WC) bool {

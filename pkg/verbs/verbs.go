@@ -304,6 +304,21 @@ type CQ interface {
 	Close() error
 }
 
+// CQHandler is a CQ that can run a function of the consumer in the
+// provider's own context when completions arrive, instead of waking a
+// goroutine blocked in Wait: the completion handler of a kernel ULP's CQ
+// (ib_alloc_cq with IB_POLL_SOFTIRQ). It saves the hand-off from the
+// provider's goroutine to the consumer's on every completion, which is
+// most of a small message's latency in software. The handler must not
+// block: it polls the queue and hands the work on. Which completions run
+// it, and on which goroutine, is the provider's (siw: receive completions,
+// on the receive goroutine of the QP; the others still wake Wait), so a
+// consumer that sets one still waits on the queue for the rest.
+type CQHandler interface {
+	// SetHandler sets h (nil removes it).
+	SetHandler(h func())
+}
+
 // QP is a reliable-connected queue pair.
 type QP interface {
 	Num() uint32

@@ -8,6 +8,64 @@ import (
 	"github.com/nfsrdma/nfsrdma-csi/pkg/verbs"
 )
 
+// BenchmarkSendPingPong64Handler is BenchmarkSendPingPong64 with both
+// ends answering in their receive CQ's handler (verbs.CQHandler), as an
+// RPC-over-RDMA endpoint does: the echo is posted from the receive
+// goroutine that delivered the ping, and the next ping from the one that
+// delivered the pong, with no hand-off to another goroutine.
+func BenchmarkSendPingPong64Handler(b *testing.B) {
+	var srb verbs.MR
+	c, s := pair(b, Config{}, Config{}, verbs.QPAttr{}, func(s *end) {
+		srb = regMR(b, s, 64*16, verbs.AccessLocalWrite)
+		for i := 0; i < 16; i++ {
+			s.qp.PostRecv(&verbs.RecvWR{ID: uint64(i), SGL: []verbs.SGE{srb.SGE(64*i, 64)}})
+		}
+	})
+	crb := regMR(b, c, 64*16, verbs.AccessLocalWrite)
+	for i := 0; i < 16; i++ {
+		c.qp.PostRecv(&verbs.RecvWR{ID: uint64(i), SGL: []verbs.SGE{crb.SGE(64*i, 64)}})
+	}
+	sbuf := regMR(b, s, 64, 0)
+	cbuf := regMR(b, c, 64, 0)
+	// answer polls e's receive CQ and, for each receive, reposts it and
+	// calls next, which reports whether to send again
+	answer := func(e *end, buf, rb verbs.MR, next func() bool) func() {
+		var wc [4]verbs.WC
+		rwr := verbs.RecvWR{SGL: make([]verbs.SGE, 1)}
+		swr := verbs.SendWR{Opcode: verbs.WRSend, SGL: []verbs.SGE{buf.SGE(0, 64)}}
+		return func() {
+			for {
+				k := e.rcq.Poll(wc[:])
+				if k == 0 {
+					return
+				}
+				for _, w := range wc[:k] {
+					rwr.ID, rwr.SGL[0] = w.ID, rb.SGE(64*int(w.ID), 64)
+					e.qp.PostRecv(&rwr)
+					if next() {
+						e.qp.PostSend(&swr)
+					}
+				}
+			}
+		}
+	}
+	s.rcq.(verbs.CQHandler).SetHandler(answer(s, sbuf, srb, func() bool { return true }))
+	done := make(chan struct{})
+	var pongs int
+	c.rcq.(verbs.CQHandler).SetHandler(answer(c, cbuf, crb, func() bool {
+		pongs++
+		if pongs == b.N {
+			close(done)
+			return false
+		}
+		return true
+	}))
+	b.ReportAllocs()
+	b.ResetTimer()
+	c.qp.PostSend(&verbs.SendWR{Opcode: verbs.WRSend, SGL: []verbs.SGE{cbuf.SGE(0, 64)}})
+	<-done
+}
+
 // BenchmarkSendPingPong64 is the bare verbs 64-byte Send ping-pong (one op
 // = one round trip), beside BenchmarkTCPPingPong64 on the same machine.
 func BenchmarkSendPingPong64(b *testing.B) {

@@ -98,9 +98,12 @@ type rxState struct {
 	rtrWant bool          // the first FPDU must be the RTR
 	// delivered: this FPDU produced a completion
 	delivered bool
-	trl       [8]byte
-	rreq      [readReqLen]byte
-	scratch   [512]byte
+	// handlerDue: a receive completion was delivered to a CQ with a
+	// handler, which rxLoop calls after rxFPDU (cq.pushRecv).
+	handlerDue bool
+	trl        [8]byte
+	rreq       [readReqLen]byte
+	scratch    [512]byte
 }
 
 // rxLoop runs the receive goroutine: it reads FPDUs until the connection
@@ -112,12 +115,19 @@ func (q *qp) rxLoop() {
 	}
 	for {
 		err := q.rxFPDU()
+		handled := x.handlerDue
+		if handled {
+			// the receive CQ's handler runs here, with no lock held
+			x.handlerDue = false
+			q.rcq.runHandler()
+		}
 		if err == nil {
-			// A completion was just delivered and nothing more is
-			// buffered: let the woken consumer run before this goroutine
-			// goes back to the socket (and parks there), so the
-			// consumer's answer is not queued behind our empty read.
-			if x.delivered && q.br.Buffered() == 0 {
+			// A completion was just delivered to a waiting consumer and
+			// nothing more is buffered: let the woken consumer run
+			// before this goroutine goes back to the socket (and parks
+			// there), so the consumer's answer is not queued behind our
+			// empty read.
+			if x.delivered && !handled && q.br.Buffered() == 0 {
 				runtime.Gosched()
 			}
 			x.delivered = false
@@ -453,10 +463,12 @@ func (q *qp) completeRecv(wc verbs.WC) {
 	}
 	q.rqHead = (q.rqHead + 1) % len(q.rq)
 	q.rqN--
-	if !q.rcq.push(&wc) {
+	ok, due := q.rcq.pushRecv(&wc)
+	if !ok {
 		go q.fail(fmt.Errorf("%w: receive CQ of QP %d", verbs.ErrCQOverrun, q.num))
 	}
 	q.rx.delivered = true
+	q.rx.handlerDue = q.rx.handlerDue || due
 }
 
 // rxReadRequest queues an inbound RDMA Read for the transmit path; more
