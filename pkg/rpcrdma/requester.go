@@ -92,16 +92,19 @@ const (
 type Client struct {
 	pollMu sync.Mutex   // serializes drain
 	wcs    [32]verbs.WC // drain's, under pollMu
-	opts   ClientOptions
-	m      *metrics
-	pd     verbs.PD
-	cq     verbs.CQ
-	qp     verbs.QP
-	info   verbs.ConnInfo
-	peer   PrivateData
-	inline Inline
-	lim    Limits
-	remInv bool // we advertised Remote Invalidation
+	// drained: the completion goroutine ended; drain does nothing more.
+	// Under pollMu.
+	drained bool
+	opts    ClientOptions
+	m       *metrics
+	pd      verbs.PD
+	cq      verbs.CQ
+	qp      verbs.QP
+	info    verbs.ConnInfo
+	peer    PrivateData
+	inline  Inline
+	lim     Limits
+	remInv  bool // we advertised Remote Invalidation
 
 	sendMR, recvMR verbs.MR
 	slots          []slot
@@ -369,7 +372,9 @@ func (c *Client) loop(ctx context.Context) {
 		h.SetHandler(func() { c.drain() })
 		defer func() {
 			h.SetHandler(nil)
-			c.pollMu.Lock() // a handler call in progress ends
+			// waits for a handler call in progress; later calls do nothing
+			c.pollMu.Lock()
+			c.drained = true
 			c.pollMu.Unlock()
 		}()
 	}
@@ -391,16 +396,17 @@ func (c *Client) drain() int {
 	c.pollMu.Lock()
 	defer c.pollMu.Unlock()
 	total := 0
-	for {
+	for !c.drained {
 		n := c.cq.Poll(c.wcs[:])
 		for i := range c.wcs[:n] {
 			c.complete(&c.wcs[i])
 		}
 		total += n
 		if n < len(c.wcs) {
-			return total
+			break
 		}
 	}
+	return total
 }
 
 // settleAbandoned frees the slots of calls whose RoundTrip returned

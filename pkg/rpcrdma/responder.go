@@ -204,7 +204,7 @@ func (s *Server) Serve(ctx context.Context, d sunrpc.Dispatcher) error {
 type srvConn struct {
 	pollMu sync.Mutex   // serializes drain
 	wcs    [32]verbs.WC // drain's, under pollMu
-	broken bool         // an error completion was drained; under pollMu
+	broken bool         // an error completion was drained, or run ended; under pollMu
 	s      *Server
 	pd     verbs.PD
 	cq     verbs.CQ
@@ -385,7 +385,9 @@ func (c *srvConn) run(ctx context.Context, d sunrpc.Dispatcher) {
 		})
 		defer func() {
 			h.SetHandler(nil)
-			c.pollMu.Lock() // a handler call in progress ends
+			// waits for a handler call in progress; later calls do nothing
+			c.pollMu.Lock()
+			c.broken = true
 			c.pollMu.Unlock()
 		}()
 	}
