@@ -90,21 +90,17 @@ const (
 // Client is the requester end of one RPC-over-RDMA v1 connection (RFC 8166
 // section 3): a sunrpc.ClientTransport. It is safe for concurrent use.
 type Client struct {
-	pollMu sync.Mutex   // serializes drain
-	wcs    [32]verbs.WC // drain's, under pollMu
-	// drained: the completion goroutine ended; drain does nothing more.
-	// Under pollMu.
-	drained bool
-	opts    ClientOptions
-	m       *metrics
-	pd      verbs.PD
-	cq      verbs.CQ
-	qp      verbs.QP
-	info    verbs.ConnInfo
-	peer    PrivateData
-	inline  Inline
-	lim     Limits
-	remInv  bool // we advertised Remote Invalidation
+	cqd    cqDrain
+	opts   ClientOptions
+	m      *metrics
+	pd     verbs.PD
+	cq     verbs.CQ
+	qp     verbs.QP
+	info   verbs.ConnInfo
+	peer   PrivateData
+	inline Inline
+	lim    Limits
+	remInv bool // we advertised Remote Invalidation
 
 	sendMR, recvMR verbs.MR
 	slots          []slot
@@ -197,6 +193,7 @@ func Dial(ctx context.Context, dev verbs.Device, addr string, opts ClientOptions
 	if c.cq, err = dev.CreateCQ(4*n + 16); err != nil {
 		return nil, err
 	}
+	c.cqd = cqDrain{cq: c.cq, complete: c.complete}
 	if c.qp, err = c.pd.CreateQP(verbs.QPAttr{SendCQ: c.cq, RecvCQ: c.cq, MaxSendWR: 3*n + 4, MaxRecvWR: n, MaxSGE: 4}); err != nil {
 		return nil, err
 	}
@@ -355,8 +352,8 @@ func (c *Client) release() {
 // (no busy polling), matches replies to calls by XID and fails the
 // connection on an error completion or when the QP leaves RTS. When the
 // CQ takes a handler (verbs.CQHandler), replies are matched by the
-// provider's goroutine that received them (drain), which wakes the
-// caller directly, and this goroutine handles the rest.
+// provider's goroutine that received them, which wakes the caller
+// directly (cqDrain), and this goroutine handles the rest.
 func (c *Client) loop(ctx context.Context) {
 	defer close(c.loopEnd)
 	defer c.m.connections.Add(-1)
@@ -368,45 +365,10 @@ func (c *Client) loop(ctx context.Context) {
 		case <-ctx.Done():
 		}
 	}()
-	if h, ok := c.cq.(verbs.CQHandler); ok {
-		h.SetHandler(func() { c.drain() })
-		defer func() {
-			h.SetHandler(nil)
-			// waits for a handler call in progress; later calls do nothing
-			c.pollMu.Lock()
-			c.drained = true
-			c.pollMu.Unlock()
-		}()
+	if err := c.cqd.run(ctx, nil); err != nil {
+		c.fail(err)
 	}
-	for {
-		if c.drain() == 0 {
-			if err := c.cq.Wait(ctx); err != nil {
-				c.fail(err)
-				c.settleAbandoned()
-				return
-			}
-		}
-	}
-}
-
-// drain completes every completion the CQ holds and returns how many. The
-// completion goroutine and the CQ's handler both call it, one at a time,
-// so completions are handled one by one in their order.
-func (c *Client) drain() int {
-	c.pollMu.Lock()
-	defer c.pollMu.Unlock()
-	total := 0
-	for !c.drained {
-		n := c.cq.Poll(c.wcs[:])
-		for i := range c.wcs[:n] {
-			c.complete(&c.wcs[i])
-		}
-		total += n
-		if n < len(c.wcs) {
-			break
-		}
-	}
-	return total
+	c.settleAbandoned()
 }
 
 // settleAbandoned frees the slots of calls whose RoundTrip returned
@@ -422,7 +384,14 @@ func (c *Client) settleAbandoned() {
 	}
 }
 
-func (c *Client) complete(wc *verbs.WC) {
+// complete handles one completion; it never stops the drain (a failed
+// one fails the connection, whose Wait then ends).
+func (c *Client) complete(wc *verbs.WC) bool {
+	c.handle(wc)
+	return true
+}
+
+func (c *Client) handle(wc *verbs.WC) {
 	if wc.Status != verbs.WCSuccess {
 		if wc.Status != verbs.WCFlushErr {
 			c.opts.Logger.Warn("rpcrdma: work request failed", "status", wc.Status, "opcode", wc.Opcode, "err", wc.Err)

@@ -202,9 +202,7 @@ func (s *Server) Serve(ctx context.Context, d sunrpc.Dispatcher) error {
 
 // srvConn is one responder connection.
 type srvConn struct {
-	pollMu sync.Mutex   // serializes drain
-	wcs    [32]verbs.WC // drain's, under pollMu
-	broken bool         // an error completion was drained, or run ended; under pollMu
+	cqd    cqDrain
 	s      *Server
 	pd     verbs.PD
 	cq     verbs.CQ
@@ -280,6 +278,7 @@ func (s *Server) newConn(ctx context.Context, req verbs.ConnRequest) (*srvConn, 
 	if c.cq, err = s.dev.CreateCQ(4*n + 16); err != nil {
 		return nil, err
 	}
+	c.cqd = cqDrain{cq: c.cq, complete: c.complete}
 	if c.qp, err = c.pd.CreateQP(verbs.QPAttr{SendCQ: c.cq, RecvCQ: c.cq, MaxSendWR: 4*n + 4, MaxRecvWR: n, MaxSGE: 4}); err != nil {
 		return nil, err
 	}
@@ -375,31 +374,7 @@ func (c *srvConn) run(ctx context.Context, d sunrpc.Dispatcher) {
 		}
 		cancel()
 	}()
-	if h, ok := c.cq.(verbs.CQHandler); ok {
-		// calls are handed to their worker by the provider's goroutine
-		// that received them
-		h.SetHandler(func() {
-			if _, ok := c.drain(); !ok {
-				cancel()
-			}
-		})
-		defer func() {
-			h.SetHandler(nil)
-			// waits for a handler call in progress; later calls do nothing
-			c.pollMu.Lock()
-			c.broken = true
-			c.pollMu.Unlock()
-		}()
-	}
-	for {
-		n, ok := c.drain()
-		if !ok {
-			break
-		}
-		if n == 0 && c.cq.Wait(lctx) != nil {
-			break
-		}
-	}
+	c.cqd.run(lctx, cancel) // ends at an error completion or when the QP fails
 	cancel()
 	c.qp.Close()
 	close(c.done)
@@ -410,29 +385,6 @@ func (c *srvConn) run(ctx context.Context, d sunrpc.Dispatcher) {
 	c.s.removeConn(c)
 	c.s.m.connections.Add(-1)
 	c.release()
-}
-
-// drain completes every completion the CQ holds; it reports how many,
-// and false once an error completion ended the connection. The completion
-// goroutine and the CQ's handler both call it, one at a time.
-func (c *srvConn) drain() (int, bool) {
-	c.pollMu.Lock()
-	defer c.pollMu.Unlock()
-	total := 0
-	for !c.broken {
-		n := c.cq.Poll(c.wcs[:])
-		for i := range c.wcs[:n] {
-			if !c.complete(&c.wcs[i]) {
-				c.broken = true
-				break
-			}
-		}
-		total += n
-		if n < len(c.wcs) {
-			break
-		}
-	}
-	return total, !c.broken
 }
 
 func (c *srvConn) complete(wc *verbs.WC) bool {
