@@ -1,6 +1,7 @@
 package fusefs
 
 import (
+	"syscall"
 	"time"
 
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nfs3"
@@ -103,12 +104,19 @@ func (n *node) followLocked(wcc *nfs3.WccData, add, del string) {
 	s.ver = versionOf(&wcc.After.Attr)
 }
 
-// forgetNames drops n's known names: a change of n failed, so the set
-// may be wrong (EEXIST for a name it lacked) or n changed unnoted.
+// forgetNames drops n's known names.
 func (n *node) forgetNames() {
 	n.mu.Lock()
 	n.setNamesLocked(nil)
 	n.mu.Unlock()
+}
+
+// changeFailed is the errno of a failed change of directory n, whose
+// known names it drops: the set may be wrong (EEXIST for a name it
+// lacked, ENOENT for one it had), or n may have changed unnoted.
+func (n *node) changeFailed(err error) syscall.Errno {
+	n.forgetNames()
+	return toErrno(err)
 }
 
 // absentLocked reports whether name is known not to be in directory n at

@@ -36,7 +36,6 @@ type interrupts struct {
 	mu    sync.Mutex
 	grace time.Duration // guarded by mu (a test shortens it)
 	reqs  map[*request]struct{}
-	pool  sync.Pool // of *request
 }
 
 // request is one FUSE request in flight.
@@ -92,11 +91,7 @@ func (in *interrupts) scan(now time.Time) {
 }
 
 func (in *interrupts) add(interrupted <-chan struct{}, cancel context.CancelFunc) *request {
-	r, _ := in.pool.Get().(*request)
-	if r == nil {
-		r = new(request)
-	}
-	*r = request{interrupted: interrupted, cancel: cancel}
+	r := &request{interrupted: interrupted, cancel: cancel}
 	in.mu.Lock()
 	in.reqs[r] = struct{}{}
 	in.mu.Unlock()
@@ -107,8 +102,6 @@ func (in *interrupts) remove(r *request) {
 	in.mu.Lock()
 	delete(in.reqs, r)
 	in.mu.Unlock()
-	*r = request{}
-	in.pool.Put(r)
 }
 
 // call returns the context of the NFS calls of one FUSE request: the
@@ -123,7 +116,7 @@ func (s *fsys) call(ctx context.Context) (c context.Context, done func()) {
 	}
 	c, cancel := context.WithCancel(parent)
 	interrupted := ctx.Done()
-	if interrupted == nil || s.intr == nil {
+	if interrupted == nil { // not a FUSE request
 		return c, cancel
 	}
 	r := s.intr.add(interrupted, cancel)

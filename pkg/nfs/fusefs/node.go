@@ -282,8 +282,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	}
 	res, err := n.sys.c.Create(ctx, n.fh, name, how)
 	if err != nil {
-		n.forgetNames()
-		return nil, nil, 0, toErrno(err)
+		return nil, nil, 0, n.changeFailed(err)
 	}
 	n.afterDirChange(&res.DirWcc, name, "")
 	fh, a, err := n.objAttrs(ctx, name, res)
@@ -309,8 +308,7 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 	}
 	res, err := n.sys.c.Mkdir(ctx, n.fh, name, nfs3.Sattr{SetMode: true, Mode: mode & 0o7777})
 	if err != nil {
-		n.forgetNames()
-		return nil, toErrno(err)
+		return nil, n.changeFailed(err)
 	}
 	n.afterDirChange(&res.DirWcc, name, "")
 	fh, a, err := n.objAttrs(ctx, name, res)
@@ -355,8 +353,7 @@ func (n *node) Mknod(ctx context.Context, name string, mode uint32, dev uint32, 
 		return nil, syscall.EINVAL
 	}
 	if err != nil {
-		n.forgetNames()
-		return nil, toErrno(err)
+		return nil, n.changeFailed(err)
 	}
 	n.afterDirChange(&res.DirWcc, name, "")
 	fh, a, err := n.objAttrs(ctx, name, res)
@@ -375,8 +372,7 @@ func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.Entry
 	}
 	res, err := n.sys.c.Symlink(ctx, n.fh, name, target, nfs3.Sattr{})
 	if err != nil {
-		n.forgetNames()
-		return nil, toErrno(err)
+		return nil, n.changeFailed(err)
 	}
 	n.afterDirChange(&res.DirWcc, name, "")
 	fh, a, err := n.objAttrs(ctx, name, res)
@@ -410,8 +406,7 @@ func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 	}
 	res, err := n.sys.c.Link(ctx, t.fh, n.fh, name)
 	if err != nil {
-		n.forgetNames()
-		return nil, toErrno(err)
+		return nil, n.changeFailed(err)
 	}
 	n.afterDirChange(&res.LinkDirWcc, name, "")
 	a := res.FileAttr.Attr
@@ -438,8 +433,7 @@ func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 	}
 	res, err := n.sys.c.Remove(ctx, n.fh, name)
 	if err != nil {
-		n.forgetNames()
-		return toErrno(err)
+		return n.changeFailed(err)
 	}
 	n.afterDirChange(&res.DirWcc, "", name)
 	return 0
@@ -454,8 +448,7 @@ func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
 	}
 	res, err := n.sys.c.Rmdir(ctx, n.fh, name)
 	if err != nil {
-		n.forgetNames()
-		return toErrno(err)
+		return n.changeFailed(err)
 	}
 	n.afterDirChange(&res.DirWcc, "", name)
 	return 0
@@ -490,9 +483,8 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 		if tgt != nil {
 			np.unsilly(ctx, tgt, newName)
 		}
-		n.forgetNames()
 		np.forgetNames()
-		return toErrno(err)
+		return n.changeFailed(err)
 	}
 	if np == n {
 		// one change of one directory: both wcc_data are of it
