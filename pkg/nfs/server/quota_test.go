@@ -303,24 +303,9 @@ func TestVolumeUsage(t *testing.T) {
 // flight (pipelined in one file, and several files at once): the usage
 // never passes the quota (but for metadata blocks) and stays exact.
 func TestVolumeQuotaConcurrent(t *testing.T) {
-	root, state := t.TempDir(), t.TempDir()
-	if err := os.Mkdir(filepath.Join(root, "vol"), 0o777); err != nil {
-		t.Fatal(err)
-	}
-	e := startVolEnv(t, root, state, false)
-	ctx := ctxLong(t)
 	const quota = 8 << 20
-	if _, err := e.adm.PutVolume(ctx, "vol", quota); err != nil {
-		t.Fatal(err)
-	}
-	if err := e.adm.Grant(ctx, "vol", admin.Access{Node: "n", Addrs: []string{"127.0.0.1"}}); err != nil {
-		t.Fatal(err)
-	}
-	c, err := e.mount(ctx, "/vol", "tcp")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	e, c, _ := quotaEnv(t, quota)
+	ctx := ctxLong(t)
 	fh, _, err := c.CreateFile(ctx, c.Root(), "one", 0o644, false)
 	if err != nil {
 		t.Fatal(err)

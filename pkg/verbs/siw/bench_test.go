@@ -8,25 +8,30 @@ import (
 	"github.com/nfsrdma/nfsrdma-csi/pkg/verbs"
 )
 
+// pingPongPair connects a pair for the 64-byte ping-pongs: 16 receives of
+// 64 bytes posted on each end (crb, srb) and a 64-byte send buffer each
+// (cbuf, sbuf).
+func pingPongPair(b *testing.B) (c, s *end, crb, srb, cbuf, sbuf verbs.MR) {
+	c, s = pair(b, Config{}, Config{}, verbs.QPAttr{}, func(s *end) {
+		srb = regMR(b, s, 64*16, verbs.AccessLocalWrite)
+		for i := 0; i < 16; i++ {
+			s.qp.PostRecv(&verbs.RecvWR{ID: uint64(i), SGL: []verbs.SGE{srb.SGE(64*i, 64)}})
+		}
+	})
+	crb = regMR(b, c, 64*16, verbs.AccessLocalWrite)
+	for i := 0; i < 16; i++ {
+		c.qp.PostRecv(&verbs.RecvWR{ID: uint64(i), SGL: []verbs.SGE{crb.SGE(64*i, 64)}})
+	}
+	return c, s, crb, srb, regMR(b, c, 64, 0), regMR(b, s, 64, 0)
+}
+
 // BenchmarkSendPingPong64Handler is BenchmarkSendPingPong64 with both
 // ends answering in their receive CQ's handler (verbs.CQHandler), as an
 // RPC-over-RDMA endpoint does: the echo is posted from the receive
 // goroutine that delivered the ping, and the next ping from the one that
 // delivered the pong, with no hand-off to another goroutine.
 func BenchmarkSendPingPong64Handler(b *testing.B) {
-	var srb verbs.MR
-	c, s := pair(b, Config{}, Config{}, verbs.QPAttr{}, func(s *end) {
-		srb = regMR(b, s, 64*16, verbs.AccessLocalWrite)
-		for i := 0; i < 16; i++ {
-			s.qp.PostRecv(&verbs.RecvWR{ID: uint64(i), SGL: []verbs.SGE{srb.SGE(64*i, 64)}})
-		}
-	})
-	crb := regMR(b, c, 64*16, verbs.AccessLocalWrite)
-	for i := 0; i < 16; i++ {
-		c.qp.PostRecv(&verbs.RecvWR{ID: uint64(i), SGL: []verbs.SGE{crb.SGE(64*i, 64)}})
-	}
-	sbuf := regMR(b, s, 64, 0)
-	cbuf := regMR(b, c, 64, 0)
+	c, s, crb, srb, cbuf, sbuf := pingPongPair(b)
 	// answer polls e's receive CQ and, for each receive, reposts it and
 	// calls next, which reports whether to send again
 	answer := func(e *end, buf, rb verbs.MR, next func() bool) func() {
@@ -69,19 +74,7 @@ func BenchmarkSendPingPong64Handler(b *testing.B) {
 // BenchmarkSendPingPong64 is the bare verbs 64-byte Send ping-pong (one op
 // = one round trip), beside BenchmarkTCPPingPong64 on the same machine.
 func BenchmarkSendPingPong64(b *testing.B) {
-	var srb verbs.MR
-	c, s := pair(b, Config{}, Config{}, verbs.QPAttr{}, func(s *end) {
-		srb = regMR(b, s, 64*16, verbs.AccessLocalWrite)
-		for i := 0; i < 16; i++ {
-			s.qp.PostRecv(&verbs.RecvWR{ID: uint64(i), SGL: []verbs.SGE{srb.SGE(64*i, 64)}})
-		}
-	})
-	crb := regMR(b, c, 64*16, verbs.AccessLocalWrite)
-	for i := 0; i < 16; i++ {
-		c.qp.PostRecv(&verbs.RecvWR{ID: uint64(i), SGL: []verbs.SGE{crb.SGE(64*i, 64)}})
-	}
-	sbuf := regMR(b, s, 64, 0)
-	cbuf := regMR(b, c, 64, 0)
+	c, s, crb, srb, cbuf, sbuf := pingPongPair(b)
 	ctx := context.Background()
 	echo := func(e *end, buf, rb verbs.MR, n int) {
 		var wc [4]verbs.WC
