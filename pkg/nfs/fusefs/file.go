@@ -22,6 +22,12 @@ type handle struct {
 	// back (as Linux's nfs_file_flush), so that it does not wait for the
 	// server, e.g. at the close-on-exec of every fork+exec.
 	readOnly bool
+	// flushed: a FLUSH came (the close(2) of a descriptor of this open
+	// file) and no WRITE or FSYNC through it since, so its RELEASE is
+	// likely on its way (node.awaitRelease). (A READ says nothing: the
+	// kernel's read-ahead sends them after the close too.) Guarded by the
+	// node's mu.
+	flushed bool
 }
 
 // writer is the write-behind state of one inode.
@@ -109,6 +115,7 @@ func writable(fh fs.FileHandle) bool {
 func (n *node) Read(ctx context.Context, _ fs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
 	ctx, done := n.sys.call(ctx) // the caller's credential, not interrupted (fsys.call)
 	defer done()
+	defer n.reading()()
 	_ = n.waitWrites() // a write error is for flush and fsync to report
 	k, err := n.sys.c.ReadAt(ctx, n.fh, dest, off)
 	if err != nil && !errors.Is(err, io.EOF) {
@@ -123,9 +130,10 @@ func (n *node) Read(ctx context.Context, _ fs.FileHandle, dest []byte, off int64
 // them in order). With noac the write is synchronous. An error of a
 // background write is returned by the next flush or fsync (close(2) or
 // fsync(2)), as Linux NFS does.
-func (n *node) Write(ctx context.Context, _ fs.FileHandle, data []byte, off int64) (uint32, syscall.Errno) {
+func (n *node) Write(ctx context.Context, fh fs.FileHandle, data []byte, off int64) (uint32, syscall.Errno) {
 	ctx, done := n.sys.call(ctx) // the caller's credential, not interrupted (fsys.call)
 	defer done()
+	n.used(fh)
 	if n.sys.o.ReadOnly {
 		return 0, syscall.EROFS
 	}
@@ -244,8 +252,9 @@ func (n *node) sync(ctx context.Context) syscall.Errno {
 
 // Flush answers FLUSH (each close of a descriptor): write back and COMMIT,
 // the "close" half of close-to-open; nothing for a descriptor opened
-// read-only.
+// read-only. The open file is marked closing (node.flushed).
 func (n *node) Flush(ctx context.Context, fh fs.FileHandle) syscall.Errno {
+	n.flushed(fh)
 	if !writable(fh) {
 		return 0
 	}
@@ -255,9 +264,10 @@ func (n *node) Flush(ctx context.Context, fh fs.FileHandle) syscall.Errno {
 }
 
 // Fsync answers FSYNC: write back and COMMIT.
-func (n *node) Fsync(ctx context.Context, _ fs.FileHandle, _ uint32) syscall.Errno {
+func (n *node) Fsync(ctx context.Context, fh fs.FileHandle, _ uint32) syscall.Errno {
 	ctx, done := n.sys.call(ctx) // the caller's credential, not interrupted (fsys.call)
 	defer done()
+	n.used(fh)
 	return n.sync(ctx)
 }
 
@@ -270,6 +280,6 @@ func (n *node) Release(ctx context.Context, fh fs.FileHandle) syscall.Errno {
 			klog.InfoS("fusefs: write back at release failed", "fh", n.fh.String(), "err", errno)
 		}
 	}
-	n.released(n.sys.bg)
+	n.released(n.sys.bg, fh)
 	return 0
 }

@@ -38,14 +38,18 @@ type node struct {
 	sys *fsys
 	fh  nfs3.FH
 
-	mu     sync.Mutex
-	ac     attrCache
-	plus   map[string]nfs3.EntryPlus // READDIRPLUS entries not yet looked up (directories)
-	names  *dirNames                 // the whole listing, when known (directories; dirnames.go)
-	plusAt time.Time                 // when plus was read
-	w      *writer                   // write-behind state (regular files, created on first write)
-	opens  int                       // open file handles (sillyrename.go)
-	silly  *silly                    // where this open file was renamed to at unlink
+	mu      sync.Mutex
+	ac      attrCache
+	plus    map[string]nfs3.EntryPlus // READDIRPLUS entries not yet looked up (directories)
+	names   *dirNames                 // the whole listing, when known (directories; dirnames.go)
+	plusAt  time.Time                 // when plus was read
+	w       *writer                   // write-behind state (regular files, created on first write)
+	opens   int                       // open file handles (sillyrename.go)
+	closed  int                       // of them, those flushed since their last use (sillyrename.go)
+	reads   int                       // READs in progress (sillyrename.go)
+	readEnd time.Time                 // when the last READ ended (sillyrename.go)
+	rel     chan struct{}             // closed at the next RELEASE or end of a READ, for awaitRelease
+	silly   *silly                    // where this open file was renamed to at unlink
 }
 
 var (

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"syscall"
+	"time"
 
+	"github.com/hanwen/go-fuse/v2/fs"
 	"k8s.io/klog/v2"
 
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/client"
@@ -37,11 +39,49 @@ func (n *node) opened() {
 	n.mu.Unlock()
 }
 
-// released counts a RELEASE of n; at the last one, the hidden name of a
-// silly-renamed n is removed.
-func (n *node) released(ctx context.Context) {
+// flushed marks the open file fh of n as closing: a FLUSH came, sent at
+// every close(2) of one of its descriptors. FUSE sends the RELEASE of
+// the open file after the close(2) of its last descriptor has already
+// returned, and asynchronously, so an unlink right after a close(2) can
+// reach us before that RELEASE does (awaitRelease).
+func (n *node) flushed(fh fs.FileHandle) {
+	h, ok := fh.(*handle)
+	if !ok {
+		return
+	}
+	n.mu.Lock()
+	if !h.flushed {
+		h.flushed = true
+		n.closed++
+	}
+	n.mu.Unlock()
+}
+
+// used marks the open file fh of n as in use (a WRITE or FSYNC through
+// it): another descriptor of it is still open.
+func (n *node) used(fh fs.FileHandle) {
+	h, ok := fh.(*handle)
+	if !ok {
+		return
+	}
+	n.mu.Lock()
+	if h.flushed {
+		h.flushed = false
+		n.closed--
+	}
+	n.mu.Unlock()
+}
+
+// released counts the RELEASE of the open file fh of n; at the last one,
+// the hidden name of a silly-renamed n is removed.
+func (n *node) released(ctx context.Context, fh fs.FileHandle) {
 	n.mu.Lock()
 	n.opens--
+	if h, ok := fh.(*handle); ok && h.flushed {
+		h.flushed = false
+		n.closed--
+	}
+	n.wakeLocked()
 	var s *silly
 	if n.opens == 0 && n.silly != nil {
 		s, n.silly = n.silly, nil
@@ -49,6 +89,100 @@ func (n *node) released(ctx context.Context) {
 	n.mu.Unlock()
 	if s != nil {
 		s.remove(ctx, n.sys.c)
+	}
+}
+
+// reading counts a READ of n in progress until the returned func is
+// called: the kernel holds the RELEASE of a closed file until the
+// read-ahead READs of it are answered.
+func (n *node) reading() func() {
+	n.mu.Lock()
+	n.reads++
+	n.mu.Unlock()
+	return func() {
+		n.mu.Lock()
+		n.reads--
+		n.readEnd = time.Now()
+		n.wakeLocked()
+		n.mu.Unlock()
+	}
+}
+
+// wakeLocked wakes awaitRelease. n.mu is held.
+func (n *node) wakeLocked() {
+	if n.rel != nil {
+		close(n.rel)
+		n.rel = nil
+	}
+}
+
+// ReleaseWait bounds how long an unlink or a rename over a file waits
+// for the RELEASEs of its open files when every one of them was flushed
+// (closed) since its last write (node.flushed). A program that closes a
+// file and then removes it, or removes its directory (rm -rf), would
+// otherwise see a silly rename, and ENOTEMPTY from rmdir, when the
+// unlink overtakes the RELEASE. The kernel holds the RELEASE until the
+// READs of the file in progress (read-ahead) are answered, so the wait
+// lasts while they are, up to ReleaseWaitMax. An open file whose close we
+// saw but that is still open (a descriptor dup(2)ed or inherited, or a
+// mapping) costs that wait at unlink, then the silly rename as before.
+const (
+	ReleaseWait    = 50 * time.Millisecond
+	ReleaseWaitMax = 2 * time.Second
+)
+
+// awaitRelease waits while n has open files and every one of them is
+// closing, until ReleaseWait has passed with no READ of n in progress, at
+// most ReleaseWaitMax (or until ctx ends). It returns the number of open
+// files left.
+func (n *node) awaitRelease(ctx context.Context) int {
+	start := time.Now()
+	long := time.NewTimer(ReleaseWaitMax)
+	defer long.Stop()
+	var short *time.Timer
+	defer func() {
+		if short != nil {
+			short.Stop()
+		}
+	}()
+	for {
+		n.mu.Lock()
+		opens := n.opens
+		if opens == 0 || n.closed < opens {
+			n.mu.Unlock()
+			return opens
+		}
+		var shortC <-chan time.Time
+		if n.reads == 0 {
+			quiet := start
+			if n.readEnd.After(quiet) {
+				quiet = n.readEnd
+			}
+			left := ReleaseWait - time.Since(quiet)
+			if left <= 0 {
+				n.mu.Unlock()
+				return opens
+			}
+			if short == nil {
+				short = time.NewTimer(left)
+			} else {
+				short.Reset(left)
+			}
+			shortC = short.C
+		}
+		if n.rel == nil {
+			n.rel = make(chan struct{})
+		}
+		rel := n.rel
+		n.mu.Unlock()
+		select {
+		case <-rel:
+		case <-shortC:
+		case <-long.C:
+			return opens
+		case <-ctx.Done():
+			return opens
+		}
 	}
 }
 
@@ -82,6 +216,9 @@ func (n *node) sillyRename(ctx context.Context, name string) (*node, error) {
 	cn.mu.Lock()
 	opens, was := cn.opens, cn.silly
 	cn.mu.Unlock()
+	if opens > 0 && was == nil {
+		opens = cn.awaitRelease(ctx)
+	}
 	if opens == 0 {
 		return nil, nil
 	}

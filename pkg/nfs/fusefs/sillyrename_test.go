@@ -2,16 +2,24 @@ package fusefs
 
 import (
 	"bytes"
+	"context"
+	"encoding/binary"
 	"errors"
+	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nfs3"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
 )
 
 // hidden lists the silly-renamed (".nfs*") names in dir.
@@ -186,4 +194,119 @@ func TestSillyRename(t *testing.T) {
 			}
 		})
 	}
+}
+
+// slowReads delays every NFS READ by d (so that read-ahead READs are in
+// flight when a reader closes) and counts the READs in flight.
+type slowReads struct {
+	sunrpc.ClientTransport
+	d        time.Duration
+	inFlight atomic.Int32
+}
+
+func (s *slowReads) RoundTrip(ctx context.Context, c *sunrpc.Call) (*sunrpc.Reply, error) {
+	if h := c.Msg.Head; len(h) >= 24 && binary.BigEndian.Uint32(h[12:]) == nfs3.Program && binary.BigEndian.Uint32(h[20:]) == nfs3.ProcRead {
+		s.inFlight.Add(1)
+		defer s.inFlight.Add(-1)
+		time.Sleep(s.d)
+	}
+	return s.ClientTransport.RoundTrip(ctx, c)
+}
+
+// TestCloseThenUnlink: a file closed and at once unlinked, or its
+// directory removed (rm -rf), is removed, not silly-renamed, although
+// FUSE sends the RELEASE after close(2) returned and holds it while
+// read-ahead READs of the file are in flight, so that the UNLINK comes
+// first (node.awaitRelease); before, rm -rf failed with ENOTEMPTY on the
+// hidden name. A file whose close we saw but that another descriptor
+// (dup(2)) keeps open is still silly-renamed, after at most ReleaseWait,
+// and stays readable through that descriptor.
+func TestCloseThenUnlink(t *testing.T) {
+	needFUSE(t)
+	s := startServer(t)
+	var pc *procCount
+	var sr *slowReads
+	wrap := func(d sunrpc.DialFunc) sunrpc.DialFunc {
+		return func(ctx context.Context) (sunrpc.ClientTransport, error) {
+			ct, err := d(ctx)
+			if err != nil {
+				return nil, err
+			}
+			sr = &slowReads{ClientTransport: ct, d: 2 * ReleaseWait} // past the short wait
+			pc = &procCount{ClientTransport: sr, n: map[uint32]int{}}
+			return pc, nil
+		}
+	}
+	dir, _ := s.mountWith(t, ProtoRDMA, "", wrap)
+	data := bytes.Repeat([]byte("read ahead then removed "), 350000) // 8.4 MB
+	probed := 0
+	for i := 0; probed < 3 && i < 30; i++ {
+		// made on the server, not through the mount (which would
+		// trust its own listing of the directory: dirnames.go)
+		name := fmt.Sprintf("d%d", i)
+		if err := os.Mkdir(filepath.Join(s.root, name), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(s.root, name, "big"), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		sub := filepath.Join(dir, name)
+		f, err := os.Open(filepath.Join(sub, "big"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, 64<<10)
+		for k := 0; k < 20; k++ { // 1.25 MiB: past the first read-ahead window
+			if _, err := io.ReadFull(f, buf); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if sr.inFlight.Load() > 0 {
+			probed++
+		}
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.RemoveAll(sub); err != nil {
+			t.Fatalf("rm -rf right after close: %v (hidden names: %v)", err, hidden(t, sub))
+		}
+	}
+	if probed == 0 {
+		t.Fatal("no close came with read-ahead READs in flight: the test did not probe the race")
+	}
+	if n := pc.get(nfs3.ProcRename); n != 0 {
+		t.Fatalf("%d RENAMEs (silly renames) for files closed before their unlink", n)
+	}
+
+	// A descriptor dup(2)ed before the close keeps the file open.
+	p := filepath.Join(dir, "dup")
+	if err := os.WriteFile(p, []byte("still open"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fd, err := unix.Dup(int(f.Fd()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	start := time.Now()
+	if err := os.Remove(p); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > ReleaseWait+5*time.Second {
+		t.Errorf("unlink took %v; the wait for a RELEASE is bounded by %v", took, ReleaseWait)
+	}
+	if h := hidden(t, dir); len(h) != 1 || pc.get(nfs3.ProcRename) != 1 {
+		t.Fatalf("hidden names %v, %d RENAMEs: want the open file silly-renamed", h, pc.get(nfs3.ProcRename))
+	}
+	got := make([]byte, 64)
+	k, err := unix.Pread(fd, got, 0)
+	if err != nil || string(got[:k]) != "still open" {
+		t.Fatalf("read through the dup after unlink: %q, %v", got[:k], err)
+	}
+	unix.Close(fd)
+	waitNoHidden(t, dir)
 }
