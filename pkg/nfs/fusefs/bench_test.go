@@ -68,6 +68,7 @@ var (
 	benchMiB   = flag.Int("fusebench.mib", 1024, "MiB written and read per iteration by BenchmarkFUSESeqWrite and BenchmarkFUSESeqRead")
 	benchFiles = flag.Int("fusebench.files", 10000, "files created, stated and unlinked per iteration by BenchmarkFUSEMetadata")
 	benchRA    = flag.Int("fusebench.ra", DefaultReadAheadKB, "kernel read-ahead of every mount of the benchmarks, in KiB (read_ahead_kb)")
+	benchOpts  = flag.String("fusebench.opts", "", "more mount options (nfs(5) vocabulary, comma-separated) of our mounts in the benchmarks, e.g. rsize=262144")
 )
 
 // benchMount is a mounted file system under benchmark: mnt is the mount
@@ -93,7 +94,11 @@ var benchMounts = []struct {
 // tests' shared helpers (unmounted and stopped at the end of b).
 func mountOurs(b *testing.B, proto string) benchMount {
 	srv := startServer(b)
-	dir, _ := srv.mount(b, proto, fmt.Sprintf("read_ahead_kb=%d", *benchRA))
+	o := fmt.Sprintf("read_ahead_kb=%d", *benchRA)
+	if *benchOpts != "" {
+		o += "," + *benchOpts
+	}
+	dir, _ := srv.mount(b, proto, o)
 	return benchMount{mnt: dir, backing: srv.root, check: func(b *testing.B) {
 		m := srv.rdma.Metrics()
 		if proto == ProtoRDMA && m.Calls == 0 {
