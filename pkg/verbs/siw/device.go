@@ -10,8 +10,11 @@ import (
 )
 
 // Config tunes a software iWARP device. The zero value is what Linux siw
-// does by default: MPA revision 2 with the enhanced setup and peer-to-peer
-// RTR, CRC32c on, no markers, FPDUs sized to the path MSS.
+// does by default (MPA revision 2 with the enhanced setup and peer-to-peer
+// RTR, no markers, FPDUs sized to the path MSS) except for the CRC: we ask
+// for CRC32c on every connection, while siw's default (mpa_crc_required
+// off) does not ask but honours a peer that does, so that our connections
+// to siw carry the CRC too (MPA uses it when either end asks, see NoCRC).
 type Config struct {
 	// Name is the device name; default "siw0".
 	Name string
