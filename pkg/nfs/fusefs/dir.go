@@ -44,7 +44,9 @@ func (n *node) OpendirHandle(ctx context.Context, flags uint32) (fs.FileHandle, 
 // middle of a FUSE READDIRPLUS (fileEntry.overflowErrno) and returns it in
 // place of every later entry that does not fit a reply, dropping that
 // entry; with EINTR, which callers retry, entries vanished without an
-// error (TestSignalledCallers).
+// error (TestSignalledCallers). For the same reason a READDIRPLUS given
+// up past the grace (a hard mount whose server does not answer) ends the
+// listing with EIO, not EINTR (TestInterruptGrace).
 func (d *dirStream) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Errno) {
 	for len(d.ents) == 0 {
 		if d.eof {
@@ -53,6 +55,9 @@ func (d *dirStream) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Err
 		ctx, done := d.n.sys.call(ctx) // the caller's credential, not interrupted (fsys.call)
 		errno := d.fill(ctx)
 		done()
+		if errno == syscall.EINTR {
+			errno = syscall.EIO
+		}
 		if errno != 0 {
 			return nil, errno
 		}

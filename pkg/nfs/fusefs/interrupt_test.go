@@ -13,7 +13,9 @@ import (
 // TestInterruptGrace: a FUSE request whose NFS call cannot finish (the
 // server is gone and the mount is hard) goes on after its caller is
 // signalled (FUSE_INTERRUPT) until the grace has passed, then ends with
-// EINTR, so that its goroutine is free; requests never interrupted are
+// EINTR, so that its goroutine is free; a directory listing ends with EIO
+// instead (dirStream.Readdirent: go-fuse would drop entries behind an
+// EINTR that the caller retries); requests never interrupted are
 // never cancelled (TestSignalledCallers checks that an interrupted
 // request that can finish reports its true outcome).
 func TestInterruptGrace(t *testing.T) {
@@ -24,6 +26,11 @@ func TestInterruptGrace(t *testing.T) {
 	if err := os.WriteFile(f, []byte("x"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	dfd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(dfd)
 	const grace = 700 * time.Millisecond
 	in := m.sys.intr
 	in.mu.Lock()
@@ -49,6 +56,18 @@ func TestInterruptGrace(t *testing.T) {
 	}
 	if limit := grace + 3*in.tick() + 2*time.Second; took > limit {
 		t.Fatalf("stat ended after %v, want at most %v", took, limit)
+	}
+
+	var lsErr error
+	onSignalledThread(t, func() error {
+		start := time.Now()
+		_, lsErr = unix.Getdents(dfd, make([]byte, 8192)) // a READDIRPLUS that cannot be answered
+		took = time.Since(start)
+		return nil
+	})
+	t.Logf("listing on that mount, caller signalled: %v after %v", lsErr, took)
+	if !errors.Is(lsErr, unix.EIO) || took < grace {
+		t.Fatalf("getdents: %v after %v, want EIO once the grace of %v has passed", lsErr, took, grace)
 	}
 	in.mu.Lock()
 	left := len(in.reqs)
