@@ -5,6 +5,8 @@
 package testenv
 
 import (
+	"flag"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -109,4 +111,28 @@ func RemoveDrivers() {
 		os.RemoveAll(filepath.Dir(bin))
 		delete(built, race)
 	}
+}
+
+// MainCheckingLeaks is a TestMain: it runs the tests of m and then, when
+// they passed (and this is not a fuzzing run), fails the test binary if
+// more goroutines run than before them once 5 s have passed, printing
+// every goroutine's stack: a connection, server or timer left running by
+// a test. It does not return (os.Exit).
+func MainCheckingLeaks(m *testing.M) {
+	flag.Parse()
+	before := runtime.NumGoroutine()
+	code := m.Run()
+	if f := flag.Lookup("test.fuzz"); code == 0 && (f == nil || f.Value.String() == "") {
+		deadline := time.Now().Add(5 * time.Second)
+		for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if n := runtime.NumGoroutine(); n > before {
+			buf := make([]byte, 1<<20)
+			buf = buf[:runtime.Stack(buf, true)]
+			fmt.Fprintf(os.Stderr, "goroutine leak: %d running, %d before the tests\n%s\n", n, before, buf)
+			code = 1
+		}
+	}
+	os.Exit(code)
 }

@@ -2,13 +2,9 @@ package metrics
 
 import (
 	"context"
-	"flag"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"os"
-	"runtime"
 	"sort"
 	"strings"
 	"testing"
@@ -18,27 +14,12 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+
+	"github.com/nfsrdma/nfsrdma-csi/internal/testenv"
 )
 
 // TestMain fails the run if goroutines started by the tests outlive them.
-func TestMain(m *testing.M) {
-	flag.Parse()
-	before := runtime.NumGoroutine()
-	code := m.Run()
-	if code == 0 {
-		deadline := time.Now().Add(5 * time.Second)
-		for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
-			time.Sleep(10 * time.Millisecond)
-		}
-		if n := runtime.NumGoroutine(); n > before {
-			buf := make([]byte, 1<<20)
-			buf = buf[:runtime.Stack(buf, true)]
-			fmt.Fprintf(os.Stderr, "goroutine leak: %d running, %d before the tests\n%s\n", n, before, buf)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testenv.MainCheckingLeaks(m) }
 
 func testCtx(t testing.TB, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)

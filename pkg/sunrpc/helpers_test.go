@@ -4,39 +4,21 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
-	"os"
-	"runtime"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/nfsrdma/nfsrdma-csi/pkg/xdr"
+
+	"github.com/nfsrdma/nfsrdma-csi/internal/testenv"
 )
 
 // TestMain fails the run if goroutines started by the tests outlive them.
-func TestMain(m *testing.M) {
-	flag.Parse()
-	before := runtime.NumGoroutine()
-	code := m.Run()
-	if f := flag.Lookup("test.fuzz"); code == 0 && (f == nil || f.Value.String() == "") {
-		deadline := time.Now().Add(5 * time.Second)
-		for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
-			time.Sleep(10 * time.Millisecond)
-		}
-		if n := runtime.NumGoroutine(); n > before {
-			buf := make([]byte, 1<<20)
-			buf = buf[:runtime.Stack(buf, true)]
-			fmt.Fprintf(os.Stderr, "goroutine leak: %d running, %d before the tests\n%s\n", n, before, buf)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testenv.MainCheckingLeaks(m) }
 
 const (
 	testProg = 0x20000099
