@@ -29,8 +29,8 @@ import (
 // lock, so grants reach the requester in the order they were decided (a
 // stale higher grant can never overtake a lower one).
 //
-// The grant of a connection is its target (the grant of its AUTH_SYS
-// machine name, SetMachineGrants, else the default, SetGrant), capped by
+// The grant of a connection is its target (its share of the grant of its
+// AUTH_SYS machine name, SetMachineGrants, else the default, SetGrant), capped by
 // ServerOptions.Credits and, when ServerOptions.Budget is set, by a max-min
 // fair share of the server-wide receive budget; never below 1 (a zero
 // grant would deadlock, section 3.3.1).
@@ -53,8 +53,9 @@ type ConnInfo struct {
 	// Machine is the AUTH_SYS machine name of the connection's latest
 	// call that carried one ("" before), the key of SetMachineGrants.
 	Machine string
-	// Target is the grant before the budget: the machine's grant when one
-	// is set (Named), else the default; capped by Credits.
+	// Target is the grant before the budget: the connection's share of
+	// its machine's grant when one is set (Named), else the default;
+	// capped by Credits.
 	Target int
 	Named  bool
 	// Grant is what replies carry (credits), Posted the receives posted,
@@ -69,16 +70,14 @@ func (s *Server) SetGrant(n int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.defGrant = min(max(n, 1), s.opts.Credits)
-	for c := range s.conns {
-		s.targetLocked(c)
-	}
-	s.rebalanceLocked()
+	s.retargetLocked()
 }
 
 // SetMachineGrants sets the credits granted to the connections of each
 // AUTH_SYS machine name (RFC 5531 appendix A authsys_parms.machinename;
 // the CSI node plugin names each pod's mount "NODE/NAMESPACE/POD"),
-// replacing the previous set; grants are clamped to 1..Credits.
+// replacing the previous set; a machine's grant is shared by its
+// connections (retargetLocked), each clamped to 1..Credits.
 // Connections of machines not in g get the default grant. A connection's
 // machine is the one of its latest AUTH_SYS call: a requester that lies
 // about it gets that machine's grant, the same trust AUTH_SYS gives its
@@ -87,10 +86,7 @@ func (s *Server) SetMachineGrants(g map[string]int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.machineGrants = maps.Clone(g)
-	for c := range s.conns {
-		s.targetLocked(c)
-	}
-	s.rebalanceLocked()
+	s.retargetLocked()
 }
 
 // Connections describes each open connection's credits, sorted by peer.
@@ -100,11 +96,8 @@ func (s *Server) Connections() []ConnInfo {
 	for c := range s.conns {
 		cc := &c.cred
 		cc.mu.Lock()
-		ci := ConnInfo{Target: cc.target, Named: cc.named, Grant: cc.grant, Posted: cc.posted, InProcess: cc.working}
+		ci := ConnInfo{Peer: c.peerAddr(), Target: cc.target, Named: cc.named, Grant: cc.grant, Posted: cc.posted, InProcess: cc.working}
 		cc.mu.Unlock()
-		if c.addr != nil {
-			ci.Peer = c.addr.String()
-		}
 		if m := cc.machine.Load(); m != nil {
 			ci.Machine = *m
 		}
@@ -115,17 +108,50 @@ func (s *Server) Connections() []ConnInfo {
 	return out
 }
 
-// targetLocked sets c's target from its machine. s.mu is held.
-func (s *Server) targetLocked(c *srvConn) {
-	t, named := s.defGrant, false
-	if m := c.cred.machine.Load(); m != nil {
-		if g, ok := s.machineGrants[*m]; ok {
-			t, named = g, true
+// retargetLocked sets every connection's target from its machine and
+// rebalances. A machine's grant is shared by its connections: a pod that
+// mounts k volumes of this server opens k connections under one machine
+// name, and its grant bounds them together (max-min: grant/k each, the
+// remainder one by one in peer order; at least 1 each). Connections of
+// machines without a grant get the default each. s.mu is held.
+func (s *Server) retargetLocked() {
+	byMachine := map[string][]*srvConn{}
+	for c := range s.conns {
+		t, named := s.defGrant, false
+		if m := c.cred.machine.Load(); m != nil {
+			if _, ok := s.machineGrants[*m]; ok {
+				byMachine[*m] = append(byMachine[*m], c)
+				continue
+			}
+		}
+		c.cred.setTarget(min(max(t, 1), s.opts.Credits), named)
+	}
+	for m, cs := range byMachine {
+		slices.SortFunc(cs, func(a, b *srvConn) int { return strings.Compare(a.peerAddr(), b.peerAddr()) })
+		g := s.machineGrants[m]
+		for i, c := range cs {
+			t := g / len(cs)
+			if i < g%len(cs) {
+				t++
+			}
+			c.cred.setTarget(min(max(t, 1), s.opts.Credits), true)
 		}
 	}
-	c.cred.mu.Lock()
-	c.cred.target, c.cred.named = min(max(t, 1), s.opts.Credits), named
-	c.cred.mu.Unlock()
+	s.rebalanceLocked()
+}
+
+func (cc *connCredits) setTarget(t int, named bool) {
+	cc.mu.Lock()
+	cc.target, cc.named = t, named
+	cc.mu.Unlock()
+}
+
+// peerAddr is c's remote address ("" when unknown).
+func (c *srvConn) peerAddr() string {
+	if c.addr == nil {
+		return ""
+	}
+	return c.addr.String()
 }
 
 // rebalanceLocked sets every connection's grant: its target, or its max-min
@@ -206,8 +232,7 @@ func (c *srvConn) learnMachine(req *sunrpc.Request) {
 	if _, ok := s.conns[c]; !ok {
 		return
 	}
-	s.targetLocked(c)
-	s.rebalanceLocked()
+	s.retargetLocked()
 }
 
 // received accounts a receive completed on c: a call now in process.
@@ -261,6 +286,6 @@ func (s *Server) removeConn(c *srvConn) {
 	defer s.mu.Unlock()
 	if _, ok := s.conns[c]; ok {
 		delete(s.conns, c)
-		s.rebalanceLocked()
+		s.retargetLocked()
 	}
 }

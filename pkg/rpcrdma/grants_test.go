@@ -263,6 +263,64 @@ func TestReceiveBudget(t *testing.T) {
 	}
 }
 
+// TestMachineGrantShared: the connections of one machine name (a pod
+// with several volumes of the server, each mounted on its own connection)
+// share the machine's grant instead of getting it each; when one closes,
+// the others get its share back.
+func TestMachineGrantShared(t *testing.T) {
+	ts := startServer(t, ServerOptions{Credits: 32, Grant: 16})
+	ctx := tctx(t, 20*time.Second)
+	const pod = "node1/default/pod-a"
+	ts.srv.SetMachineGrants(map[string]int{pod: 9})
+	var clients []*sunrpc.Client
+	var ms []*ClientMetrics
+	for range 2 {
+		c, m := machineClient(t, ts, pod)
+		clients, ms = append(clients, c), append(ms, m)
+	}
+	other, om := machineClient(t, ts, "node1/default/pod-b")
+	// The replies after the second connection named its machine carry
+	// the shared grant; receives posted under the first connection's
+	// earlier grant of 9 drain as its calls use them.
+	for range 10 {
+		for _, c := range append(clients, other) {
+			if err := countCall(ctx, c); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	g0, g1 := ms[0].Metrics().CreditsGranted, ms[1].Metrics().CreditsGranted
+	if g0+g1 != 9 || min(g0, g1) != 4 {
+		t.Errorf("two connections of %s granted %d and %d; want the machine's 9 shared (5 and 4)", pod, g0, g1)
+	}
+	if g := om.Metrics().CreditsGranted; g != 16 {
+		t.Errorf("a machine without a grant of its own was granted %d, want the default 16", g)
+	}
+	sum := 0
+	for _, ci := range settled(t, ts.srv) {
+		if ci.Machine == pod {
+			sum += ci.Posted
+			if !ci.Named {
+				t.Errorf("%+v: not named", ci)
+			}
+		}
+	}
+	if sum != 9 {
+		t.Errorf("%d receives posted for %s, want its grant of 9: %+v", sum, pod, ts.srv.Connections())
+	}
+	clients[0].Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for len(ts.srv.Connections()) != 2 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := countCall(ctx, clients[1]); err != nil {
+		t.Fatal(err)
+	}
+	if g := ms[1].Metrics().CreditsGranted; g != 9 {
+		t.Errorf("the connection left of %s granted %d, want the whole 9", pod, g)
+	}
+}
+
 // TestGrantOverrun: a requester that sends more calls than it was granted
 // finds no receive posted; the RDMA layer terminates the connection
 // (RFC 8166 section 3.3.1), and no call beyond the grant is processed.

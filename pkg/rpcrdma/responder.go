@@ -310,8 +310,7 @@ func (s *Server) newConn(ctx context.Context, req verbs.ConnRequest) (*srvConn, 
 	c.cred.posted = 1
 	s.mu.Lock()
 	s.conns[c] = struct{}{}
-	s.targetLocked(c)
-	s.rebalanceLocked()
+	s.retargetLocked()
 	s.mu.Unlock()
 	pdata, err := local.Append(nil)
 	if err != nil {
