@@ -120,7 +120,11 @@ func New(cfg Config) *Ledger {
 }
 
 // Run watches pods, PVCs and PVs and keeps the ledger until ctx ends.
+// Its first computation pushes every server's grants, whatever an earlier
+// Run pushed: between two terms of leadership (RunElected) another
+// replica may have pushed others.
 func (l *Ledger) Run(ctx context.Context) error {
+	l.pushed = map[string]map[string]int{}
 	f := informers.NewSharedInformerFactory(l.cfg.Client, l.cfg.Resync)
 	pi, ci, vi := f.Core().V1().Pods(), f.Core().V1().PersistentVolumeClaims(), f.Core().V1().PersistentVolumes()
 	l.pods, l.pvcs, l.pvs = pi.Lister(), ci.Lister(), vi.Lister()

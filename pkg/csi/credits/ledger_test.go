@@ -215,3 +215,27 @@ func TestLedgerPush(t *testing.T) {
 	srv.wait(t, "10.0.0.6", map[string]int{})
 	srv.wait(t, "10.0.0.5", map[string]int{"n1/ns1/a": 8})
 }
+
+// TestLedgerPushNewTerm: a ledger that runs again (a new term of
+// leadership) pushes every server's grants at once, not at the next
+// resync, although it pushed the same ones in its earlier term: another
+// replica may have pushed others meanwhile.
+func TestLedgerPushNewTerm(t *testing.T) {
+	c := fake.NewSimpleClientset(pv("pv-a", "10.0.0.5", "8"), pvc("ns1", "claim-a", "pv-a"), pod("ns1", "a", "claim-a", 1, nil))
+	srv := &fakeServers{fail: map[string]bool{}, got: map[string]map[string]int{}}
+	l := New(Config{Client: c, Namespace: "csi", DriverName: driver, Budget: 64, Resync: time.Hour, Push: srv.push})
+	for term := range 2 {
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { l.Run(ctx); close(done) }()
+		srv.wait(t, "10.0.0.5", map[string]int{"n1/ns1/a": 8})
+		cancel()
+		<-done
+		if term == 0 {
+			// what another leader pushed meanwhile
+			srv.mu.Lock()
+			srv.got["10.0.0.5"] = map[string]int{"n1/ns1/a": 2}
+			srv.mu.Unlock()
+		}
+	}
+}
