@@ -51,7 +51,10 @@
 //     a hidden .nfs<fileid><counter> in its directory, REMOVEd at the
 //     last close, so that its descriptors keep working (NFSv3 servers
 //     free a file at REMOVE; knfsd answers STALE after). The hidden name
-//     shows in listings meanwhile (sillyrename.go).
+//     shows in listings meanwhile (sillyrename.go). FUSE sends the
+//     RELEASE of a closed file after close(2) returned, so an unlink of
+//     a file whose every open file was closed waits for those RELEASEs
+//     (ReleaseWait) rather than silly-renaming it.
 //   - Extended attributes answer ENOTSUP; POSIX and BSD locks ENOSYS (the
 //     kernel turns that into ENOLCK for fcntl).
 //
