@@ -49,16 +49,10 @@ func TestKnownNames(t *testing.T) {
 	needFUSE(t)
 	s := startServer(t)
 	var pc *procCount
-	wrap := func(d sunrpc.DialFunc) sunrpc.DialFunc {
-		return func(ctx context.Context) (sunrpc.ClientTransport, error) {
-			ct, err := d(ctx)
-			if err != nil {
-				return nil, err
-			}
-			pc = &procCount{ClientTransport: ct, n: map[uint32]int{}}
-			return pc, nil
-		}
-	}
+	wrap := wrapConns(func(ct sunrpc.ClientTransport) sunrpc.ClientTransport {
+		pc = &procCount{ClientTransport: ct, n: map[uint32]int{}}
+		return pc
+	})
 	// acdirmin=1: the directory's attributes (and so its known names)
 	// are trusted for 1 s after each refresh
 	dir, m := s.mountWith(t, ProtoRDMA, "acdirmin=1,acdirmax=1", wrap)

@@ -24,9 +24,9 @@ type handle struct {
 	readOnly bool
 	// flushed: a FLUSH came (the close(2) of a descriptor of this open
 	// file) and no WRITE or FSYNC through it since, so its RELEASE is
-	// likely on its way (node.awaitRelease). (A READ says nothing: the
-	// kernel's read-ahead sends them after the close too.) Guarded by the
-	// node's mu.
+	// likely on its way (node.setFlushed, node.awaitRelease). A READ says
+	// nothing: the kernel's read-ahead sends them after the close too.
+	// Guarded by the node's mu.
 	flushed bool
 }
 
@@ -133,7 +133,7 @@ func (n *node) Read(ctx context.Context, _ fs.FileHandle, dest []byte, off int64
 func (n *node) Write(ctx context.Context, fh fs.FileHandle, data []byte, off int64) (uint32, syscall.Errno) {
 	ctx, done := n.sys.call(ctx) // the caller's credential, not interrupted (fsys.call)
 	defer done()
-	n.used(fh)
+	n.setFlushed(fh, false)
 	if n.sys.o.ReadOnly {
 		return 0, syscall.EROFS
 	}
@@ -252,9 +252,9 @@ func (n *node) sync(ctx context.Context) syscall.Errno {
 
 // Flush answers FLUSH (each close of a descriptor): write back and COMMIT,
 // the "close" half of close-to-open; nothing for a descriptor opened
-// read-only. The open file is marked closing (node.flushed).
+// read-only. The open file is marked closing (node.setFlushed).
 func (n *node) Flush(ctx context.Context, fh fs.FileHandle) syscall.Errno {
-	n.flushed(fh)
+	n.setFlushed(fh, true)
 	if !writable(fh) {
 		return 0
 	}
@@ -267,7 +267,7 @@ func (n *node) Flush(ctx context.Context, fh fs.FileHandle) syscall.Errno {
 func (n *node) Fsync(ctx context.Context, fh fs.FileHandle, _ uint32) syscall.Errno {
 	ctx, done := n.sys.call(ctx) // the caller's credential, not interrupted (fsys.call)
 	defer done()
-	n.used(fh)
+	n.setFlushed(fh, false)
 	return n.sync(ctx)
 }
 

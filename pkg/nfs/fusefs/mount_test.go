@@ -134,6 +134,20 @@ func (s *testServer) mountWith(t testing.TB, proto, extra string, wrap func(sunr
 	return dir, m
 }
 
+// wrapConns returns a Config.WrapDial that passes each NFS connection the
+// mount dials through f (to count or delay its calls).
+func wrapConns(f func(sunrpc.ClientTransport) sunrpc.ClientTransport) func(sunrpc.DialFunc) sunrpc.DialFunc {
+	return func(d sunrpc.DialFunc) sunrpc.DialFunc {
+		return func(ctx context.Context) (sunrpc.ClientTransport, error) {
+			ct, err := d(ctx)
+			if err != nil {
+				return nil, err
+			}
+			return f(ct), nil
+		}
+	}
+}
+
 // cleanupMount serves m (mounted on dir) until the end of the test, then
 // unmounts it (bounded, lazily if busy) and checks that the FUSE server
 // stopped and that no mount is left behind.

@@ -57,19 +57,13 @@ func TestReadAhead(t *testing.T) {
 		t.Run(proto, func(t *testing.T) {
 			var watches []*readWatch
 			var mu sync.Mutex
-			wrap := func(d sunrpc.DialFunc) sunrpc.DialFunc {
-				return func(ctx context.Context) (sunrpc.ClientTransport, error) {
-					ct, err := d(ctx)
-					if err != nil {
-						return nil, err
-					}
-					w := &readWatch{ClientTransport: ct}
-					mu.Lock()
-					watches = append(watches, w)
-					mu.Unlock()
-					return w, nil
-				}
-			}
+			wrap := wrapConns(func(ct sunrpc.ClientTransport) sunrpc.ClientTransport {
+				w := &readWatch{ClientTransport: ct}
+				mu.Lock()
+				watches = append(watches, w)
+				mu.Unlock()
+				return w
+			})
 			dir, _ := s.mountWith(t, proto, "", wrap)
 			if kb, err := ReadAhead(dir); err != nil || kb != DefaultReadAheadKB {
 				t.Fatalf("read_ahead_kb %d, %v; want %d", kb, err, DefaultReadAheadKB)

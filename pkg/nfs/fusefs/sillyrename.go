@@ -39,35 +39,26 @@ func (n *node) opened() {
 	n.mu.Unlock()
 }
 
-// flushed marks the open file fh of n as closing: a FLUSH came, sent at
-// every close(2) of one of its descriptors. FUSE sends the RELEASE of
-// the open file after the close(2) of its last descriptor has already
-// returned, and asynchronously, so an unlink right after a close(2) can
-// reach us before that RELEASE does (awaitRelease).
-func (n *node) flushed(fh fs.FileHandle) {
+// setFlushed marks the open file fh of n as closing (flushed true: a
+// FLUSH came, sent at every close(2) of one of its descriptors) or as in
+// use (false: a WRITE or FSYNC through it, so another descriptor of it is
+// still open). FUSE sends the RELEASE of an open file after the close(2)
+// of its last descriptor has already returned, and asynchronously, so an
+// unlink right after a close(2) can reach us before that RELEASE does
+// (awaitRelease).
+func (n *node) setFlushed(fh fs.FileHandle, flushed bool) {
 	h, ok := fh.(*handle)
 	if !ok {
 		return
 	}
 	n.mu.Lock()
-	if !h.flushed {
-		h.flushed = true
-		n.closed++
-	}
-	n.mu.Unlock()
-}
-
-// used marks the open file fh of n as in use (a WRITE or FSYNC through
-// it): another descriptor of it is still open.
-func (n *node) used(fh fs.FileHandle) {
-	h, ok := fh.(*handle)
-	if !ok {
-		return
-	}
-	n.mu.Lock()
-	if h.flushed {
-		h.flushed = false
-		n.closed--
+	if h.flushed != flushed {
+		h.flushed = flushed
+		if flushed {
+			n.closed++
+		} else {
+			n.closed--
+		}
 	}
 	n.mu.Unlock()
 }
@@ -118,7 +109,7 @@ func (n *node) wakeLocked() {
 
 // ReleaseWait bounds how long an unlink or a rename over a file waits
 // for the RELEASEs of its open files when every one of them was flushed
-// (closed) since its last write (node.flushed). A program that closes a
+// (closed) since its last write (node.setFlushed). A program that closes a
 // file and then removes it, or removes its directory (rm -rf), would
 // otherwise see a silly rename, and ENOTEMPTY from rmdir, when the
 // unlink overtakes the RELEASE. The kernel holds the RELEASE until the

@@ -226,17 +226,11 @@ func TestCloseThenUnlink(t *testing.T) {
 	s := startServer(t)
 	var pc *procCount
 	var sr *slowReads
-	wrap := func(d sunrpc.DialFunc) sunrpc.DialFunc {
-		return func(ctx context.Context) (sunrpc.ClientTransport, error) {
-			ct, err := d(ctx)
-			if err != nil {
-				return nil, err
-			}
-			sr = &slowReads{ClientTransport: ct, d: 2 * ReleaseWait} // past the short wait
-			pc = &procCount{ClientTransport: sr, n: map[uint32]int{}}
-			return pc, nil
-		}
-	}
+	wrap := wrapConns(func(ct sunrpc.ClientTransport) sunrpc.ClientTransport {
+		sr = &slowReads{ClientTransport: ct, d: 2 * ReleaseWait} // past the short wait
+		pc = &procCount{ClientTransport: sr, n: map[uint32]int{}}
+		return pc
+	})
 	dir, _ := s.mountWith(t, ProtoRDMA, "", wrap)
 	data := bytes.Repeat([]byte("read ahead then removed "), 350000) // 8.4 MB
 	probed := 0
