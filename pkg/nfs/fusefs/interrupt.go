@@ -2,8 +2,13 @@ package fusefs
 
 import (
 	"context"
+	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
+
+	"github.com/hanwen/go-fuse/v2/fuse"
 
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/client"
 )
@@ -16,12 +21,19 @@ import (
 // server would report a CREATE, REMOVE, RENAME or COMMIT as failed
 // (close(2) failing, open(O_EXCL) retried by the caller failing with
 // EEXIST, unlink retried failing with ENOENT) when it took place; and
-// callers that set SA_RESTART do not expect EINTR from a regular file. A
-// signal that kills the caller ends the kernel's wait without us. Past the
-// grace (a server that does not answer), the request ends with EINTR so
-// that its goroutine is free. The grace is measured by a watcher that
-// looks at the requests in flight every grace/30 (1 s), so it ends up to
-// one such tick late.
+// callers that set SA_RESTART do not expect EINTR from a regular file.
+// Past the grace (a server that does not answer), the request ends with
+// EINTR so that its goroutine is free. The grace is measured by a watcher
+// that looks at the requests in flight every grace/30 (1 s), so it ends up
+// to one such tick late.
+//
+// A caller that is being killed (SIGKILL pending, as /proc/PID/status
+// shows) gets no grace: FUSE waits uninterruptibly for the answer to a
+// request it already passed to us, so the caller could not die until we
+// answer, while nobody will read the outcome. Its request ends at the
+// next tick, as a hard Linux NFS mount lets SIGKILL end an RPC wait
+// (TASK_KILLABLE). A caller outside our PID namespace (FUSE reports pid
+// 0) keeps the grace.
 const InterruptGrace = 30 * time.Second
 
 // interrupts is the watcher of one mount's FUSE requests in flight: it
@@ -42,6 +54,7 @@ type interrupts struct {
 type request struct {
 	interrupted <-chan struct{}    // go-fuse's cancel channel of the request
 	cancel      context.CancelFunc // cancels the request's NFS calls
+	pid         uint32             // the caller's thread (0: unknown)
 	since       time.Time          // when the watcher first saw it interrupted
 }
 
@@ -84,14 +97,14 @@ func (in *interrupts) scan(now time.Time) {
 		if r.since.IsZero() {
 			r.since = now
 		}
-		if now.Sub(r.since) >= in.grace {
+		if now.Sub(r.since) >= in.grace || killed(r.pid) {
 			r.cancel()
 		}
 	}
 }
 
-func (in *interrupts) add(interrupted <-chan struct{}, cancel context.CancelFunc) *request {
-	r := &request{interrupted: interrupted, cancel: cancel}
+func (in *interrupts) add(interrupted <-chan struct{}, cancel context.CancelFunc, pid uint32) *request {
+	r := &request{interrupted: interrupted, cancel: cancel, pid: pid}
 	in.mu.Lock()
 	in.reqs[r] = struct{}{}
 	in.mu.Unlock()
@@ -119,9 +132,40 @@ func (s *fsys) call(ctx context.Context) (c context.Context, done func()) {
 	if interrupted == nil { // not a FUSE request
 		return c, cancel
 	}
-	r := s.intr.add(interrupted, cancel)
+	var pid uint32
+	if fc, ok := fuse.FromContext(ctx); ok {
+		pid = fc.Pid
+	}
+	r := s.intr.add(interrupted, cancel, pid)
 	return c, func() {
 		s.intr.remove(r)
 		cancel()
 	}
+}
+
+// sigKill is SIGKILL's bit in the pending-signal masks of /proc/PID/status.
+const sigKill = 1 << (9 - 1)
+
+// killed reports whether thread pid has SIGKILL pending (its own or its
+// process's: /proc/PID/status SigPnd and ShdPnd, hexadecimal masks), i.e.
+// is being killed. An unknown pid (0), or one that cannot be read, is
+// not.
+func killed(pid uint32) bool {
+	if pid == 0 {
+		return false
+	}
+	b, err := os.ReadFile("/proc/" + strconv.FormatUint(uint64(pid), 10) + "/status")
+	if err != nil {
+		return false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, ok := strings.Cut(line, ":")
+		if !ok || (k != "SigPnd" && k != "ShdPnd") {
+			continue
+		}
+		if m, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64); err == nil && m&sigKill != 0 {
+			return true
+		}
+	}
+	return false
 }

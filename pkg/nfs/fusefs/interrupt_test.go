@@ -3,6 +3,7 @@ package fusefs
 import (
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
@@ -74,5 +75,62 @@ func TestInterruptGrace(t *testing.T) {
 	in.mu.Unlock()
 	if left != 0 {
 		t.Fatalf("%d FUSE requests still registered", left)
+	}
+}
+
+// TestInterruptKilled: a caller killed (SIGKILL) while its request waits
+// on a hard mount whose server is gone dies at the watcher's next tick,
+// not after the grace: FUSE would keep it in uninterruptible sleep until
+// we answer, and nobody reads the answer.
+func TestInterruptKilled(t *testing.T) {
+	needFUSE(t)
+	srv := startServer(t)
+	dir, m := srv.mount(t, ProtoTCP, "hard,noac,timeo=5")
+	f := filepath.Join(dir, "f")
+	if err := os.WriteFile(f, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	srv.stop()
+	in := m.sys.intr
+	cmd := exec.Command("stat", f) // noac: a GETATTR that cannot be answered
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		in.mu.Lock()
+		n := len(in.reqs)
+		in.mu.Unlock()
+		if n > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			cmd.Wait()
+			t.Fatal("stat's request never reached the file system")
+		}
+	}
+	start := time.Now()
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	limit := 3*in.tick() + 2*time.Second
+	select {
+	case err := <-done:
+		t.Logf("killed caller gone after %v (%v); grace %v", time.Since(start), err, InterruptGrace)
+	case <-time.After(limit):
+		t.Fatalf("a killed caller still waits after %v (grace %v)", limit, InterruptGrace)
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		in.mu.Lock()
+		n := len(in.reqs)
+		in.mu.Unlock()
+		if n == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d FUSE requests still registered", n)
+		}
 	}
 }
