@@ -26,7 +26,9 @@
 //     does: a call abandoned half-way would answer EINTR for an operation
 //     that may have happened (a REMOVE retried by the application, a
 //     directory listing that drops entries). An interrupted request's
-//     calls are cancelled after InterruptGrace (30 s), or at unmount.
+//     calls are cancelled after InterruptGrace (30 s), at unmount, or at
+//     once when its caller is being killed (SIGKILL pending), as a fatal
+//     signal ends the wait on Linux NFS.
 //   - Soft mounts fail a call with EIO after about (retrans+1) x
 //     max(timeo, 1 s), connection attempts included; hard mounts retry
 //     until the server answers.
