@@ -11,6 +11,21 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// hardMount mounts a fresh export server over TCP with hard,noac (every
+// stat a GETATTR) and writes the file it returns; the caller stops the
+// server (srv.stop) to make the mount hang.
+func hardMount(t *testing.T) (srv *testServer, dir, f string, m *Mount) {
+	t.Helper()
+	needFUSE(t)
+	srv = startServer(t)
+	dir, m = srv.mount(t, ProtoTCP, "hard,noac,timeo=5")
+	f = filepath.Join(dir, "f")
+	if err := os.WriteFile(f, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return srv, dir, f, m
+}
+
 // TestInterruptGrace: a FUSE request whose NFS call cannot finish (the
 // server is gone and the mount is hard) goes on after its caller is
 // signalled (FUSE_INTERRUPT) until the grace has passed, then ends with
@@ -20,13 +35,7 @@ import (
 // never cancelled (TestSignalledCallers checks that an interrupted
 // request that can finish reports its true outcome).
 func TestInterruptGrace(t *testing.T) {
-	needFUSE(t)
-	srv := startServer(t)
-	dir, m := srv.mount(t, ProtoTCP, "hard,noac,timeo=5")
-	f := filepath.Join(dir, "f")
-	if err := os.WriteFile(f, []byte("x"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	srv, dir, f, m := hardMount(t)
 	dfd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -83,13 +92,7 @@ func TestInterruptGrace(t *testing.T) {
 // not after the grace: FUSE would keep it in uninterruptible sleep until
 // we answer, and nobody reads the answer.
 func TestInterruptKilled(t *testing.T) {
-	needFUSE(t)
-	srv := startServer(t)
-	dir, m := srv.mount(t, ProtoTCP, "hard,noac,timeo=5")
-	f := filepath.Join(dir, "f")
-	if err := os.WriteFile(f, []byte("x"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	srv, _, f, m := hardMount(t)
 	srv.stop()
 	in := m.sys.intr
 	cmd := exec.Command("stat", f) // noac: a GETATTR that cannot be answered
