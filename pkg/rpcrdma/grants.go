@@ -117,14 +117,13 @@ func (s *Server) Connections() []ConnInfo {
 func (s *Server) retargetLocked() {
 	byMachine := map[string][]*srvConn{}
 	for c := range s.conns {
-		t, named := s.defGrant, false
 		if m := c.cred.machine.Load(); m != nil {
 			if _, ok := s.machineGrants[*m]; ok {
 				byMachine[*m] = append(byMachine[*m], c)
 				continue
 			}
 		}
-		c.cred.setTarget(min(max(t, 1), s.opts.Credits), named)
+		c.cred.setTarget(s.defGrant, false) // within 1..Credits (fill, SetGrant)
 	}
 	for m, cs := range byMachine {
 		slices.SortFunc(cs, func(a, b *srvConn) int { return strings.Compare(a.peerAddr(), b.peerAddr()) })

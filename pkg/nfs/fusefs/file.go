@@ -115,7 +115,8 @@ func writable(fh fs.FileHandle) bool {
 func (n *node) Read(ctx context.Context, _ fs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
 	ctx, done := n.sys.call(ctx) // the caller's credential, not interrupted (fsys.call)
 	defer done()
-	defer n.reading()()
+	n.readStart()
+	defer n.readDone()
 	_ = n.waitWrites() // a write error is for flush and fsync to report
 	k, err := n.sys.c.ReadAt(ctx, n.fh, dest, off)
 	if err != nil && !errors.Is(err, io.EOF) {

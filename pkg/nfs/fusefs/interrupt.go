@@ -84,10 +84,12 @@ func (in *interrupts) watch(ctx context.Context) {
 	}
 }
 
-// scan cancels the requests interrupted for at least the grace at now.
+// scan cancels the requests interrupted for at least the grace at now,
+// and those whose caller is being killed. The callers' /proc files are
+// read after in.mu is released: every FUSE request takes it (add, remove).
 func (in *interrupts) scan(now time.Time) {
+	var check []*request
 	in.mu.Lock()
-	defer in.mu.Unlock()
 	for r := range in.reqs {
 		select {
 		case <-r.interrupted:
@@ -97,8 +99,16 @@ func (in *interrupts) scan(now time.Time) {
 		if r.since.IsZero() {
 			r.since = now
 		}
-		if now.Sub(r.since) >= in.grace || killed(r.pid) {
+		if now.Sub(r.since) >= in.grace {
 			r.cancel()
+		} else if r.pid != 0 {
+			check = append(check, r)
+		}
+	}
+	in.mu.Unlock()
+	for _, r := range check {
+		if killed(r.pid) {
+			r.cancel() // harmless when the request ended meanwhile
 		}
 	}
 }

@@ -47,20 +47,23 @@ func (n *node) opened() {
 // unlink right after a close(2) can reach us before that RELEASE does
 // (awaitRelease).
 func (n *node) setFlushed(fh fs.FileHandle, flushed bool) {
+	n.mu.Lock()
+	n.setFlushedLocked(fh, flushed)
+	n.mu.Unlock()
+}
+
+// setFlushedLocked is setFlushed with n.mu held.
+func (n *node) setFlushedLocked(fh fs.FileHandle, flushed bool) {
 	h, ok := fh.(*handle)
-	if !ok {
+	if !ok || h.flushed == flushed {
 		return
 	}
-	n.mu.Lock()
-	if h.flushed != flushed {
-		h.flushed = flushed
-		if flushed {
-			n.closed++
-		} else {
-			n.closed--
-		}
+	h.flushed = flushed
+	if flushed {
+		n.closed++
+	} else {
+		n.closed--
 	}
-	n.mu.Unlock()
 }
 
 // released counts the RELEASE of the open file fh of n; at the last one,
@@ -68,10 +71,7 @@ func (n *node) setFlushed(fh fs.FileHandle, flushed bool) {
 func (n *node) released(ctx context.Context, fh fs.FileHandle) {
 	n.mu.Lock()
 	n.opens--
-	if h, ok := fh.(*handle); ok && h.flushed {
-		h.flushed = false
-		n.closed--
-	}
+	n.setFlushedLocked(fh, false)
 	n.wakeLocked()
 	var s *silly
 	if n.opens == 0 && n.silly != nil {
@@ -83,20 +83,21 @@ func (n *node) released(ctx context.Context, fh fs.FileHandle) {
 	}
 }
 
-// reading counts a READ of n in progress until the returned func is
-// called: the kernel holds the RELEASE of a closed file until the
-// read-ahead READs of it are answered.
-func (n *node) reading() func() {
+// readStart and readDone count a READ of n in progress: the kernel holds
+// the RELEASE of a closed file until the read-ahead READs of it are
+// answered (awaitRelease).
+func (n *node) readStart() {
 	n.mu.Lock()
 	n.reads++
 	n.mu.Unlock()
-	return func() {
-		n.mu.Lock()
-		n.reads--
-		n.readEnd = time.Now()
-		n.wakeLocked()
-		n.mu.Unlock()
-	}
+}
+
+func (n *node) readDone() {
+	n.mu.Lock()
+	n.reads--
+	n.readEnd = time.Now()
+	n.wakeLocked()
+	n.mu.Unlock()
 }
 
 // wakeLocked wakes awaitRelease. n.mu is held.
@@ -229,6 +230,7 @@ func (n *node) sillyRename(ctx context.Context, name string) (*node, error) {
 	hidden := fmt.Sprintf(".nfs%016x%08x", a.FileID, n.sys.sillyCount.Add(1))
 	res, err := n.sys.c.Rename(ctx, n.fh, name, n.fh, hidden)
 	if err != nil {
+		n.forgetNames() // as changeFailed
 		return nil, err
 	}
 	n.afterDirChange(&res.ToDirWcc, hidden, name)
@@ -242,9 +244,12 @@ func (n *node) sillyRename(ctx context.Context, name string) (*node, error) {
 	if closed {
 		// no RELEASE will remove it: put the name back and let the
 		// caller's REMOVE or RENAME run as for a closed file
-		if _, err := n.sys.c.Rename(ctx, n.fh, hidden, n.fh, name); err != nil {
+		back, err := n.sys.c.Rename(ctx, n.fh, hidden, n.fh, name)
+		if err != nil {
+			n.forgetNames() // as changeFailed
 			return nil, err
 		}
+		n.afterDirChange(&back.ToDirWcc, name, hidden)
 		return nil, nil
 	}
 	return cn, nil
@@ -260,12 +265,16 @@ func (n *node) unsilly(ctx context.Context, cn *node, name string) {
 	if s == nil {
 		return
 	}
-	if _, err := n.sys.c.Rename(ctx, n.fh, s.name, n.fh, name); err != nil {
+	back, err := n.sys.c.Rename(ctx, n.fh, s.name, n.fh, name)
+	if err != nil {
 		klog.InfoS("fusefs: could not rename a silly-renamed file back", "dir", n.fh.String(), "from", s.name, "to", name, "err", err)
+		n.forgetNames()
 		cn.mu.Lock()
 		cn.silly = s
 		cn.mu.Unlock()
+		return
 	}
+	n.afterDirChange(&back.ToDirWcc, name, s.name)
 }
 
 // sillyErrno maps an error of sillyRename: its own EBUSY as is, the
