@@ -46,6 +46,13 @@
 //     writes are ordered. READ, GETATTR, SETATTR, FLUSH and FSYNC of the
 //     inode wait for the writes in flight first. With noac, writes are
 //     synchronous (still UNSTABLE, committed on close).
+//   - Known names: a directory this mount made (MKDIR) keeps its whole
+//     listing while every change of it comes through the mount (each
+//     reply's wcc_data before-attributes must be those the listing is
+//     for); a LOOKUP of a name it lacks answers ENOENT without an NFS
+//     LOOKUP while the directory's attributes are fresh, the trust Linux
+//     gives a negative dentry, so an exclusive create costs one NFS
+//     CREATE (dirnames.go).
 //   - Permissions are checked by the server only (no default_permissions);
 //     all calls carry the mount's AUTH_SYS credential (see Config).
 //   - Silly rename, as Linux NFS: unlinking a file that is open through
@@ -78,6 +85,9 @@
 //   - directory listings: one READDIRPLUS reply (dtpref, at most 1 MiB)
 //     per open directory stream, kept per directory until the next reply
 //     or closedir;
+//   - the known names of directories this mount made: at most
+//     MaxDirNames (65,536) per directory, dropped past it and with the
+//     directory's node;
 //   - one small node (handle, attributes) per inode the kernel remembers,
 //     freed by the kernel's FORGET (drop_caches or memory pressure).
 //
