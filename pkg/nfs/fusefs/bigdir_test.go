@@ -178,6 +178,28 @@ func checkListing(t *testing.T, stage, d, disk string, want []string) {
 	}
 }
 
+// makeEntries makes directory d with n empty files (exclusive creates)
+// named entry-with-a-longish-name-I and returns their names, sorted.
+func makeEntries(t *testing.T, d string, n int) []string {
+	t.Helper()
+	if err := os.Mkdir(d, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	names := make([]string, n)
+	for i := range names {
+		names[i] = "entry-with-a-longish-name-" + strconv.Itoa(i)
+		f, err := os.OpenFile(filepath.Join(d, names[i]), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	slices.Sort(names)
+	return names
+}
+
 // getdents lists directory path with getdents64 calls of bufSize bytes,
 // returning the names other than "." and ".." in the order read.
 func getdents(path string, bufSize int) ([]string, error) {
@@ -338,17 +360,7 @@ func TestSignalledCallers(t *testing.T) {
 
 	t.Run("readdir", func(t *testing.T) {
 		d := filepath.Join(dir, "dir")
-		if err := os.Mkdir(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		want := make([]string, 3000)
-		for i := range want {
-			want[i] = "entry-with-a-longish-name-" + strconv.Itoa(i)
-			if err := unix.Mknod(filepath.Join(d, want[i]), unix.S_IFREG|0o644, 0); err != nil {
-				t.Fatal(err)
-			}
-		}
-		slices.Sort(want)
+		want := makeEntries(t, d, 3000)
 		onSignalledThread(t, func() error {
 			for pass := range 4 {
 				// A new directory handle each pass: go-fuse's state

@@ -10,7 +10,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -550,22 +549,7 @@ func testKnfsdFiles(t *testing.T, k *knfsdMount, bigSize, nEntries int) {
 	// A directory of nEntries, listed with getdents64 buffers of several
 	// sizes: each name exactly once (bigdir_test.go's helpers).
 	many := p("many")
-	if err := os.Mkdir(many, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for i := range nEntries {
-		name := "entry-with-a-longish-name-" + strconv.Itoa(i)
-		names = append(names, name)
-		f, err := os.OpenFile(filepath.Join(many, name), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := f.Close(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	names = slices.Sorted(slices.Values(names))
+	names := makeEntries(t, many, nEntries)
 	for _, bufSize := range []int{256, 8 << 10, 64 << 10} {
 		got, err := getdents(many, bufSize)
 		if err != nil {
