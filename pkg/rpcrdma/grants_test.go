@@ -426,3 +426,29 @@ func TestRecentXIDs(t *testing.T) {
 		t.Fatal("a call older than the window still remembered")
 	}
 }
+
+// TestReceivedLockFree: a receive completion (received, in the completion
+// goroutine) moves a credit from posted to in process without the lock
+// that finish holds while it posts a reply's Send, so that a Send in
+// progress never holds up the completions of the connection.
+func TestReceivedLockFree(t *testing.T) {
+	var c srvConn
+	c.cred.counts.Store(3 * onePosted)
+	c.cred.mu.Lock() // as finish, across PostSend
+	done := make(chan struct{})
+	go func() {
+		c.received()
+		c.received()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		c.cred.mu.Unlock()
+		t.Fatal("received waited for the lock finish holds across PostSend")
+	}
+	c.cred.mu.Unlock()
+	if p, w := c.cred.load(); p != 1 || w != 2 {
+		t.Errorf("after 2 receives of 3 posted: posted %d, in process %d; want 1, 2", p, w)
+	}
+}
