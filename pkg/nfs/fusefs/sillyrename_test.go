@@ -304,3 +304,120 @@ func TestCloseThenUnlink(t *testing.T) {
 	unix.Close(fd)
 	waitNoHidden(t, dir)
 }
+
+// holdRename is a sunrpc.ClientTransport that holds the first NFS RENAME
+// it carries: it closes entered when the RENAME arrives and sends it on
+// only when proceed is closed.
+type holdRename struct {
+	sunrpc.ClientTransport
+	held             atomic.Bool
+	entered, proceed chan struct{}
+}
+
+func (h *holdRename) RoundTrip(ctx context.Context, c *sunrpc.Call) (*sunrpc.Reply, error) {
+	if m := c.Msg.Head; len(m) >= 24 && binary.BigEndian.Uint32(m[12:]) == nfs3.Program &&
+		binary.BigEndian.Uint32(m[20:]) == nfs3.ProcRename && h.held.CompareAndSwap(false, true) {
+		close(h.entered)
+		select {
+		case <-h.proceed:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return h.ClientTransport.RoundTrip(ctx, c)
+}
+
+// TestSillyRenamePutBack: when the last descriptor of a file is closed
+// while the silly RENAME its unlink started is in flight (the RELEASE
+// comes between that RPC and its reply), no RELEASE is left to remove the
+// hidden name, so the unlink renames it back and removes the file itself:
+// nothing is left on the server, the name is gone through the mount and
+// on the server, and it can be created again. Before this was tested
+// only by chance: the RELEASE must come between the RENAME and its reply,
+// here held by the transport until the RELEASE has been seen.
+func TestSillyRenamePutBack(t *testing.T) {
+	needFUSE(t)
+	s := startServer(t)
+	var pc *procCount
+	hr := &holdRename{entered: make(chan struct{}), proceed: make(chan struct{})}
+	wrap := wrapConns(func(ct sunrpc.ClientTransport) sunrpc.ClientTransport {
+		hr.ClientTransport = ct
+		pc = &procCount{ClientTransport: hr, n: map[uint32]int{}}
+		return pc
+	})
+	dir, m := s.mountWith(t, ProtoRDMA, "", wrap)
+	d := filepath.Join(dir, "made") // made through the mount: its names are known
+	if err := os.Mkdir(d, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(d, "victim")
+	if err := os.WriteFile(p, []byte("closed during its silly rename"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(p) // open and not closing: the unlink does not wait
+	if err != nil {
+		t.Fatal(err)
+	}
+	cn, ok := m.sys.root.GetChild("made").GetChild("victim").Operations().(*node)
+	if !ok {
+		t.Fatal("no node for the file")
+	}
+	unlinked := make(chan error, 1)
+	go func() { unlinked <- os.Remove(p) }()
+	select {
+	case <-hr.entered:
+	case err := <-unlinked:
+		t.Fatalf("unlink ended (%v) without a silly RENAME of the open file", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("no silly RENAME within 10 s of the unlink")
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// RELEASE reaches the mount after close(2) returned
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		cn.mu.Lock()
+		opens := cn.opens
+		cn.mu.Unlock()
+		if opens == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the file still has %d open files 10 s after its last close", opens)
+		}
+	}
+	close(hr.proceed)
+	select {
+	case err := <-unlinked:
+		if err != nil {
+			t.Fatalf("unlink: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("unlink did not end within 10 s of the RENAME's reply")
+	}
+	if got := pc.get(nfs3.ProcRename); got != 2 {
+		t.Errorf("%d RENAMEs, want 2 (away to the hidden name, and back)", got)
+	}
+	if got := pc.get(nfs3.ProcRemove); got != 1 {
+		t.Errorf("%d REMOVEs, want 1", got)
+	}
+	ents, err := os.ReadDir(filepath.Join(s.root, "made"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ents) != 0 {
+		t.Errorf("left on the server: %v", ents)
+	}
+	if _, err := os.Lstat(p); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("lstat of the unlinked name through the mount: %v, want ENOENT", err)
+	}
+	// in a directory the mount made, whose names it knows
+	g, err := os.OpenFile(p, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+	if err != nil {
+		t.Fatalf("exclusive create of the name again: %v", err)
+	}
+	g.Close()
+	if h := hidden(t, d); len(h) != 0 {
+		t.Errorf("hidden names left: %v", h)
+	}
+}
