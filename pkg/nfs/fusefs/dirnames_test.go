@@ -2,7 +2,6 @@ package fusefs
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"os"
 	"path/filepath"
@@ -13,10 +12,11 @@ import (
 
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nfs3"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/xdr"
 )
 
 // procCount is a sunrpc.ClientTransport that counts the NFS calls it
-// carries by procedure (RFC 5531 call header: procedure at byte 20).
+// carries by procedure.
 type procCount struct {
 	sunrpc.ClientTransport
 	mu sync.Mutex
@@ -24,12 +24,22 @@ type procCount struct {
 }
 
 func (p *procCount) RoundTrip(ctx context.Context, c *sunrpc.Call) (*sunrpc.Reply, error) {
-	if h := c.Msg.Head; len(h) >= 24 && binary.BigEndian.Uint32(h[12:]) == nfs3.Program {
+	if proc, ok := nfsProc(c); ok {
 		p.mu.Lock()
-		p.n[binary.BigEndian.Uint32(h[20:])]++
+		p.n[proc]++
 		p.mu.Unlock()
 	}
 	return p.ClientTransport.RoundTrip(ctx, c)
+}
+
+// nfsProc returns the NFS procedure of c, false when c is not an NFS call
+// (its call header, sunrpc.DecodeCallHeader, names another program).
+func nfsProc(c *sunrpc.Call) (uint32, bool) {
+	h, err := sunrpc.DecodeCallHeader(xdr.NewDecoder(c.Msg.Head))
+	if err != nil || h.Prog != nfs3.Program {
+		return 0, false
+	}
+	return h.Proc, true
 }
 
 func (p *procCount) get(proc uint32) int {

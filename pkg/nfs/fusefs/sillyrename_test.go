@@ -3,7 +3,6 @@ package fusefs
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -205,7 +204,7 @@ type slowReads struct {
 }
 
 func (s *slowReads) RoundTrip(ctx context.Context, c *sunrpc.Call) (*sunrpc.Reply, error) {
-	if h := c.Msg.Head; len(h) >= 24 && binary.BigEndian.Uint32(h[12:]) == nfs3.Program && binary.BigEndian.Uint32(h[20:]) == nfs3.ProcRead {
+	if proc, ok := nfsProc(c); ok && proc == nfs3.ProcRead {
 		s.inFlight.Add(1)
 		defer s.inFlight.Add(-1)
 		time.Sleep(s.d)
@@ -315,8 +314,7 @@ type holdRename struct {
 }
 
 func (h *holdRename) RoundTrip(ctx context.Context, c *sunrpc.Call) (*sunrpc.Reply, error) {
-	if m := c.Msg.Head; len(m) >= 24 && binary.BigEndian.Uint32(m[12:]) == nfs3.Program &&
-		binary.BigEndian.Uint32(m[20:]) == nfs3.ProcRename && h.held.CompareAndSwap(false, true) {
+	if proc, ok := nfsProc(c); ok && proc == nfs3.ProcRename && h.held.CompareAndSwap(false, true) {
 		close(h.entered)
 		select {
 		case <-h.proceed:
