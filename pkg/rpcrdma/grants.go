@@ -40,13 +40,14 @@ type connCredits struct {
 	mu     sync.Mutex
 	grant  int // what replies carry now
 	target int // before the budget
-	// counts packs the receives posted (low 32 bits) and the calls
-	// received and not yet answered or dropped (high 32 bits). A receive
-	// completion moves one from posted to working with one atomic add
-	// (received), without mu, so the completion goroutine never waits for
-	// a Send that finish posts under mu; their sum, which fillLocked
-	// compares with the grant, only changes under mu.
-	counts  atomic.Uint64
+	// held is the receive buffers in use: posted, or holding a call
+	// not yet answered or dropped; fillLocked keeps it at the grant.
+	held int
+	// working is the calls received and not yet answered or dropped
+	// (posted = held - working). A receive completion only adds to it
+	// (received, without mu), so the completion goroutine never waits
+	// for the Send that finish posts under mu.
+	working atomic.Int64
 	idle    []int // slots whose receive is not posted (LIFO)
 	machine atomic.Pointer[string]
 	named   bool // target comes from a machine grant
@@ -101,8 +102,8 @@ func (s *Server) Connections() []ConnInfo {
 	for c := range s.conns {
 		cc := &c.cred
 		cc.mu.Lock()
-		posted, working := cc.load()
-		ci := ConnInfo{Peer: c.peerAddr(), Target: cc.target, Named: cc.named, Grant: cc.grant, Posted: posted, InProcess: working}
+		working := int(cc.working.Load())
+		ci := ConnInfo{Peer: c.peerAddr(), Target: cc.target, Named: cc.named, Grant: cc.grant, Posted: cc.held - working, InProcess: working}
 		cc.mu.Unlock()
 		if m := cc.machine.Load(); m != nil {
 			ci.Machine = *m
@@ -242,21 +243,7 @@ func (c *srvConn) learnMachine(req *sunrpc.Request) {
 
 // received accounts a receive completed on c: a call now in process.
 func (c *srvConn) received() {
-	// working+1, posted-1: posted is at least 1 (this receive), so the
-	// low half does not borrow from the high one.
-	c.cred.counts.Add(oneWorking - onePosted)
-}
-
-// Units of connCredits.counts.
-const (
-	onePosted  = 1
-	oneWorking = 1 << 32
-)
-
-// load returns the receives posted and the calls in process.
-func (cc *connCredits) load() (posted, working int) {
-	v := cc.counts.Load()
-	return int(uint32(v)), int(v >> 32)
+	c.cred.working.Add(1) // and posted-1: held does not change
 }
 
 // finish ends the processing of the call in slot idx: it reposts receives
@@ -268,7 +255,8 @@ func (c *srvConn) finish(idx int, msg []byte, wr *verbs.SendWR) bool {
 	cc := &c.cred
 	cc.mu.Lock()
 	defer cc.mu.Unlock()
-	cc.counts.Add(^uint64(oneWorking - 1)) // working-1
+	cc.held--
+	cc.working.Add(-1)
 	cc.idle = append(cc.idle, idx)
 	if !c.fillLocked() {
 		return false
@@ -284,19 +272,14 @@ func (c *srvConn) finish(idx int, msg []byte, wr *verbs.SendWR) bool {
 // grant. It reports false, and closes the QP, when a post fails.
 func (c *srvConn) fillLocked() bool {
 	cc := &c.cred
-	for len(cc.idle) > 0 {
-		if posted, working := cc.load(); posted+working >= cc.grant {
-			break
-		}
+	for cc.held < cc.grant && len(cc.idle) > 0 {
 		i := cc.idle[len(cc.idle)-1]
-		// counted before it is posted: its completion may come at once
-		cc.counts.Add(onePosted)
 		if err := c.postRecv(i); err != nil {
-			cc.counts.Add(^uint64(onePosted - 1)) // posted-1
 			c.qp.Close()
 			return false
 		}
 		cc.idle = cc.idle[:len(cc.idle)-1]
+		cc.held++
 	}
 	return true
 }

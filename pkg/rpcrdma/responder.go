@@ -304,10 +304,10 @@ func (s *Server) newConn(ctx context.Context, req verbs.ConnRequest) (*srvConn, 
 	for i := n - 1; i >= 1; i-- {
 		c.cred.idle = append(c.cred.idle, i)
 	}
-	c.cred.counts.Store(onePosted)
 	if err = c.postRecv(0); err != nil {
 		return nil, err
 	}
+	c.cred.held = 1
 	s.mu.Lock()
 	s.conns[c] = struct{}{}
 	s.retargetLocked()
