@@ -201,14 +201,21 @@ func (q *qp) attach(c *net.TCPConn, br *bufio.Reader, crcOn, txMark, rxMark bool
 	}
 	q.conn = c
 	q.stateMu.Unlock()
-	q.br = br
+	n := br.Buffered()
+	pending, _ := br.Peek(n) // the peer's first FPDUs, if read with the MPA frame
+	sr, err := newSockReader(c, pending)
+	if err != nil {
+		q.fail(err)
+		_ = c.Close()
+		return err
+	}
 	q.local, q.remote = c.LocalAddr(), c.RemoteAddr()
 	q.crcOn, q.txMark, q.rxMark = crcOn, txMark, rxMark
 	q.ird, q.ord = ird, ord
 	q.irq = make([]inboundRead, max(ird, 1))
 	q.orq = make([]int, max(ord, 1))
 	q.ulpdu = q.dev.pathULPDU(c, txMark)
-	q.rx.r = rxReader{br: br, markers: rxMark, crcOn: crcOn}
+	q.rx.r = rxReader{s: sr, markers: rxMark, crcOn: crcOn}
 	q.rx.rtrWant = rtrWant
 	q.tx.iov = make([][]byte, 0, batchFPDUs*(2+q.maxSGE+1))
 	q.tx.segs = make([][]byte, 0, q.maxSGE)

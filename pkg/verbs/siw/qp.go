@@ -1,7 +1,6 @@
 package siw
 
 import (
-	"bufio"
 	"fmt"
 	"net"
 	"sync"
@@ -80,7 +79,6 @@ type qp struct {
 	attached bool
 
 	conn    *net.TCPConn
-	br      *bufio.Reader
 	crcOn   bool
 	txMark  bool // we insert markers
 	rxMark  bool // the peer inserts markers

@@ -1,7 +1,6 @@
 package siw
 
 import (
-	"bufio"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -17,7 +16,7 @@ import (
 // rxReader reads the MPA stream: it strips markers (RFC 5044 section 4.3)
 // and keeps the running CRC32c of the current FPDU, markers included.
 type rxReader struct {
-	br        *bufio.Reader
+	s         *sockReader
 	markers   bool
 	crcOn     bool
 	pos       uint64 // stream octets consumed since full operation began
@@ -43,7 +42,7 @@ func (r *rxReader) begin() error {
 }
 
 func (r *rxReader) marker(want uint64) error {
-	if _, err := io.ReadFull(r.br, r.mk[:]); err != nil {
+	if err := r.s.readFull(r.mk[:]); err != nil {
 		return err
 	}
 	r.crc = crc32.Update(r.crc, castagnoli, r.mk[:])
@@ -59,7 +58,7 @@ func (r *rxReader) marker(want uint64) error {
 // (everything but the CRC field itself).
 func (r *rxReader) read(p []byte, sum bool) error {
 	if !r.markers {
-		if _, err := io.ReadFull(r.br, p); err != nil {
+		if err := r.s.readFull(p); err != nil {
 			return err
 		}
 		if sum && r.crcOn {
@@ -75,7 +74,7 @@ func (r *rxReader) read(p []byte, sum bool) error {
 			}
 		}
 		n := min(len(p), int(mpaMarkerIntv-r.pos%mpaMarkerIntv))
-		if _, err := io.ReadFull(r.br, p[:n]); err != nil {
+		if err := r.s.readFull(p[:n]); err != nil {
 			return err
 		}
 		if sum {
@@ -127,7 +126,7 @@ func (q *qp) rxLoop() {
 			// before this goroutine goes back to the socket (and parks
 			// there), so the consumer's answer is not queued behind our
 			// empty read.
-			if x.delivered && !handled && q.br.Buffered() == 0 {
+			if x.delivered && !handled && x.r.s.buffered() == 0 {
 				runtime.Gosched()
 			}
 			x.delivered = false
