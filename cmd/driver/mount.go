@@ -50,6 +50,8 @@ Options (-o, comma-separated, nfs(5) vocabulary; unknown options are errors):
   rdmadev=auto|siw|ibverbs|NAME
                        verbs provider of proto=rdma: a kernel RDMA device that
                        reaches the server (ibverbs builds), else software iWARP [auto]
+  mpacrc | nompacrc    software iWARP: ask for the MPA CRC32c, or not; it is used
+                       when either end asks (Linux siw does not ask) [mpacrc]
   read_ahead_kb=N      the mount's kernel read-ahead in KiB, 0 = the kernel's
                        128 KiB (/sys/class/bdi/*/read_ahead_kb; needs root) [4096]`,
 		Example: `  driver mount -o proto=rdma,port=20049,mountport=20048 10.0.0.5:/vol1 /mnt/vol1

@@ -18,6 +18,7 @@ import (
 	"github.com/nfsrdma/nfsrdma-csi/pkg/rpcrdma"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/verbs/devselect"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/verbs/siw"
 )
 
 // MaxWrite is the largest FUSE WRITE (and READ) request, 1 MiB, the
@@ -90,12 +91,14 @@ func ClientOptions(cfg Config) (client.Options, error) {
 	}
 	if o.Proto == ProtoRDMA {
 		addr := net.JoinHostPort(server, strconv.Itoa(o.NFSPort()))
-		dev, choice, err := devselect.Select(server, o.RDMADevice)
+		ctx, cancel := context.WithTimeout(context.Background(), devselect.DefaultTimeout)
+		dev, choice, err := devselect.SelectWith(ctx, server, o.RDMADevice, siw.Config{NoCRC: o.NoMPACRC})
+		cancel()
 		if err != nil {
 			return client.Options{}, fmt.Errorf("%w: rdmadev=%s: %w", ErrBadOption, o.RDMADevice, err)
 		}
 		klog.InfoS("fusefs: RDMA device chosen", "server", server, "provider", choice.Provider, "device", choice.Device,
-			"transport", choice.Transport, "reason", choice.Reason)
+			"transport", choice.Transport, "reason", choice.Reason, "nompacrc", o.NoMPACRC)
 		co.Dial = rpcrdma.Dialer(dev, addr, rpcrdma.ClientOptions{Credits: o.Credits, Metrics: cfg.RDMAMetrics})
 		co.Transport = "rdma/" + choice.Provider
 	}

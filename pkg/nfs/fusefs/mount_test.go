@@ -34,6 +34,13 @@ type testServer struct {
 
 func startServer(t testing.TB) *testServer {
 	t.Helper()
+	return startServerSIW(t, siw.Config{RTRDelay: -1})
+}
+
+// startServerSIW is startServer with the server's software iWARP device
+// configured by sc.
+func startServerSIW(t testing.TB, sc siw.Config) *testServer {
+	t.Helper()
 	root := t.TempDir()
 	srv, err := nfsserver.New(nfsserver.Options{Root: root, Exports: []nfsserver.Export{{Path: "/"}}})
 	if err != nil {
@@ -48,7 +55,7 @@ func startServer(t testing.TB) *testServer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rsrv, err := rpcrdma.Listen(ctx, siw.NewDevice(siw.Config{RTRDelay: -1}), "127.0.0.1:0", rpcrdma.ServerOptions{})
+	rsrv, err := rpcrdma.Listen(ctx, siw.NewDevice(sc), "127.0.0.1:0", rpcrdma.ServerOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -72,6 +72,16 @@ type MountOptions struct {
 	// the driver is built with the ibverbs tag, else software iWARP),
 	// "siw", "ibverbs", or a device name such as mlx5_0.
 	RDMADevice string
+	// NoMPACRC (ours: nompacrc; mpacrc, the default, undoes it) makes the
+	// software iWARP provider ask the server not to use the MPA CRC32c
+	// (RFC 5044 section 4.4; siw.Config.NoCRC). MPA uses the CRC when
+	// either end asks, so it goes off only with a server that does not
+	// ask either, as Linux siw by default. For Linux siw servers whose
+	// CRC check of a trailer split across two TCP segments fails (the
+	// kernel peer's 6.1 siw) this keeps the connection up. With a kernel
+	// RDMA device (rdmadev chose one) the hardware negotiates and this has
+	// no effect. proto=rdma only.
+	NoMPACRC bool
 	// ReadAheadKB is the mount's kernel read-ahead in KiB (ours:
 	// read_ahead_kb=N, the name of the knob in /sys/class/bdi/*/, where
 	// Linux NFS mounts are tuned too); 0 leaves the kernel's default.
@@ -183,6 +193,10 @@ func ParseOptions(s string) (MountOptions, error) {
 			o.Credits, err = num(1, MaxCredits)
 		case "read_ahead_kb":
 			o.ReadAheadKB, err = num(0, MaxReadAheadKB)
+		case "mpacrc":
+			o.NoMPACRC, err = false, flag()
+		case "nompacrc":
+			o.NoMPACRC, err = true, flag()
 		case "rdmadev":
 			if !hasVal || val == "" {
 				err = fmt.Errorf("%w: rdmadev needs a value (auto, siw, ibverbs or a device name)", ErrBadOption)
@@ -203,6 +217,9 @@ func ParseOptions(s string) (MountOptions, error) {
 	}
 	if o.RDMADevice != "" && o.Proto != ProtoRDMA {
 		return MountOptions{}, fmt.Errorf("%w: rdmadev=%s needs proto=rdma", ErrBadOption, o.RDMADevice)
+	}
+	if o.NoMPACRC && o.Proto != ProtoRDMA {
+		return MountOptions{}, fmt.Errorf("%w: nompacrc needs proto=rdma", ErrBadOption)
 	}
 	if o.Credits != 0 && o.Proto != ProtoRDMA {
 		return MountOptions{}, fmt.Errorf("%w: credits=%d needs proto=rdma", ErrBadOption, o.Credits)

@@ -25,6 +25,8 @@ func TestParseOptions(t *testing.T) {
 			o.Proto, o.Port, o.MountPort, o.Credits = ProtoRDMA, 20050, 20048, 8
 		})},
 		{in: "proto=rdma,rdmadev=mlx5_0", want: with(func(o *MountOptions) { o.Proto, o.RDMADevice = ProtoRDMA, "mlx5_0" })},
+		{in: "proto=rdma,nompacrc", want: with(func(o *MountOptions) { o.Proto, o.NoMPACRC = ProtoRDMA, true })},
+		{in: "proto=rdma,nompacrc,mpacrc", want: with(func(o *MountOptions) { o.Proto = ProtoRDMA })},
 		{in: "rsize=65536,wsize=1048576", want: with(func(o *MountOptions) { o.RSize, o.WSize = 65536, 1<<20 })},
 		{in: "soft,timeo=15,retrans=5", want: with(func(o *MountOptions) {
 			o.Soft, o.Timeo, o.Retrans = true, 1500*time.Millisecond, 5
@@ -53,6 +55,8 @@ func TestParseOptions(t *testing.T) {
 		{in: "credits=8", bad: true},               // needs proto=rdma
 		{in: "rdmadev=siw", bad: true},             // needs proto=rdma
 		{in: "proto=rdma,rdmadev", bad: true},      // needs a value
+		{in: "nompacrc", bad: true},                // needs proto=rdma
+		{in: "proto=rdma,nompacrc=1", bad: true},   // a flag
 		{in: "proto=rdma,credits=0", bad: true},    // out of range
 		{in: "proto=rdma,credits=5000", bad: true}, // out of range
 		{in: "read_ahead_kb=16384", want: with(func(o *MountOptions) { o.ReadAheadKB = 16384 })},

@@ -1,0 +1,183 @@
+package fusefs
+
+import (
+	"bytes"
+	"io"
+	"math/rand/v2"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/nfsrdma/nfsrdma-csi/pkg/verbs/siw"
+)
+
+// mpaFlagCRC is the C bit of an MPA request or reply frame's flags octet,
+// which follows the 16-octet key (RFC 5044 section 7.1).
+const (
+	mpaKeyLen   = 16
+	mpaFlagCRC  = 0x40
+	mpaFlagsOff = mpaKeyLen
+)
+
+// mpaProxy forwards TCP connections to a server and keeps the flags octet
+// of the first MPA frame each way: the client's request and the server's
+// reply.
+type mpaProxy struct {
+	ln       net.Listener
+	mu       sync.Mutex
+	req, rep []byte // one flags octet per connection
+}
+
+func startMPAProxy(t *testing.T, server string) *mpaProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &mpaProxy{ln: ln}
+	var conns sync.WaitGroup
+	var open []net.Conn
+	var openMu sync.Mutex
+	track := func(c net.Conn) {
+		openMu.Lock()
+		open = append(open, c)
+		openMu.Unlock()
+	}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s, err := net.Dial("tcp", server)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			track(c)
+			track(s)
+			conns.Add(2)
+			go func() { defer conns.Done(); p.pump(s, c, &p.req) }()
+			go func() { defer conns.Done(); p.pump(c, s, &p.rep) }()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		openMu.Lock()
+		for _, c := range open {
+			c.Close()
+		}
+		openMu.Unlock()
+		conns.Wait()
+	})
+	return p
+}
+
+// pump copies src to dst, keeping the flags octet of the first MPA frame
+// in *flags.
+func (p *mpaProxy) pump(dst, src net.Conn, flags *[]byte) {
+	defer dst.Close()
+	var head [mpaFlagsOff + 1]byte
+	if _, err := io.ReadFull(src, head[:]); err != nil {
+		return
+	}
+	p.mu.Lock()
+	*flags = append(*flags, head[mpaFlagsOff])
+	p.mu.Unlock()
+	if _, err := dst.Write(head[:]); err != nil {
+		return
+	}
+	_, _ = io.Copy(dst, src)
+}
+
+func (p *mpaProxy) port() string { return strconv.Itoa(p.ln.Addr().(*net.TCPAddr).Port) }
+
+func (p *mpaProxy) crcBits() (req, rep []bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, f := range p.req {
+		req = append(req, f&mpaFlagCRC != 0)
+	}
+	for _, f := range p.rep {
+		rep = append(rep, f&mpaFlagCRC != 0)
+	}
+	return req, rep
+}
+
+// TestMountNoMPACRC: nompacrc makes the mount's MPA request leave the CRC
+// bit clear, so the connection runs without CRC32c when the server does
+// not ask for it either (as Linux siw by default), and with it when the
+// server asks (MPA uses CRC when either end asks, RFC 5044 section 7.1);
+// by default the mount asks. Files written and read through the mount
+// come back whole either way.
+func TestMountNoMPACRC(t *testing.T) {
+	needFUSE(t)
+	for _, tc := range []struct {
+		name        string
+		opts        string
+		serverNoCRC bool
+		wantReq     bool // the mount's request asks for CRC
+		wantRep     bool // the server's reply: CRC in use
+	}{
+		{"default", "", true, true, true},
+		{"nompacrc", "nompacrc", true, false, false},
+		{"nompacrc, server asks", "nompacrc", false, false, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := startServerSIW(t, siw.Config{RTRDelay: -1, NoCRC: tc.serverNoCRC})
+			p := startMPAProxy(t, net.JoinHostPort("127.0.0.1", strconv.Itoa(s.rdmaPort)))
+			extra := "port=" + p.port()
+			if tc.opts != "" {
+				extra += "," + tc.opts
+			}
+			dir, _ := s.mount(t, ProtoRDMA, extra)
+
+			want := make([]byte, 3<<20+123) // several 64 KiB FPDUs each way
+			rng := rand.New(rand.NewPCG(7, uint64(len(tc.name))))
+			for i := range want {
+				want[i] = byte(rng.Uint32())
+			}
+			path := filepath.Join(dir, "f")
+			if err := os.WriteFile(path, want, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			onServer, err := os.ReadFile(filepath.Join(s.root, "f"))
+			if err != nil || !bytes.Equal(onServer, want) {
+				t.Fatalf("server's copy differs (err %v, %d bytes)", err, len(onServer))
+			}
+			f, err := os.Open(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// drop the mount's cached pages: the reads go to the server
+			if err := unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED); err != nil {
+				t.Fatal(err)
+			}
+			got, err := io.ReadAll(f)
+			f.Close()
+			if err != nil || !bytes.Equal(got, want) {
+				t.Fatalf("read back differs (err %v, %d bytes)", err, len(got))
+			}
+
+			req, rep := p.crcBits()
+			if len(req) == 0 || len(rep) == 0 {
+				t.Fatalf("no MPA exchange went through the proxy (%d requests, %d replies)", len(req), len(rep))
+			}
+			for i := range req {
+				if req[i] != tc.wantReq {
+					t.Errorf("connection %d: request asks for CRC %v, want %v", i, req[i], tc.wantReq)
+				}
+			}
+			for i := range rep {
+				if rep[i] != tc.wantRep {
+					t.Errorf("connection %d: reply CRC %v, want %v", i, rep[i], tc.wantRep)
+				}
+			}
+		})
+	}
+}
