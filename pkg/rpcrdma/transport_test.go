@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -496,61 +495,11 @@ func TestResponderErrors(t *testing.T) {
 	}
 }
 
-// proxy forwards TCP connections to target; kill cuts them all, as a
-// network failure or a server restart would (the QPs then fail from their
-// own receive goroutines).
-type proxy struct {
-	ln    net.Listener
-	mu    sync.Mutex
-	conns []net.Conn
-	wg    sync.WaitGroup
-}
-
-func newProxy(t testing.TB, target string) *proxy {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &proxy{ln: ln}
-	p.wg.Add(1)
-	go func() {
-		defer p.wg.Done()
-		for {
-			a, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			b, err := net.Dial("tcp", target)
-			if err != nil {
-				a.Close()
-				continue
-			}
-			p.mu.Lock()
-			p.conns = append(p.conns, a, b)
-			p.mu.Unlock()
-			p.wg.Add(2)
-			go func() { defer p.wg.Done(); io.Copy(b, a); b.Close() }()
-			go func() { defer p.wg.Done(); io.Copy(a, b); a.Close() }()
-		}
-	}()
-	t.Cleanup(func() { ln.Close(); p.kill(); p.wg.Wait() })
-	return p
-}
-
-func (p *proxy) kill() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, c := range p.conns {
-		c.Close()
-	}
-	p.conns = nil
-}
-
 func TestReconnect(t *testing.T) {
 	ts := startServer(t, ServerOptions{Credits: 8})
-	px := newProxy(t, ts.srv.Addr().String())
+	px := testenv.NewProxy(t, ts.srv.Addr().String(), nil) // Kill cuts the connections, as a network failure or a server restart would
 	cm := &ClientMetrics{}
-	c, err := sunrpc.NewClient(Dialer(newDev(), px.ln.Addr().String(), ClientOptions{Credits: 8, Metrics: cm}), sunrpc.ClientOptions{})
+	c, err := sunrpc.NewClient(Dialer(newDev(), px.Addr(), ClientOptions{Credits: 8, Metrics: cm}), sunrpc.ClientOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -581,7 +530,7 @@ func TestReconnect(t *testing.T) {
 	}
 	for k := 0; k < 3; k++ {
 		time.Sleep(30 * time.Millisecond)
-		px.kill()
+		px.Kill()
 	}
 	wg.Wait()
 	close(errs)

@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/nfsrdma/nfsrdma-csi/internal/testenv"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/verbs/siw"
 )
 
@@ -24,86 +25,40 @@ const (
 	mpaFlagsOff = mpaKeyLen
 )
 
-// mpaProxy forwards TCP connections to a server and keeps the flags octet
-// of the first MPA frame each way: the client's request and the server's
-// reply.
-type mpaProxy struct {
-	ln       net.Listener
+// mpaFlags records the flags octet of the first MPA frame each way of
+// the connections a testenv.Proxy forwards: the client's request and the
+// server's reply.
+type mpaFlags struct {
 	mu       sync.Mutex
 	req, rep []byte // one flags octet per connection
 }
 
-func startMPAProxy(t *testing.T, server string) *mpaProxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &mpaProxy{ln: ln}
-	var conns sync.WaitGroup
-	var open []net.Conn
-	var openMu sync.Mutex
-	track := func(c net.Conn) {
-		openMu.Lock()
-		open = append(open, c)
-		openMu.Unlock()
-	}
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			s, err := net.Dial("tcp", server)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			track(c)
-			track(s)
-			conns.Add(2)
-			go func() { defer conns.Done(); p.pump(s, c, &p.req) }()
-			go func() { defer conns.Done(); p.pump(c, s, &p.rep) }()
-		}
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		openMu.Lock()
-		for _, c := range open {
-			c.Close()
-		}
-		openMu.Unlock()
-		conns.Wait()
-	})
-	return p
-}
-
-// pump copies src to dst, keeping the flags octet of the first MPA frame
-// in *flags.
-func (p *mpaProxy) pump(dst, src net.Conn, flags *[]byte) {
-	defer dst.Close()
+// pump is a testenv.Pump that keeps the first frame's flags octet.
+func (m *mpaFlags) pump(dst io.Writer, src io.Reader, toTarget bool) {
 	var head [mpaFlagsOff + 1]byte
 	if _, err := io.ReadFull(src, head[:]); err != nil {
 		return
 	}
-	p.mu.Lock()
-	*flags = append(*flags, head[mpaFlagsOff])
-	p.mu.Unlock()
+	m.mu.Lock()
+	if toTarget {
+		m.req = append(m.req, head[mpaFlagsOff])
+	} else {
+		m.rep = append(m.rep, head[mpaFlagsOff])
+	}
+	m.mu.Unlock()
 	if _, err := dst.Write(head[:]); err != nil {
 		return
 	}
 	_, _ = io.Copy(dst, src)
 }
 
-func (p *mpaProxy) port() string { return strconv.Itoa(p.ln.Addr().(*net.TCPAddr).Port) }
-
-func (p *mpaProxy) crcBits() (req, rep []bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, f := range p.req {
+func (m *mpaFlags) crcBits() (req, rep []bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, f := range m.req {
 		req = append(req, f&mpaFlagCRC != 0)
 	}
-	for _, f := range p.rep {
+	for _, f := range m.rep {
 		rep = append(rep, f&mpaFlagCRC != 0)
 	}
 	return req, rep
@@ -130,8 +85,9 @@ func TestMountNoMPACRC(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := startServerSIW(t, siw.Config{RTRDelay: -1, NoCRC: tc.serverNoCRC})
-			p := startMPAProxy(t, net.JoinHostPort("127.0.0.1", strconv.Itoa(s.rdmaPort)))
-			extra := "port=" + p.port()
+			var flags mpaFlags
+			p := testenv.NewProxy(t, net.JoinHostPort("127.0.0.1", strconv.Itoa(s.rdmaPort)), flags.pump)
+			extra := "port=" + strconv.Itoa(p.Port())
 			if tc.opts != "" {
 				extra += "," + tc.opts
 			}
@@ -164,7 +120,7 @@ func TestMountNoMPACRC(t *testing.T) {
 				t.Fatalf("read back differs (err %v, %d bytes)", err, len(got))
 			}
 
-			req, rep := p.crcBits()
+			req, rep := flags.crcBits()
 			if len(req) == 0 || len(rep) == 0 {
 				t.Fatalf("no MPA exchange went through the proxy (%d requests, %d replies)", len(req), len(rep))
 			}
