@@ -202,9 +202,9 @@ func TestSockReaderEnd(t *testing.T) {
 	})
 }
 
-// TestSockReaderNoAlloc: a read allocates nothing (the receive path is
+// TestSockReaderNoAllocs: a read allocates nothing (the receive path is
 // allocation-free).
-func TestSockReaderNoAlloc(t *testing.T) {
+func TestSockReaderNoAllocs(t *testing.T) {
 	if raceEnabled {
 		t.Skip("allocation counts differ under the race detector")
 	}
