@@ -91,9 +91,7 @@ func ClientOptions(cfg Config) (client.Options, error) {
 	}
 	if o.Proto == ProtoRDMA {
 		addr := net.JoinHostPort(server, strconv.Itoa(o.NFSPort()))
-		ctx, cancel := context.WithTimeout(context.Background(), devselect.DefaultTimeout)
-		dev, choice, err := devselect.SelectWith(ctx, server, o.RDMADevice, siw.Config{NoCRC: o.NoMPACRC})
-		cancel()
+		dev, choice, err := devselect.SelectWith(server, o.RDMADevice, siw.Config{NoCRC: o.NoMPACRC})
 		if err != nil {
 			return client.Options{}, fmt.Errorf("%w: rdmadev=%s: %w", ErrBadOption, o.RDMADevice, err)
 		}

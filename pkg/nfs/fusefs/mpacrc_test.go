@@ -17,12 +17,11 @@ import (
 	"github.com/nfsrdma/nfsrdma-csi/pkg/verbs/siw"
 )
 
-// mpaFlagCRC is the C bit of an MPA request or reply frame's flags octet,
-// which follows the 16-octet key (RFC 5044 section 7.1).
+// An MPA request or reply frame starts with a 16-octet key and then a
+// flags octet whose C bit asks for CRC32c (RFC 5044 section 7.1).
 const (
-	mpaKeyLen   = 16
+	mpaFlagsOff = 16
 	mpaFlagCRC  = 0x40
-	mpaFlagsOff = mpaKeyLen
 )
 
 // mpaFlags records the flags octet of the first MPA frame each way of

@@ -75,19 +75,15 @@ const DefaultTimeout = 5 * time.Second
 // server is reached through another device). The returned device is new:
 // the caller closes it. Each choice is counted (Counts).
 func Select(serverAddr, override string) (verbs.Device, Choice, error) {
+	return SelectWith(serverAddr, override, siw.Config{})
+}
+
+// SelectWith is Select with the configuration of the software iWARP
+// device it falls back to (for example siw.Config{NoCRC: true}, the
+// nompacrc mount option).
+func SelectWith(serverAddr, override string, sc siw.Config) (verbs.Device, Choice, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), DefaultTimeout)
 	defer cancel()
-	return SelectContext(ctx, serverAddr, override)
-}
-
-// SelectContext is Select with a context bounding the resolution.
-func SelectContext(ctx context.Context, serverAddr, override string) (verbs.Device, Choice, error) {
-	return SelectWith(ctx, serverAddr, override, siw.Config{})
-}
-
-// SelectWith is SelectContext with the configuration of the software
-// iWARP device it falls back to (for example siw.Config{NoCRC: true}).
-func SelectWith(ctx context.Context, serverAddr, override string, sc siw.Config) (verbs.Device, Choice, error) {
 	override = strings.TrimSpace(override)
 	if override == OverrideAuto {
 		override = ""

@@ -11,32 +11,9 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
-)
 
-// tcpConnPair returns the two ends of a loopback TCP connection.
-func tcpConnPair(t *testing.T) (client, server *net.TCPConn) {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	ch := make(chan net.Conn, 1)
-	go func() {
-		c, _ := ln.Accept()
-		ch <- c
-	}()
-	c, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := <-ch
-	if s == nil {
-		t.Fatal("accept failed")
-	}
-	t.Cleanup(func() { c.Close(); s.Close() })
-	return c.(*net.TCPConn), s.(*net.TCPConn)
-}
+	"github.com/nfsrdma/nfsrdma-csi/internal/testenv"
+)
 
 // waitQueued waits until n bytes are queued for reading on c (SIOCINQ).
 func waitQueued(t *testing.T, c *net.TCPConn, n int) {
@@ -63,7 +40,7 @@ func waitQueued(t *testing.T, c *net.TCPConn, n int) {
 // of random sizes (from 1 byte to several times the buffer), starting with
 // bytes a handshake reader took, and gets every byte in order.
 func TestSockReaderStream(t *testing.T) {
-	w, r := tcpConnPair(t)
+	w, r := testenv.TCPPair(t)
 	rng := rand.New(rand.NewPCG(1, 2))
 	want := make([]byte, 8<<20)
 	for i := range want {
@@ -113,7 +90,7 @@ func TestSockReaderStream(t *testing.T) {
 // are already queued takes them all in one readv, the following bytes into
 // the buffer, so the next small reads need no system call.
 func TestSockReaderOneReadv(t *testing.T) {
-	w, r := tcpConnPair(t)
+	w, r := testenv.TCPPair(t)
 	msg := bytes.Repeat([]byte("payload!"), 8192) // 64 KiB
 	trailer := []byte("CRC!next FPDU header")
 	if _, err := w.Write(append(append([]byte{}, msg...), trailer...)); err != nil {
@@ -151,7 +128,7 @@ func TestSockReaderOneReadv(t *testing.T) {
 // closed socket is net.ErrClosed.
 func TestSockReaderEnd(t *testing.T) {
 	t.Run("eof", func(t *testing.T) {
-		w, r := tcpConnPair(t)
+		w, r := testenv.TCPPair(t)
 		_, _ = w.Write([]byte("abcdef"))
 		_ = w.CloseWrite()
 		s, err := newSockReader(r, nil)
@@ -170,7 +147,7 @@ func TestSockReaderEnd(t *testing.T) {
 		}
 	})
 	t.Run("deadline", func(t *testing.T) {
-		_, r := tcpConnPair(t)
+		_, r := testenv.TCPPair(t)
 		s, err := newSockReader(r, nil)
 		if err != nil {
 			t.Fatal(err)
@@ -190,7 +167,7 @@ func TestSockReaderEnd(t *testing.T) {
 		}
 	})
 	t.Run("closed", func(t *testing.T) {
-		_, r := tcpConnPair(t)
+		_, r := testenv.TCPPair(t)
 		s, err := newSockReader(r, nil)
 		if err != nil {
 			t.Fatal(err)
@@ -208,7 +185,7 @@ func TestSockReaderNoAllocs(t *testing.T) {
 	if raceEnabled {
 		t.Skip("allocation counts differ under the race detector")
 	}
-	w, r := tcpConnPair(t)
+	w, r := testenv.TCPPair(t)
 	s, err := newSockReader(r, nil)
 	if err != nil {
 		t.Fatal(err)
