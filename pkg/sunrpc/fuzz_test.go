@@ -1,6 +1,7 @@
 package sunrpc
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -167,5 +168,55 @@ func FuzzServerDispatch(f *testing.F) {
 			t.Fatalf("reply XID %#x for call %x", h.XID, call)
 		}
 		b.RunAfterSend()
+	})
+}
+
+// FuzzTCPReplies runs the TCP client's reader over an arbitrary stream
+// with calls 1 to 4 waiting, each with a 4 KiB ReplyPayload (located with
+// testLocate, or at a fuzzed offset), and checks each record it reads
+// against readRecord on the same stream: a placed result plus the Body
+// before it is the record without the pad; anything else is the record.
+func FuzzTCPReplies(f *testing.F) {
+	data := bytes.Repeat([]byte{7}, 1000)
+	f.Add(oneFragment(placementReply(1, OpaqueAuth{}, 0, data, nil)), -1)
+	f.Add(append(oneFragment(placementReply(2, OpaqueAuth{Flavor: AuthSys, Body: []byte{1, 2, 3, 4}}, 0, data[:5], nil)),
+		fragments(placementReply(3, OpaqueAuth{}, 0, data, nil), 50)...), -1)
+	f.Add(oneFragment(placementReply(4, OpaqueAuth{}, 1, data, nil)), 0)
+	f.Add(oneFragment(placementReply(1, OpaqueAuth{}, 0, data, []byte{1, 2, 3, 4})), 8)
+	f.Fuzz(func(t *testing.T, stream []byte, at int) {
+		locate := testLocate
+		if at >= 0 {
+			locate = func([]byte) int { return at }
+		}
+		tr := &tcpTransport{pending: map[uint32]*waiter{}, br: bufio.NewReaderSize(bytes.NewReader(stream), readBufferSize)}
+		tr.rr = recordReader{r: tr.br, max: 8 << 10}
+		ref := recordReader{r: bytes.NewReader(stream), max: 8 << 10}
+		for {
+			bufs := map[uint32][]byte{}
+			for xid := uint32(1); xid <= 4; xid++ {
+				bufs[xid] = make([]byte, 4<<10)
+				tr.pending[xid] = &waiter{call: &Call{XID: xid, ReplyPayload: bufs[xid], LocateReplyPayload: locate}}
+			}
+			var r Reply
+			w, err := tr.readReply(&r)
+			want, rerr := ref.readRecord(nil)
+			if (err == nil) != (rerr == nil) {
+				t.Fatalf("reader: %v; readRecord: %v", err, rerr)
+			}
+			if err != nil {
+				return
+			}
+			got := r.Body
+			if r.Placed >= 0 {
+				if w == nil || r.Placed == 0 || r.Placed > 4<<10 {
+					t.Fatalf("placed %d bytes for waiter %v", r.Placed, w)
+				}
+				got = append(bytes.Clone(r.Body), w.call.ReplyPayload[:r.Placed]...)
+				want = want[:len(want)-xdr.Pad(r.Placed)]
+			}
+			if !bytes.Equal(got, want) {
+				t.Fatalf("record of %d bytes read as %d (placed %d)", len(want), len(got), r.Placed)
+			}
+		}
 	})
 }

@@ -39,17 +39,30 @@ type recordReader struct {
 // io.ErrUnexpectedEOF when the stream ends inside a record; ErrRecordTooLarge;
 // read errors as they come.
 func (rr *recordReader) readRecord(buf []byte) ([]byte, error) {
-	buf = buf[:0]
-	started := false
-	for {
-		if _, err := io.ReadFull(rr.r, rr.hdr[:]); err != nil {
-			if started || errors.Is(err, io.ErrUnexpectedEOF) {
-				return buf, fmt.Errorf("%w: stream ended inside a record: %w", ErrMalformed, io.ErrUnexpectedEOF)
-			}
-			return buf, err
+	h, err := rr.readHeader(false)
+	if err != nil {
+		return buf[:0], err
+	}
+	return rr.readFrom(buf, h)
+}
+
+// readHeader reads one fragment header. started says a record is under way,
+// so that the stream ending here is ErrMalformed, not io.EOF.
+func (rr *recordReader) readHeader(started bool) (uint32, error) {
+	if _, err := io.ReadFull(rr.r, rr.hdr[:]); err != nil {
+		if started || errors.Is(err, io.ErrUnexpectedEOF) {
+			return 0, fmt.Errorf("%w: stream ended inside a record: %w", ErrMalformed, io.ErrUnexpectedEOF)
 		}
-		started = true
-		h := binary.BigEndian.Uint32(rr.hdr[:])
+		return 0, err
+	}
+	return binary.BigEndian.Uint32(rr.hdr[:]), nil
+}
+
+// readFrom is readRecord once the record's first fragment header h has
+// been read.
+func (rr *recordReader) readFrom(buf []byte, h uint32) ([]byte, error) {
+	buf = buf[:0]
+	for {
 		n := int(h &^ lastFragment)
 		if n > rr.max-len(buf) {
 			return buf, fmt.Errorf("%w: %d bytes or more, limit %d (RFC 5531 section 11)", ErrRecordTooLarge, len(buf)+n, rr.max)
@@ -63,15 +76,25 @@ func (rr *recordReader) readRecord(buf []byte) ([]byte, error) {
 		}
 		buf = buf[:off+n]
 		if _, err := io.ReadFull(rr.r, buf[off:]); err != nil {
-			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-				return buf[:off], fmt.Errorf("%w: stream ended inside a fragment: %w", ErrMalformed, io.ErrUnexpectedEOF)
-			}
-			return buf[:off], err
+			return buf[:off], inFragment(err)
 		}
 		if h&lastFragment != 0 {
 			return buf, nil
 		}
+		var err error
+		if h, err = rr.readHeader(true); err != nil {
+			return buf, err
+		}
 	}
+}
+
+// inFragment is the error of a read inside a fragment: the stream ending
+// there is ErrMalformed wrapping io.ErrUnexpectedEOF.
+func inFragment(err error) error {
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return fmt.Errorf("%w: stream ended inside a fragment: %w", ErrMalformed, io.ErrUnexpectedEOF)
+	}
+	return err
 }
 
 // recordWriter writes a Message as one single-fragment record with one

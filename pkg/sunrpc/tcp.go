@@ -12,6 +12,8 @@ import (
 	"os"
 	"sync"
 	"time"
+
+	"github.com/nfsrdma/nfsrdma-csi/pkg/xdr"
 )
 
 // TCPOptions configures the TCP transport, client and server side. The
@@ -30,6 +32,18 @@ type TCPOptions struct {
 }
 
 const readBufferSize = 32 << 10
+
+// peekLen bounds how much of a record the client's reader looks at before
+// deciding where the rest goes: a reply header with the largest verifier
+// (RFC 5531 section 8.2: 400 bytes of body, 424 bytes of header) and 500
+// bytes of results, ahead of a DDP-eligible result's length word (NFS
+// READ3res: 100 bytes).
+const peekLen = 1024
+
+// stallWait is how long a caller that gave up waits for a reply the reader
+// is already reading into its buffer (Call.ReplyPayload) before the
+// connection is closed under it, so that the buffer is free again.
+const stallWait = time.Second
 
 func (o *TCPOptions) maxRecord() int {
 	if o.MaxRecordSize <= 0 {
@@ -69,13 +83,17 @@ func TCPDialer(addr string, opts TCPOptions) DialFunc {
 
 // NewTCPTransport returns a client transport over an established stream
 // connection and starts its reader goroutine; Close stops it. Replies are
-// matched to calls by XID and may arrive in any order. Placed is always -1:
-// TCP returns a DDP-eligible result inline.
+// matched to calls by XID and may arrive in any order. A DDP-eligible
+// result is read straight into Call.ReplyPayload when the call says where
+// it is (Call.LocateReplyPayload) and the reply is one fragment; otherwise
+// it stays inline (Placed -1).
 func NewTCPTransport(conn net.Conn, opts TCPOptions) ClientTransport {
 	setNoDelay(conn)
+	br := bufio.NewReaderSize(conn, readBufferSize)
 	t := &tcpTransport{
 		conn:       conn,
-		rr:         recordReader{r: bufio.NewReaderSize(conn, readBufferSize), max: opts.maxRecord()},
+		br:         br,
+		rr:         recordReader{r: br, max: opts.maxRecord()},
 		w:          recordWriter{conn: conn},
 		wsem:       make(chan struct{}, 1),
 		pending:    make(map[uint32]*waiter),
@@ -89,8 +107,9 @@ func NewTCPTransport(conn net.Conn, opts TCPOptions) ClientTransport {
 
 type tcpTransport struct {
 	conn net.Conn
-	rr   recordReader // owned by readLoop
-	w    recordWriter // guarded by wsem
+	br   *bufio.Reader // rr's reader; owned by readLoop
+	rr   recordReader  // owned by readLoop
+	w    recordWriter  // guarded by wsem
 	wsem chan struct{}
 	wdl  time.Time // write deadline set on conn; guarded by wsem
 	log  *slog.Logger
@@ -103,8 +122,12 @@ type tcpTransport struct {
 	readerDone chan struct{}
 }
 
-// waiter is where readLoop delivers the reply of one registered XID.
-type waiter struct{ ch chan *Reply }
+// waiter is where readLoop delivers the reply of one registered XID: the
+// reply, or nil when the connection failed while readLoop was reading it.
+type waiter struct {
+	ch   chan *Reply
+	call *Call // the call, while registered
+}
 
 var (
 	waiterPool = sync.Pool{New: func() any { return &waiter{ch: make(chan *Reply, 1)} }}
@@ -114,7 +137,7 @@ var (
 // ReleaseReply implements Releaser: the reply and its buffer are recycled.
 func (t *tcpTransport) ReleaseReply(r *Reply) {
 	r.Body = r.Body[:0]
-	r.Placed = 0
+	r.Placed = -1
 	replyPool.Put(r)
 }
 
@@ -148,37 +171,120 @@ func (t *tcpTransport) readLoop() {
 	defer close(t.readerDone)
 	for {
 		r := replyPool.Get().(*Reply)
-		body, err := t.rr.readRecord(r.Body)
-		r.Body = body
+		w, err := t.readReply(r)
 		if err != nil {
 			t.ReleaseReply(r)
 			if errors.Is(err, ErrRecordTooLarge) || errors.Is(err, ErrMalformed) {
 				t.log.Warn("sunrpc: closing tcp connection", "peer", t.conn.RemoteAddr(), "err", err)
 			}
 			t.fail(err)
+			if w != nil {
+				w.ch <- nil // its caller waits for the reply it was taken for
+			}
 			return
 		}
-		// RFC 5531 section 9: xid then msg_type. Anything that is not a
-		// reply (e.g. a backchannel call) is not ours: drop it.
-		if len(body) < 8 || MsgType(binary.BigEndian.Uint32(body[4:])) != MsgReply {
+		if w == nil { // not a reply, the caller gave up, or a duplicate reply
 			t.ReleaseReply(r)
 			continue
 		}
-		xid := binary.BigEndian.Uint32(body)
-		t.mu.Lock()
-		w := t.pending[xid]
-		if w != nil {
-			delete(t.pending, xid)
-		}
-		t.mu.Unlock()
-		if w == nil { // caller gave up, or a duplicate reply
-			t.ReleaseReply(r)
-			continue
-		}
-		r.Placed = -1
 		r.Owner = t
 		w.ch <- r // buffered: one reply per registration
 	}
+}
+
+// readReply reads the next record into r and returns the waiter of the
+// call it answers, taken out of pending, or nil if no call waits for it.
+// A one-fragment reply is matched by its first bytes before the rest is
+// read, so that a DDP-eligible result its call located (placement) goes
+// from the socket straight into Call.ReplyPayload, left out of r.Body as
+// an RDMA Write chunk leaves it (Reply.Placed). With an error, a non-nil
+// waiter was taken and still needs an answer. Errors are readRecord's.
+func (t *tcpTransport) readReply(r *Reply) (*waiter, error) {
+	r.Placed = -1
+	h, err := t.rr.readHeader(false)
+	if err != nil {
+		return nil, err
+	}
+	n := int(h &^ lastFragment)
+	if h&lastFragment == 0 || n > t.rr.max {
+		r.Body, err = t.rr.readFrom(r.Body, h)
+		if err != nil {
+			return nil, err
+		}
+		return t.take(r.Body), nil
+	}
+	peek, err := t.br.Peek(min(n, peekLen))
+	if err != nil {
+		return nil, inFragment(err)
+	}
+	w := t.take(peek)
+	head, size := n, 0
+	if w != nil {
+		head, size = placement(peek, n, w.call)
+	}
+	if cap(r.Body) < head {
+		r.Body = make([]byte, head)
+	}
+	r.Body = r.Body[:head]
+	if _, err := io.ReadFull(t.br, r.Body); err != nil {
+		return w, inFragment(err)
+	}
+	if size > 0 {
+		if _, err := io.ReadFull(t.br, w.call.ReplyPayload[:size]); err != nil {
+			return w, inFragment(err)
+		}
+		if _, err := t.br.Discard(xdr.Pad(size)); err != nil {
+			return w, inFragment(err)
+		}
+		r.Placed = size
+	}
+	return w, nil
+}
+
+// take returns the waiter of the reply that begins with b (RFC 5531
+// section 9: xid, then msg_type), removed from pending; nil when b is not
+// a reply (e.g. a backchannel call) or no call waits for its XID.
+func (t *tcpTransport) take(b []byte) *waiter {
+	if len(b) < 8 || MsgType(binary.BigEndian.Uint32(b[4:])) != MsgReply {
+		return nil
+	}
+	xid := binary.BigEndian.Uint32(b)
+	t.mu.Lock()
+	w := t.pending[xid]
+	if w != nil {
+		delete(t.pending, xid)
+	}
+	t.mu.Unlock()
+	return w
+}
+
+// placement locates the DDP-eligible result of c in the reply of n bytes
+// (one fragment) that begins with peek: it returns the bytes up to and
+// including the result's length word (head) and the result's size, or
+// (n, 0) when the result is not placed: c has no ReplyPayload or locator,
+// the reply is not an accepted SUCCESS, the locator finds nothing, the
+// result is empty or larger than ReplyPayload, or the result and its pad
+// do not end the reply exactly (as the last item must).
+func placement(peek []byte, n int, c *Call) (head, size int) {
+	if c.ReplyPayload == nil || c.LocateReplyPayload == nil {
+		return n, 0
+	}
+	var d xdr.Decoder
+	d.Reset(peek)
+	if rh, err := DecodeReplyHeader(&d); err != nil || rh.Err() != nil {
+		return n, 0
+	}
+	res := d.Offset()
+	at := c.LocateReplyPayload(peek[res:])
+	if at < 0 || at > len(peek)-res-4 {
+		return n, 0
+	}
+	head = res + at + 4
+	size = int(binary.BigEndian.Uint32(peek[head-4:]))
+	if size == 0 || size > len(c.ReplyPayload) || head+size+xdr.Pad(size) != n {
+		return n, 0
+	}
+	return head, size
 }
 
 // RoundTrip implements ClientTransport. ctx's deadline also bounds the write.
@@ -195,6 +301,7 @@ func (t *tcpTransport) RoundTrip(ctx context.Context, c *Call) (*Reply, error) {
 		waiterPool.Put(w)
 		return nil, fmt.Errorf("%w: xid %#x", ErrDuplicateXID, c.XID)
 	}
+	w.call = c
 	t.pending[c.XID] = w
 	t.mu.Unlock()
 
@@ -206,7 +313,11 @@ func (t *tcpTransport) RoundTrip(ctx context.Context, c *Call) (*Reply, error) {
 	}
 	select {
 	case r := <-w.ch:
+		w.call = nil
 		waiterPool.Put(w)
+		if r == nil {
+			return nil, t.deadErr()
+		}
 		return r, nil
 	case <-ctx.Done():
 		if r := t.abandon(c.XID, w); r != nil {
@@ -222,17 +333,28 @@ func (t *tcpTransport) RoundTrip(ctx context.Context, c *Call) (*Reply, error) {
 }
 
 // abandon unregisters xid. If readLoop already took the waiter, the reply is
-// on its way: abandon waits for it and returns it.
+// on its way, and may be being read into the call's ReplyPayload: abandon
+// waits for it and returns it (nil if the connection failed meanwhile).
+// A reply that does not complete within stallWait fails the connection,
+// which ends the read, so that the caller gets its buffer back.
 func (t *tcpTransport) abandon(xid uint32, w *waiter) *Reply {
 	t.mu.Lock()
 	if t.pending[xid] == w {
 		delete(t.pending, xid)
 		t.mu.Unlock()
+		w.call = nil
 		waiterPool.Put(w)
 		return nil
 	}
 	t.mu.Unlock()
-	r := <-w.ch
+	var r *Reply
+	select {
+	case r = <-w.ch:
+	case <-time.After(stallWait):
+		t.fail(fmt.Errorf("reply of xid %#x stalled for %v after its caller gave up", xid, stallWait))
+		r = <-w.ch
+	}
+	w.call = nil
 	waiterPool.Put(w)
 	return r
 }

@@ -17,6 +17,18 @@ type Call struct {
 	// ReplyPayload is where a DDP-eligible result (e.g. NFS READ data) may
 	// be placed (an RFC 8166 Write chunk); nil if none.
 	ReplyPayload []byte
+	// LocateReplyPayload, when not nil (with ReplyPayload), lets a stream
+	// transport (TCP) read the DDP-eligible result from the socket straight
+	// into ReplyPayload, as Linux's xprtsock reads NFS READ data into the
+	// page cache, instead of copying it out of the reply afterwards. It is
+	// given the first bytes of the reply's results (those after accept_stat,
+	// RFC 5531 section 9; all of them, or at least 500 bytes) and returns
+	// the offset there of the result's XDR length word, or -1 when the reply
+	// carries no such result (an error status) or the bytes given end before
+	// it. The result must be the reply's last item, as NFS READ data and the
+	// READLINK path are (RFC 8267 section 4). RDMA transports do not use it:
+	// the responder's Write chunk says where the result went.
+	LocateReplyPayload func(results []byte) int
 	// MaxReplySize is an upper bound, in bytes, of the reply without the
 	// DDP-eligible result; RFC 8267 section 4 uses it to decide on a Reply
 	// chunk. 0 means unknown: the transport assumes its largest reply.
@@ -31,8 +43,10 @@ type Releaser interface {
 // Reply is a received reply.
 type Reply struct {
 	// Body is the reply message (RFC 5531 section 9) without a DDP-placed
-	// item. When an item was placed, its XDR length word stays in Body and
-	// its bytes and pad are absent (RFC 8166 section 3.4, "reduced" data items).
+	// item. When an item was placed (into an RDMA Write chunk, or read
+	// straight from a TCP stream, see Call.LocateReplyPayload), its XDR
+	// length word stays in Body and its bytes and pad are absent (RFC 8166
+	// section 3.4, "reduced" data items).
 	Body []byte
 	// Placed is the number of bytes of the DDP-eligible result placed into
 	// Call.ReplyPayload, or -1: the result (if any) is inline in Body.

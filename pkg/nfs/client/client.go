@@ -255,6 +255,10 @@ func umount(mnt *sunrpc.Client, export string) {
 // procedure name; JUKEBOX is retried after the delay until ctx ends.
 func (c *Client) call(ctx context.Context, proc uint32, maxRes int, replyPayload []byte,
 	args func(b *sunrpc.Builder), results func(d *xdr.Decoder, placed int) (nfs3.Status, error)) error {
+	var locate func([]byte) int
+	if replyPayload != nil {
+		locate = nfs3.LocateDDPResult(proc)
+	}
 	for {
 		var st nfs3.Status
 		err := c.nfs.Call(ctx, sunrpc.CallSpec{
@@ -265,9 +269,10 @@ func (c *Client) call(ctx context.Context, proc uint32, maxRes int, replyPayload
 				st, err = results(d, placed)
 				return err
 			},
-			ReplyPayload: replyPayload,
-			MaxReplySize: replyHeaderMax + maxRes,
-			Cred:         credOf(ctx),
+			ReplyPayload:       replyPayload,
+			LocateReplyPayload: locate,
+			MaxReplySize:       replyHeaderMax + maxRes,
+			Cred:               credOf(ctx),
 		})
 		if err != nil {
 			return fmt.Errorf("nfs3 %s: %w", nfs3.ProcName(proc), err)

@@ -24,8 +24,12 @@
 // WRITE data and the SYMLINK path are passed as the DDP-eligible payload of
 // the call (sunrpc.Builder.Payload): never copied by this package. READ and
 // READLINK give the transport the caller's buffer (CallSpec.ReplyPayload):
-// an RDMA transport places the data there; over TCP the data arrives
-// inline and is copied once into the caller's buffer. Every call sets
+// an RDMA transport places the data there (a Write chunk); the TCP
+// transport reads it from the socket straight into it, located with
+// CallSpec.LocateReplyPayload (nfs3.LocateDDPResult), as Linux's xprtsock
+// reads into the page cache. Only a reply that is not one record fragment
+// (no server this project knows sends those) is read whole and its data
+// copied once into the caller's buffer. Every call sets
 // CallSpec.MaxReplySize from nfs3.MaxResultSize (plus the largest RPC
 // reply header) so that an RDMA transport can decide on a Reply chunk.
 //

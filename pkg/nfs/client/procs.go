@@ -93,8 +93,9 @@ func (c *Client) Readlink(ctx context.Context, fh nfs3.FH) (string, nfs3.PostOpA
 // Read calls READ (RFC 1813 section 3.3.6) for up to len(p) bytes at
 // offset off (len(p) should not exceed RSize) and returns the number of
 // bytes now in p[:n], the eof flag and the file's attributes. The
-// transport may place the data straight into p; over TCP it is copied
-// once from the reply into p. A short count without eof is legal.
+// transport places the data straight into p (an RDMA Write chunk, or read
+// from the TCP stream into p), else it is copied once from the reply. A
+// short count without eof is legal.
 func (c *Client) Read(ctx context.Context, fh nfs3.FH, off uint64, p []byte) (n int, eof bool, attr nfs3.PostOpAttr, err error) {
 	args := nfs3.ReadArgs{File: fh, Offset: off, Count: uint32(len(p))}
 	var res nfs3.ReadRes

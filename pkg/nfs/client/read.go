@@ -14,9 +14,9 @@ import (
 // ReadAt reads len(p) bytes of file fh at byte offset off into p, like
 // io.ReaderAt: it splits the range into READs of at most RSize bytes (RFC
 // 1813 section 3.3.6) and keeps at most Options.Window of them in flight,
-// each reading straight into its part of p (placed by an RDMA transport,
-// copied once from the reply over TCP). A short READ without eof is
-// continued with another READ for the rest of its part, as Linux does.
+// each reading straight into its part of p (see Read). A short READ
+// without eof is continued with another READ for the rest of its part, as
+// Linux does.
 //
 // It returns the number of bytes read, n < len(p) only with an error:
 // io.EOF when the file ends before off+len(p), the first NFS error

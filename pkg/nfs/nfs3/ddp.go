@@ -1,6 +1,7 @@
 package nfs3
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 
@@ -50,4 +51,50 @@ func decodeDDP(d *xdr.Decoder, payload []byte, placed bool, max int, what string
 		return nil
 	}
 	return payload[:n:n]
+}
+
+// LocateDDPResult returns how a stream transport finds the DDP-eligible
+// result of proc in its reply (sunrpc.Call.LocateReplyPayload): for READ
+// ReadResDataAt, for READLINK ReadlinkResPathAt, otherwise nil.
+func LocateDDPResult(proc uint32) func(results []byte) int {
+	switch proc {
+	case ProcRead:
+		return ReadResDataAt
+	case ProcReadlink:
+		return ReadlinkResPathAt
+	}
+	return nil
+}
+
+// ReadResDataAt returns the byte offset, in results (the start of an
+// encoded READ3res, RFC 1813 section 3.3.6), of the data's XDR length
+// word: 100 with file_attributes, 16 without. It returns -1 for a status
+// other than NFS3_OK (no data follows), an attributes_follow other than 0
+// or 1, or results that end before the length word.
+func ReadResDataAt(results []byte) int { return resultAt(results, 8) }
+
+// ReadlinkResPathAt is ReadResDataAt for READLINK3res (RFC 1813 section
+// 3.3.5): the path's length word is at 92 with symlink_attributes, 8
+// without.
+func ReadlinkResPathAt(results []byte) int { return resultAt(results, 0) }
+
+// resultAt finds the length word that follows the status, a post_op_attr
+// and fixed more bytes of an OK result.
+func resultAt(results []byte, fixed int) int {
+	if len(results) < 8 || binary.BigEndian.Uint32(results) != uint32(OK) {
+		return -1
+	}
+	at := 8
+	switch binary.BigEndian.Uint32(results[4:]) {
+	case 0:
+	case 1:
+		at += FattrSize
+	default:
+		return -1
+	}
+	at += fixed
+	if at+4 > len(results) {
+		return -1
+	}
+	return at
 }

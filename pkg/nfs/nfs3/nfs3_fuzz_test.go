@@ -60,6 +60,7 @@ func FuzzArgs(f *testing.F) {
 func FuzzResults(f *testing.F) {
 	seedFuzz(f, resSamples())
 	f.Fuzz(func(t *testing.T, proc uint8, placed bool, msg, payload []byte) {
+		checkLocate(t, uint32(proc)%NumProcs, msg)
 		fuzzDecode(t, newRes(uint32(proc)%NumProcs), msg, payload, placed)
 	})
 }

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -57,6 +58,15 @@ func ourClient(t *testing.T, proto string) {
 	}
 	servers := 1
 	var rdma *rpcrdma.ClientMetrics
+	var placed atomic.Int64 // READ data read from TCP straight into the caller's buffer
+	if proto == "tcp" {
+		opts.WrapDial = func(dial sunrpc.DialFunc) sunrpc.DialFunc {
+			return func(ctx context.Context) (sunrpc.ClientTransport, error) {
+				tr, err := dial(ctx)
+				return placedCounter{tr, &placed}, err
+			}
+		}
+	}
 	if proto == "rdma" {
 		// a free port for NFS/RDMA
 		l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -141,6 +151,9 @@ func ourClient(t *testing.T, proto string) {
 	if _, _, err := c.LookupPath(ctx, c.Root(), "renamed", false); err == nil {
 		t.Fatal("removed file still found")
 	}
+	if proto == "tcp" && placed.Load() < int64(len(data)) {
+		t.Fatalf("%d bytes of READ data placed from TCP, want all %d read", placed.Load(), len(data))
+	}
 	if rdma != nil {
 		m := rdma.Metrics()
 		t.Logf("RPC-over-RDMA: %+v", m)
@@ -148,4 +161,19 @@ func ourClient(t *testing.T, proto string) {
 			t.Fatal("the data did not move in Read and Write chunks")
 		}
 	}
+}
+
+// placedCounter counts the bytes of DDP-eligible results its transport
+// placed into the callers' buffers (sunrpc.Reply.Placed).
+type placedCounter struct {
+	sunrpc.ClientTransport
+	n *atomic.Int64
+}
+
+func (p placedCounter) RoundTrip(ctx context.Context, c *sunrpc.Call) (*sunrpc.Reply, error) {
+	r, err := p.ClientTransport.RoundTrip(ctx, c)
+	if err == nil && r.Placed > 0 {
+		p.n.Add(int64(r.Placed))
+	}
+	return r, err
 }
