@@ -178,11 +178,11 @@ func FuzzServerDispatch(f *testing.F) {
 // before it is the record without the pad; anything else is the record.
 func FuzzTCPReplies(f *testing.F) {
 	data := bytes.Repeat([]byte{7}, 1000)
-	f.Add(oneFragment(placementReply(1, OpaqueAuth{}, 0, data, nil)), -1)
-	f.Add(append(oneFragment(placementReply(2, OpaqueAuth{Flavor: AuthSys, Body: []byte{1, 2, 3, 4}}, 0, data[:5], nil)),
+	f.Add(fragments(placementReply(1, OpaqueAuth{}, 0, data, nil)), -1)
+	f.Add(append(fragments(placementReply(2, OpaqueAuth{Flavor: AuthSys, Body: []byte{1, 2, 3, 4}}, 0, data[:5], nil)),
 		fragments(placementReply(3, OpaqueAuth{}, 0, data, nil), 50)...), -1)
-	f.Add(oneFragment(placementReply(4, OpaqueAuth{}, 1, data, nil)), 0)
-	f.Add(oneFragment(placementReply(1, OpaqueAuth{}, 0, data, []byte{1, 2, 3, 4})), 8)
+	f.Add(fragments(placementReply(4, OpaqueAuth{}, 1, data, nil)), 0)
+	f.Add(fragments(placementReply(1, OpaqueAuth{}, 0, data, []byte{1, 2, 3, 4})), 8)
 	f.Fuzz(func(t *testing.T, stream []byte, at int) {
 		locate := testLocate
 		if at >= 0 {

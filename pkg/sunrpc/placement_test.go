@@ -54,10 +54,6 @@ func replyServer(t *testing.T, reply func(xid uint32) []byte) string {
 	})
 }
 
-func oneFragment(rec []byte) []byte {
-	return append(binary.BigEndian.AppendUint32(nil, lastFragment|uint32(len(rec))), rec...)
-}
-
 // The TCP transport reads a DDP-eligible result its call located straight
 // into Call.ReplyPayload, leaving it out of Body as an RDMA Write chunk
 // does (Placed), and only when the reply is exactly what the locator and
@@ -65,29 +61,33 @@ func oneFragment(rec []byte) []byte {
 // every byte in Body.
 func TestTCPPlacesLocatedResult(t *testing.T) {
 	data := bytes.Repeat([]byte("0123456789abcdef"), 4096)[:40001] // pad 3
-	verf := OpaqueAuth{Flavor: AuthSys, Body: []byte("twelve bytes")}
+	big := 64 << 10
 	tests := []struct {
 		name   string
-		record func(xid uint32) []byte
+		verf   OpaqueAuth
+		status uint32
+		data   []byte // the result
+		more   []byte // bytes after the result
+		frags  []int  // sizes of the record fragments before the last
 		locate func([]byte) int
 		buf    int // ReplyPayload bytes
 		placed bool
 	}{
-		{"placed", func(x uint32) []byte { return oneFragment(placementReply(x, OpaqueAuth{}, 0, data, nil)) }, testLocate, 64 << 10, true},
-		{"placed after a verifier", func(x uint32) []byte { return oneFragment(placementReply(x, verf, 0, data, nil)) }, testLocate, 64 << 10, true},
-		{"buffer just large enough", func(x uint32) []byte { return oneFragment(placementReply(x, OpaqueAuth{}, 0, data, nil)) }, testLocate, len(data), true},
-		{"no locator", func(x uint32) []byte { return oneFragment(placementReply(x, OpaqueAuth{}, 0, data, nil)) }, nil, 64 << 10, false},
-		{"error status", func(x uint32) []byte { return oneFragment(placementReply(x, OpaqueAuth{}, 5, data, nil)) }, testLocate, 64 << 10, false},
-		{"not the last item", func(x uint32) []byte { return oneFragment(placementReply(x, OpaqueAuth{}, 0, data, []byte{0, 0, 0, 1})) }, testLocate, 64 << 10, false},
-		{"larger than the buffer", func(x uint32) []byte { return oneFragment(placementReply(x, OpaqueAuth{}, 0, data, nil)) }, testLocate, len(data) - 1, false},
-		{"empty", func(x uint32) []byte { return oneFragment(placementReply(x, OpaqueAuth{}, 0, nil, nil)) }, testLocate, 64 << 10, false},
-		{"two fragments", func(x uint32) []byte { return fragments(placementReply(x, OpaqueAuth{}, 0, data, nil), 100) }, testLocate, 64 << 10, false},
-		{"locator past the peeked bytes", func(x uint32) []byte { return oneFragment(placementReply(x, OpaqueAuth{}, 0, data, nil)) },
-			func([]byte) int { return peekLen }, 64 << 10, false},
+		{name: "placed", data: data, locate: testLocate, buf: big, placed: true},
+		{name: "placed after a verifier", verf: OpaqueAuth{Flavor: AuthSys, Body: []byte("twelve bytes")}, data: data, locate: testLocate, buf: big, placed: true},
+		{name: "buffer just large enough", data: data, locate: testLocate, buf: len(data), placed: true},
+		{name: "no locator", data: data, buf: big},
+		{name: "error status", status: 5, data: data, locate: testLocate, buf: big},
+		{name: "not the last item", data: data, more: []byte{0, 0, 0, 1}, locate: testLocate, buf: big},
+		{name: "larger than the buffer", data: data, locate: testLocate, buf: len(data) - 1},
+		{name: "empty", locate: testLocate, buf: big},
+		{name: "two fragments", data: data, frags: []int{100}, locate: testLocate, buf: big},
+		{name: "locator past the peeked bytes", data: data, locate: func([]byte) int { return peekLen }, buf: big},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			addr := replyServer(t, tt.record)
+			msg := func(xid uint32) []byte { return placementReply(xid, tt.verf, tt.status, tt.data, tt.more) }
+			addr := replyServer(t, func(xid uint32) []byte { return fragments(msg(xid), tt.frags...) })
 			ctx := testCtx(t, 10*time.Second)
 			tr, err := DialTCP(ctx, addr, TCPOptions{Logger: quiet})
 			if err != nil {
@@ -101,27 +101,14 @@ func TestTCPPlacesLocatedResult(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				rec := tt.record(xid)
-				whole := rec[4:]
-				if binary.BigEndian.Uint32(rec)&lastFragment == 0 {
-					whole = nil // fragmented: only its content is compared
-				}
+				want := msg(xid)
 				if tt.placed {
-					head := len(whole) - len(data) - xdr.Pad(len(data))
-					if r.Placed != len(data) || !bytes.Equal(r.Body, whole[:head]) || !bytes.Equal(buf[:len(data)], data) {
-						t.Fatalf("xid %d: Placed %d, Body %d bytes (want %d, %d): result not placed as located", xid, r.Placed, len(r.Body), len(data), head)
+					head := len(want) - len(tt.data) - xdr.Pad(len(tt.data))
+					if r.Placed != len(tt.data) || !bytes.Equal(r.Body, want[:head]) || !bytes.Equal(buf[:len(tt.data)], tt.data) {
+						t.Fatalf("xid %d: Placed %d, Body %d bytes (want %d, %d): result not placed as located", xid, r.Placed, len(r.Body), len(tt.data), head)
 					}
-				} else {
-					sent := data
-					if tt.name == "empty" {
-						sent = nil
-					}
-					if r.Placed != -1 || !bytes.Contains(r.Body, sent) || bytes.Contains(buf, data[:64]) {
-						t.Fatalf("xid %d: Placed %d, Body %d bytes: want the result inline, the buffer untouched", xid, r.Placed, len(r.Body))
-					}
-					if whole != nil && !bytes.Equal(r.Body, whole) {
-						t.Fatalf("xid %d: Body differs from the reply sent", xid)
-					}
+				} else if r.Placed != -1 || !bytes.Equal(r.Body, want) || bytes.Contains(buf, data[:64]) {
+					t.Fatalf("xid %d: Placed %d, Body %d bytes (sent %d): want the reply inline, the buffer untouched", xid, r.Placed, len(r.Body), len(want))
 				}
 				r.Release()
 			}
@@ -148,7 +135,7 @@ func TestTCPPlacementInterrupted(t *testing.T) {
 				if err != nil {
 					return
 				}
-				reply := oneFragment(placementReply(binary.BigEndian.Uint32(rec), OpaqueAuth{}, 0, data, nil))
+				reply := fragments(placementReply(binary.BigEndian.Uint32(rec), OpaqueAuth{}, 0, data, nil))
 				conn.Write(reply[:len(reply)/2])
 				if !tt.close {
 					<-release
