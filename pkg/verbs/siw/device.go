@@ -25,9 +25,11 @@ type Config struct {
 	// 5044 section 4.3). Linux siw refuses markers.
 	Markers bool
 	// MaxULPDU is the largest ULPDU (FPDU payload incl. DDP/RDMAP header) we
-	// send, bytes, 128..64768. 0: the MULPDU of the path MSS (RFC 5044
-	// section 4.5), as Linux siw does. Larger than the path allows only
-	// toward peers that take it (two ends of this stack).
+	// send, bytes, 128..64768, fixed for the connection's life. 0: the
+	// MULPDU (RFC 5044 section 4.5) of the connection's MSS as TCP reports
+	// it (TCP_MAXSEG), read again as the connection runs, as Linux siw
+	// sizes each FPDU by the socket's current MSS. Larger than the path
+	// allows only toward peers that take it (two ends of this stack).
 	MaxULPDU int
 	// Revision1 makes Connect send an MPA revision 1 request (no IRD/ORD
 	// block, no RTR). knfsd and siw refuse it; for testing only.

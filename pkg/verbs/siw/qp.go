@@ -82,7 +82,7 @@ type qp struct {
 	crcOn   bool
 	txMark  bool // we insert markers
 	rxMark  bool // the peer inserts markers
-	ulpdu   int  // largest ULPDU we send
+	ulpdu   int  // largest ULPDU we send at first (txState.ulpdu: now)
 	ird     int
 	ord     int
 	local   net.Addr

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"net"
+	"syscall"
 
 	"github.com/nfsrdma/nfsrdma-csi/pkg/verbs"
 )
@@ -35,6 +36,41 @@ type txState struct {
 	rr    [readReqLen]byte
 	term  [termCtrlLen + hdrSlot + readReqLen]byte
 	ir    inboundRead // the inbound RDMA Read being answered
+
+	// FPDU sizing (refreshULPDU): the largest ULPDU sent now, the socket
+	// TCP_MAXSEG is read from, and the bytes sent since it was last read.
+	ulpdu    int
+	rc       syscall.RawConn // nil: the ULPDU is fixed (Config.MaxULPDU)
+	mss      int
+	mssFn    func(fd uintptr) // reads TCP_MAXSEG into mss; made once, so a read allocates nothing
+	sinceMSS int
+}
+
+// mssRecheck is how many bytes of multi-FPDU messages go out between two
+// reads of the connection's MSS (refreshULPDU).
+const mssRecheck = 256 << 10
+
+// refreshULPDU sizes the FPDUs of the message about to go out, of total
+// bytes, to the connection's MSS as TCP reports it now (TCP_MAXSEG, the
+// MULPDU of RFC 5044 section 4.5), as Linux siw re-reads tcp_sock.mss_cache
+// before every FPDU (siw_update_tcpseg). TCP bounds a new connection's MSS
+// to half the largest window the peer has offered (on loopback 32741 bytes
+// at first, 65483 once the windows have grown), so the size taken at
+// connection setup is often not the path's. Only a message that spans
+// FPDUs pays the getsockopt(2), at most once per mssRecheck bytes; a
+// device with Config.MaxULPDU keeps that size. Called with txMu held.
+func (q *qp) refreshULPDU(hl, total int) {
+	if q.tx.rc == nil || total <= q.tx.ulpdu-hl {
+		return
+	}
+	q.tx.sinceMSS += total
+	if q.tx.sinceMSS < mssRecheck {
+		return
+	}
+	q.tx.sinceMSS = 0
+	if err := q.tx.rc.Control(q.tx.mssFn); err == nil && q.tx.mss > 0 {
+		q.tx.ulpdu = mulpdu(q.tx.mss, q.txMark)
+	}
 }
 
 // txLoop runs the transmit goroutine until the QP fails.
@@ -291,7 +327,7 @@ func (q *qp) sendRTR(read bool) error {
 }
 
 // sendMessage segments one DDP message of total bytes gathered from segs
-// into FPDUs of at most q.ulpdu bytes (RFC 5041 section 5: MO advances per
+// into FPDUs of at most q.tx.ulpdu bytes (RFC 5041 section 5: MO advances per
 // untagged segment, TO per tagged segment, L on the last) and writes them
 // with writev in batches. Called with txMu held. A write error fails the QP.
 func (q *qp) sendMessage(tagged bool, op byte, stag uint32, to uint64, inv, qn, msn uint32, segs [][]byte, total int) error {
@@ -299,7 +335,8 @@ func (q *qp) sendMessage(tagged bool, op byte, stag uint32, to uint64, inv, qn, 
 	if tagged {
 		hl = taggedHdrLen
 	}
-	maxPay := q.ulpdu - hl
+	q.refreshULPDU(hl, total)
+	maxPay := q.tx.ulpdu - hl
 	si, so := 0, 0
 	off := 0
 	for first := true; first || off < total; first = false {

@@ -29,6 +29,7 @@ func txOnly(t *testing.T, crc, markers bool) (*qp, net.Conn) {
 	t.Cleanup(func() { c.Close(); s.Close() })
 	q := &qp{conn: c.(*net.TCPConn), crcOn: crc, txMark: markers, ulpdu: maxULPDU, maxSGE: 4, done: make(chan struct{})}
 	q.tx.iov = make([][]byte, 0, 64)
+	q.tx.ulpdu = maxULPDU // fixed: no q.tx.rc
 	return q, s
 }
 
