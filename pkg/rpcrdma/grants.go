@@ -67,6 +67,11 @@ type ConnInfo struct {
 	// Grant is what replies carry (credits), Posted the receives posted,
 	// InProcess the calls received and not yet answered.
 	Grant, Posted, InProcess int
+	// Detail is the verbs provider's summary of the connection as
+	// accepted (verbs.ConnInfo.Detail; for software iWARP the MPA
+	// revision, CRC, markers, ULPDU, IRD and ORD); "" until the accept
+	// completes.
+	Detail string
 }
 
 // SetGrant changes the default grant (connections whose machine has no
@@ -103,7 +108,7 @@ func (s *Server) Connections() []ConnInfo {
 		cc := &c.cred
 		cc.mu.Lock()
 		working := int(cc.working.Load())
-		ci := ConnInfo{Peer: c.peerAddr(), Target: cc.target, Named: cc.named, Grant: cc.grant, Posted: cc.held - working, InProcess: working}
+		ci := ConnInfo{Peer: c.peerAddr(), Target: cc.target, Named: cc.named, Grant: cc.grant, Posted: cc.held - working, InProcess: working, Detail: c.detail}
 		cc.mu.Unlock()
 		if m := cc.machine.Load(); m != nil {
 			ci.Machine = *m

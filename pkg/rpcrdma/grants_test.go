@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -157,6 +158,11 @@ func TestMachineGrants(t *testing.T) {
 		ci := connByMachine(t, ts.srv, tc.name)
 		if ci.Grant != tc.grant || ci.Named != tc.named || ci.Posted != tc.grant {
 			t.Errorf("%s: %+v, want grant %d (named %v) and as many receives posted", tc.name, ci, tc.grant, tc.named)
+		}
+		// software iWARP's summary of the connection as accepted: the
+		// tests' devices keep siw's defaults and ask for CRC32c
+		if !strings.HasPrefix(ci.Detail, "MPA rev 2, CRC true,") {
+			t.Errorf("%s: Detail %q, want the accepted connection's MPA summary", tc.name, ci.Detail)
 		}
 	}
 	if g := ts.srv.Metrics().CreditsGranted; g != 4+8+16 {

@@ -211,6 +211,7 @@ type srvConn struct {
 	peerOK bool
 	inline int // the requester's receive size: our send threshold
 	addr   net.Addr
+	detail string // the provider's summary of the connection; under s.mu
 
 	sendMR, recvMR verbs.MR
 	slots          []srvSlot
@@ -320,6 +321,9 @@ func (s *Server) newConn(ctx context.Context, req verbs.ConnRequest) (*srvConn, 
 	if err != nil {
 		return nil, err
 	}
+	s.mu.Lock()
+	c.detail = info.Detail
+	s.mu.Unlock()
 	if info.ORD < cap(c.readSem) {
 		// The requester's IRD bounds our RDMA Reads (ORD as negotiated).
 		c.readSem = make(chan struct{}, max(info.ORD, 1))

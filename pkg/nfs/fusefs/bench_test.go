@@ -8,6 +8,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -17,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nfsrdma/nfsrdma-csi/internal/testenv"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/verbs/siw"
 )
 
 // The FUSE benchmarks (issue 5) run the same work through three mounts,
@@ -34,7 +37,12 @@ import (
 //     chart's creditsPerPod; the shared test helpers' mount) over
 //     RPC-over-RDMA on software iWARP, to our export server over a temp
 //     directory on the same file system;
-//   - tcp: the same over TCP.
+//   - tcp: the same over TCP;
+//   - rdma-nocrc (the sequential benchmarks only): rdma with the MPA CRC
+//     negotiated off, the mount's nompacrc and the server's siw.Config
+//     NoCRC (CRC stays on unless both ends ask, RFC 5044 section 7.1), so
+//     that the table shows what CRC32c costs where every byte is checked
+//     twice, by the sender and the receiver. The default keeps it on.
 //
 // Each runs in this process beside the benchmark's own system calls: the
 // FUSE server, and for ours the NFS client and the export server, share
@@ -89,21 +97,32 @@ type benchMount struct {
 	check func(b *testing.B)
 }
 
-// benchMounts are the mounts of every FUSE benchmark, baseline first.
-var benchMounts = []struct {
+// namedMount is a mount of the benchmarks, named as its sub-benchmark.
+type namedMount struct {
 	name  string
 	mount func(b *testing.B) benchMount
-}{
-	{"loopback", mountLoopback},
-	{"rdma", func(b *testing.B) benchMount { return mountOurs(b, ProtoRDMA) }},
-	{"tcp", func(b *testing.B) benchMount { return mountOurs(b, ProtoTCP) }},
 }
 
+// benchMounts are the mounts of every FUSE benchmark, baseline first.
+var benchMounts = []namedMount{
+	{"loopback", mountLoopback},
+	{"rdma", func(b *testing.B) benchMount { return mountOurs(b, ProtoRDMA, false) }},
+	{"tcp", func(b *testing.B) benchMount { return mountOurs(b, ProtoTCP, false) }},
+}
+
+// seqMounts are the mounts of the sequential benchmarks: benchMounts and
+// rdma-nocrc.
+var seqMounts = append(slices.Clip(benchMounts), namedMount{"rdma-nocrc", func(b *testing.B) benchMount { return mountOurs(b, ProtoRDMA, true) }})
+
 // mountOurs starts our export server and mounts it over proto with the
-// tests' shared helpers (unmounted and stopped at the end of b).
-func mountOurs(b *testing.B, proto string) benchMount {
-	srv := startServer(b)
+// tests' shared helpers (unmounted and stopped at the end of b); noCRC
+// negotiates the MPA CRC off at both ends (proto rdma only).
+func mountOurs(b *testing.B, proto string, noCRC bool) benchMount {
+	srv := startServerSIW(b, siw.Config{RTRDelay: -1, NoCRC: noCRC})
 	o := fmt.Sprintf("read_ahead_kb=%d", *benchRA)
+	if noCRC {
+		o += ",nompacrc"
+	}
 	if *benchOpts != "" {
 		o += "," + *benchOpts
 	}
@@ -114,6 +133,12 @@ func mountOurs(b *testing.B, proto string) benchMount {
 			b.Fatalf("no RPC-over-RDMA calls over an RDMA mount: %+v", m)
 		} else if proto == ProtoTCP && m.Calls != 0 {
 			b.Fatalf("RPC-over-RDMA calls over a TCP mount: %+v", m)
+		}
+		want := fmt.Sprintf("CRC %v,", !noCRC)
+		for _, c := range srv.rdma.Connections() {
+			if !strings.Contains(c.Detail, want) {
+				b.Fatalf("connection %s: %q, want %q", c.Peer, c.Detail, want)
+			}
 		}
 	}}
 }
@@ -224,16 +249,16 @@ func noPassthrough(fh fs.FileHandle) fs.FileHandle {
 	return fh
 }
 
-// forEachMount runs f as one sub-benchmark per mount of benchMounts.
-func forEachMount(b *testing.B, f func(b *testing.B, m benchMount)) {
-	forEachMountAfter(b, nil, f)
+// forEachMount runs f as one sub-benchmark per mount of mounts.
+func forEachMount(b *testing.B, mounts []namedMount, f func(b *testing.B, m benchMount)) {
+	forEachMountAfter(b, mounts, nil, f)
 }
 
 // forEachMountAfter is forEachMount with before (if not nil) run in each
 // sub-benchmark ahead of its mount.
-func forEachMountAfter(b *testing.B, before func(b *testing.B), f func(b *testing.B, m benchMount)) {
+func forEachMountAfter(b *testing.B, mounts []namedMount, before func(b *testing.B), f func(b *testing.B, m benchMount)) {
 	testenv.NeedRootFUSE(b)
-	for _, bm := range benchMounts {
+	for _, bm := range mounts {
 		b.Run(bm.name, func(b *testing.B) {
 			if before != nil {
 				before(b)
@@ -280,7 +305,7 @@ func writeSeq(b *testing.B, path string, buf []byte, size int64) {
 // BenchmarkFUSESeqWrite writes a 1 GiB file per iteration in 1 MiB writes
 // and fsyncs it, through each mount.
 func BenchmarkFUSESeqWrite(b *testing.B) {
-	forEachMount(b, func(b *testing.B, m benchMount) {
+	forEachMount(b, seqMounts, func(b *testing.B, m benchMount) {
 		size := seqSize(b)
 		buf := randBytes(MaxWrite, 1)
 		path := filepath.Join(m.mnt, "seq-write")
@@ -300,7 +325,7 @@ func BenchmarkFUSESeqWrite(b *testing.B) {
 // through each mount, with the mount's page cache of the file dropped
 // before each pass (see the top of this file).
 func BenchmarkFUSESeqRead(b *testing.B) {
-	forEachMount(b, func(b *testing.B, m benchMount) {
+	forEachMount(b, seqMounts, func(b *testing.B, m benchMount) {
 		size := seqSize(b)
 		// Written straight into the backing directory (not through
 		// the mount) and fsynced, so that it stays in the page cache
@@ -352,7 +377,7 @@ func BenchmarkFUSEMetadata(b *testing.B) {
 	default:
 		b.Fatalf("-fusebench.metafs=%q: want tmpfs or disk", *benchMetaFS)
 	}
-	forEachMountAfter(b, before, func(b *testing.B, m benchMount) {
+	forEachMountAfter(b, benchMounts, before, func(b *testing.B, m benchMount) {
 		n := *benchFiles
 		if n <= 0 {
 			b.Fatalf("-fusebench.files=%d: want a positive number", n)
