@@ -69,7 +69,7 @@ type ConnInfo struct {
 	Grant, Posted, InProcess int
 	// Detail is the verbs provider's summary of the connection as
 	// accepted (verbs.ConnInfo.Detail; for software iWARP the MPA
-	// revision, CRC, markers, ULPDU, IRD and ORD); "" until the accept
+	// revision, CRC, markers, ULPDU at setup, IRD and ORD); "" until the accept
 	// completes.
 	Detail string
 }

@@ -36,26 +36,6 @@ func (d *Device) tune(c *net.TCPConn) {
 	}
 }
 
-// pathULPDU returns the largest ULPDU we send: Config.MaxULPDU when set
-// (larger than the path allows only between peers known to take it, such
-// as two ends of this stack), else the MULPDU of the connection's MSS
-// (RFC 5044 section 4.5) at setup, which the transmit path then follows
-// (refreshULPDU).
-func (d *Device) pathULPDU(c *net.TCPConn, markers bool) int {
-	if d.cfg.MaxULPDU > 0 {
-		return d.cfg.MaxULPDU
-	}
-	emss := 1460
-	if rc, err := c.SyscallConn(); err == nil {
-		_ = rc.Control(func(fd uintptr) {
-			if v, err := unix.GetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_MAXSEG); err == nil && v > 0 {
-				emss = v
-			}
-		})
-	}
-	return mulpdu(emss, markers)
-}
-
 func clampIRDORD(v int) int { return max(0, min(v, MaxIRDORD)) }
 
 // handshakeDeadline arms the connection's deadline for the MPA exchange and
@@ -215,16 +195,21 @@ func (q *qp) attach(c *net.TCPConn, br *bufio.Reader, crcOn, txMark, rxMark bool
 	q.ird, q.ord = ird, ord
 	q.irq = make([]inboundRead, max(ird, 1))
 	q.orq = make([]int, max(ord, 1))
-	q.ulpdu = q.dev.pathULPDU(c, txMark)
-	q.tx.ulpdu = q.ulpdu
-	if q.dev.cfg.MaxULPDU == 0 {
-		if rc, err := c.SyscallConn(); err == nil {
-			q.tx.rc, q.tx.sinceMSS = rc, mssRecheck // the first multi-FPDU message reads it
-			q.tx.mssFn = func(fd uintptr) {
-				q.tx.mss, _ = unix.GetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_MAXSEG)
-			}
+	// The largest ULPDU we send: Config.MaxULPDU when set (larger than
+	// the path allows only between peers known to take it, such as two
+	// ends of this stack), else the MULPDU of the connection's MSS (RFC
+	// 5044 section 4.5; 1460 bytes if the socket does not say), which the
+	// transmit path then follows (refreshULPDU).
+	q.tx.ulpdu = q.dev.cfg.MaxULPDU
+	if q.tx.ulpdu == 0 {
+		q.tx.ulpdu = mulpdu(1460, txMark)
+		q.tx.rc, q.tx.sinceMSS = sr.rc, mssRecheck // the first multi-FPDU message reads it again
+		q.tx.mssFn = func(fd uintptr) {
+			q.tx.mss, _ = unix.GetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_MAXSEG)
 		}
+		q.readMSS()
 	}
+	q.ulpdu = q.tx.ulpdu
 	q.rx.r = rxReader{s: sr, markers: rxMark, crcOn: crcOn}
 	q.rx.rtrWant = rtrWant
 	q.tx.iov = make([][]byte, 0, batchFPDUs*(2+q.maxSGE+1))

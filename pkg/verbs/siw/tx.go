@@ -38,7 +38,8 @@ type txState struct {
 	ir    inboundRead // the inbound RDMA Read being answered
 
 	// FPDU sizing (refreshULPDU): the largest ULPDU sent now, the socket
-	// TCP_MAXSEG is read from, and the bytes sent since it was last read.
+	// TCP_MAXSEG is read from (the receive path's, sockReader.rc), and
+	// the bytes sent since it was last read.
 	ulpdu    int
 	rc       syscall.RawConn // nil: the ULPDU is fixed (Config.MaxULPDU)
 	mss      int
@@ -68,6 +69,15 @@ func (q *qp) refreshULPDU(hl, total int) {
 		return
 	}
 	q.tx.sinceMSS = 0
+	q.readMSS()
+}
+
+// readMSS sets q.tx.ulpdu to the MULPDU of the connection's MSS as TCP
+// reports it now (TCP_MAXSEG), keeping the size it had when the socket
+// does not say. Called with txMu held, or by attach before the transmit
+// goroutine starts.
+func (q *qp) readMSS() {
+	q.tx.mss = 0
 	if err := q.tx.rc.Control(q.tx.mssFn); err == nil && q.tx.mss > 0 {
 		q.tx.ulpdu = mulpdu(q.tx.mss, q.txMark)
 	}
