@@ -210,9 +210,9 @@ func (q *qp) attach(c *net.TCPConn, br *bufio.Reader, crcOn, txMark, rxMark bool
 		q.readMSS()
 	}
 	q.ulpdu = q.tx.ulpdu
-	q.rx.r = rxReader{s: sr, markers: rxMark, crcOn: crcOn}
+	q.rx.r = fpduReader{src: sr, markers: rxMark, crcOn: crcOn}
 	q.rx.rtrWant = rtrWant
-	q.tx.iov = make([][]byte, 0, batchFPDUs*(2+q.maxSGE+1))
+	q.tx.fw = newFPDUWriter(c, crcOn, txMark, q.maxSGE+1)
 	q.tx.segs = make([][]byte, 0, q.maxSGE)
 	go q.rxLoop()
 	go q.txLoop()

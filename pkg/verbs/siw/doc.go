@@ -11,6 +11,12 @@
 // violation by the peer is answered with a Terminate message carrying the
 // RFC 5040 layer/type/code and moves the queue pair to the error state.
 //
+// MPA framing (ULPDU length, pad, CRC32c, markers) is done by an FPDU
+// writer and reader (fpduwriter.go, fpdureader.go) that know nothing of
+// queue pairs and are tested alone; the queue pair's transmit path does
+// DDP segmentation into FPDUs through the writer, its receive path DDP
+// placement from what the reader returns.
+//
 // Wire facts honoured for Linux siw (checked against a Linux 6.1 kernel):
 // CRC32c is written little-endian; MPA revision 2 with the enhanced IRD/ORD
 // block and peer-to-peer mode; the ready-to-receive message (RTR) is a

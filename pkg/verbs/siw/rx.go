@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"io"
 	"net"
 	"runtime"
@@ -13,82 +12,9 @@ import (
 	"github.com/nfsrdma/nfsrdma-csi/pkg/verbs"
 )
 
-// rxReader reads the MPA stream: it strips markers (RFC 5044 section 4.3)
-// and keeps the running CRC32c of the current FPDU, markers included.
-type rxReader struct {
-	s         *sockReader
-	markers   bool
-	crcOn     bool
-	pos       uint64 // stream octets consumed since full operation began
-	fpduStart uint64
-	crc       uint32
-	mk        [mpaMarkerLen]byte
-}
-
-// errMarker reports a marker whose FPDUPTR does not point at the FPDU start.
-var errMarker = errors.New("marker does not point at the FPDU start")
-
-// begin starts a new FPDU: a marker due here precedes it, points nowhere
-// (FPDUPTR 0) and is covered by its CRC.
-func (r *rxReader) begin() error {
-	r.crc = 0
-	if r.markers && r.pos%mpaMarkerIntv == 0 {
-		if err := r.marker(0); err != nil {
-			return err
-		}
-	}
-	r.fpduStart = r.pos
-	return nil
-}
-
-func (r *rxReader) marker(want uint64) error {
-	if err := r.s.readFull(r.mk[:]); err != nil {
-		return err
-	}
-	r.crc = crc32.Update(r.crc, castagnoli, r.mk[:])
-	ptr := uint64(binary.BigEndian.Uint16(r.mk[2:]) &^ 3)
-	r.pos += mpaMarkerLen
-	if ptr != want {
-		return fmt.Errorf("%w: FPDUPTR %d, want %d", errMarker, ptr, want)
-	}
-	return nil
-}
-
-// read fills p from the stream; sum says whether p is covered by the CRC
-// (everything but the CRC field itself).
-func (r *rxReader) read(p []byte, sum bool) error {
-	if !r.markers {
-		if err := r.s.readFull(p); err != nil {
-			return err
-		}
-		if sum && r.crcOn {
-			r.crc = crc32.Update(r.crc, castagnoli, p)
-		}
-		r.pos += uint64(len(p))
-		return nil
-	}
-	for len(p) > 0 {
-		if r.pos%mpaMarkerIntv == 0 {
-			if err := r.marker(r.pos - r.fpduStart); err != nil {
-				return err
-			}
-		}
-		n := min(len(p), int(mpaMarkerIntv-r.pos%mpaMarkerIntv))
-		if err := r.s.readFull(p[:n]); err != nil {
-			return err
-		}
-		if sum {
-			r.crc = crc32.Update(r.crc, castagnoli, p[:n])
-		}
-		r.pos += uint64(n)
-		p = p[n:]
-	}
-	return nil
-}
-
 // rxState is the receive path's state, owned by the rx goroutine.
 type rxState struct {
-	r       rxReader
+	r       fpduReader
 	hdr     [2 + untaggedHdrLen]byte
 	h       ddpHdr
 	msn     [numQN]uint32 // next MSN expected per untagged queue
@@ -100,7 +26,6 @@ type rxState struct {
 	// handlerDue: a receive completion was delivered to a CQ with a
 	// handler, which rxLoop calls after rxFPDU (cq.pushRecv).
 	handlerDue bool
-	trl        [8]byte
 	rreq       [readReqLen]byte
 	scratch    [512]byte
 }
@@ -126,7 +51,7 @@ func (q *qp) rxLoop() {
 			// before this goroutine goes back to the socket (and parks
 			// there), so the consumer's answer is not queued behind our
 			// empty read.
-			if x.delivered && !handled && x.r.s.buffered() == 0 {
+			if x.delivered && !handled && x.r.src.buffered() == 0 {
 				runtime.Gosched()
 			}
 			x.delivered = false
@@ -226,18 +151,11 @@ func (q *qp) rxFPDU() error {
 		return err
 	}
 	// pad and CRC
-	trl := x.trl[:]
-	pad := padLen(ulpdu)
-	if err := r.read(trl[:pad], true); err != nil {
-		return q.markerErr(err)
-	}
-	if err := r.read(trl[pad:pad+mpaCRCLen], false); err != nil {
-		return q.markerErr(err)
-	}
-	if q.crcOn {
-		if got := binary.LittleEndian.Uint32(trl[pad:]); got != r.crc {
-			return q.violation(ErrCRC, "CRC32c 0x%08x, computed 0x%08x", got, r.crc)
+	if err := r.end(ulpdu); err != nil {
+		if ce, ok := err.(*crcError); ok {
+			return q.violation(ErrCRC, "%v", ce)
 		}
+		return q.markerErr(err)
 	}
 	return nil
 }

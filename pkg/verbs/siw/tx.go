@@ -1,10 +1,8 @@
 package siw
 
 import (
-	"encoding/binary"
 	"fmt"
 	"hash/crc32"
-	"net"
 	"syscall"
 
 	"github.com/nfsrdma/nfsrdma-csi/pkg/verbs"
@@ -12,30 +10,15 @@ import (
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-// batchFPDUs is how many FPDUs one writev carries at most.
-const batchFPDUs = 32
-
-const (
-	hdrSlot = 2 + untaggedHdrLen // room for the largest FPDU header
-	trlSlot = 8                  // pad (<= 3) + CRC (4), rounded
-)
-
 // txState is the transmit path's scratch, sized once: no allocation per
 // operation. Guarded by qp.txMu.
 type txState struct {
-	msn   [numQN]uint32 // last MSN sent per untagged queue (RFC 5041 section 5.1: the first is 1)
-	hdr   [batchFPDUs * hdrSlot]byte
-	trl   [batchFPDUs * trlSlot]byte
-	iov   [][]byte
-	ends  [batchFPDUs]int // iov index after each FPDU of the batch
-	nf    int
-	wbufs net.Buffers
-	pos   uint64 // octets sent since full operation began (marker positions)
-	flat  []byte // staging for the marker path
-	segs  [][]byte
-	rr    [readReqLen]byte
-	term  [termCtrlLen + hdrSlot + readReqLen]byte
-	ir    inboundRead // the inbound RDMA Read being answered
+	msn  [numQN]uint32 // last MSN sent per untagged queue (RFC 5041 section 5.1: the first is 1)
+	fw   *fpduWriter   // MPA framing onto the socket
+	segs [][]byte
+	rr   [readReqLen]byte
+	term [termCtrlLen + hdrSlot + readReqLen]byte
+	ir   inboundRead // the inbound RDMA Read being answered
 
 	// FPDU sizing (refreshULPDU): the largest ULPDU sent now, the socket
 	// TCP_MAXSEG is read from (the receive path's, sockReader.rc), and
@@ -346,55 +329,35 @@ func (q *qp) sendMessage(tagged bool, op byte, stag uint32, to uint64, inv, qn, 
 		hl = taggedHdrLen
 	}
 	q.refreshULPDU(hl, total)
+	w := q.tx.fw
 	maxPay := q.tx.ulpdu - hl
 	si, so := 0, 0
 	off := 0
 	for first := true; first || off < total; first = false {
 		n := min(maxPay, total-off)
 		last := off+n == total
-		f := q.tx.nf
-		h := q.tx.hdr[f*hdrSlot : f*hdrSlot+2+hl]
+		h := w.header(hl)
 		if tagged {
 			putTagged(h, hl+n, last, op, stag, to+uint64(off))
 		} else {
 			putUntagged(h, hl+n, last, op, inv, qn, msn, uint32(off))
 		}
-		crc := crc32.Update(0, castagnoli, h)
-		q.tx.iov = append(q.tx.iov, h)
+		w.begin(h)
 		for rem := n; rem > 0; {
 			s := segs[si][so:]
 			if len(s) > rem {
 				s = s[:rem]
 			}
-			if len(s) > 0 {
-				q.tx.iov = append(q.tx.iov, s)
-				if q.crcOn && !q.txMark {
-					crc = crc32.Update(crc, castagnoli, s)
-				}
-			}
+			w.payload(s)
 			rem -= len(s)
 			so += len(s)
 			if so == len(segs[si]) {
 				si, so = si+1, 0
 			}
 		}
-		pad := padLen(hl + n)
-		t := q.tx.trl[f*trlSlot : f*trlSlot+pad+mpaCRCLen]
-		clear(t[:pad])
-		if q.crcOn {
-			crc = crc32.Update(crc, castagnoli, t[:pad])
-			binary.LittleEndian.PutUint32(t[pad:], crc)
-		} else {
-			binary.LittleEndian.PutUint32(t[pad:], 0)
-		}
-		q.tx.iov = append(q.tx.iov, t)
-		q.tx.ends[f] = len(q.tx.iov)
-		q.tx.nf++
 		off += n
-		if q.tx.nf == batchFPDUs {
-			if err := q.flush(); err != nil {
-				return err
-			}
+		if err := w.end(); err != nil {
+			return q.writeFailed(err)
 		}
 	}
 	return q.flush()
@@ -402,72 +365,14 @@ func (q *qp) sendMessage(tagged bool, op byte, stag uint32, to uint64, inv, qn, 
 
 // flush writes the batched FPDUs.
 func (q *qp) flush() error {
-	if q.tx.nf == 0 {
-		return nil
+	if err := q.tx.fw.flush(); err != nil {
+		return q.writeFailed(err)
 	}
-	var err error
-	if q.txMark {
-		q.tx.flat = q.appendMarked(q.tx.flat[:0])
-		_, err = q.conn.Write(q.tx.flat)
-	} else {
-		q.tx.wbufs = q.tx.iov
-		_, err = q.tx.wbufs.WriteTo(q.conn)
-	}
-	clear(q.tx.iov)
-	q.tx.iov = q.tx.iov[:0]
-	q.tx.nf = 0
-	if err != nil {
-		q.fail(fmt.Errorf("%w: write: %v", verbs.ErrDisconnect, err))
-	}
-	return err
+	return nil
 }
 
-// appendMarked lays out the batched FPDUs with an MPA marker at every 512th
-// octet of the stream (RFC 5044 section 4.3) and computes each CRC over the
-// FPDU including its markers (section 4.4): a marker that falls just before
-// an FPDU belongs to it (FPDUPTR 0), one between the pad and the CRC to the
-// FPDU it ends.
-func (q *qp) appendMarked(out []byte) []byte {
-	start := 0
-	for f := 0; f < q.tx.nf; f++ {
-		parts := q.tx.iov[start:q.tx.ends[f]]
-		start = q.tx.ends[f]
-		var crc uint32
-		marker := func(ptr uint64) {
-			var m [mpaMarkerLen]byte
-			binary.BigEndian.PutUint16(m[2:], uint16(ptr))
-			out = append(out, m[:]...)
-			crc = crc32.Update(crc, castagnoli, m[:])
-			q.tx.pos += mpaMarkerLen
-		}
-		if q.tx.pos%mpaMarkerIntv == 0 {
-			marker(0)
-		}
-		fpduStart := q.tx.pos
-		last := len(parts) - 1
-		for i, p := range parts {
-			if i == last {
-				p = p[:len(p)-mpaCRCLen] // the pad; the CRC comes after
-			}
-			for len(p) > 0 {
-				if q.tx.pos%mpaMarkerIntv == 0 {
-					marker(q.tx.pos - fpduStart)
-				}
-				n := min(len(p), int(mpaMarkerIntv-q.tx.pos%mpaMarkerIntv))
-				out = append(out, p[:n]...)
-				crc = crc32.Update(crc, castagnoli, p[:n])
-				q.tx.pos += uint64(n)
-				p = p[n:]
-			}
-		}
-		if q.tx.pos%mpaMarkerIntv == 0 {
-			marker(q.tx.pos - fpduStart)
-		}
-		if !q.crcOn {
-			crc = 0
-		}
-		out = binary.LittleEndian.AppendUint32(out, crc)
-		q.tx.pos += mpaCRCLen
-	}
-	return out
+// writeFailed fails the QP after a write error on the socket.
+func (q *qp) writeFailed(err error) error {
+	q.fail(fmt.Errorf("%w: write: %v", verbs.ErrDisconnect, err))
+	return err
 }
