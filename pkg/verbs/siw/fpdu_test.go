@@ -13,7 +13,7 @@ import (
 type memSource struct{ r *bytes.Reader }
 
 func (m memSource) readFull(p []byte) error { _, err := io.ReadFull(m.r, p); return err }
-func (m memSource) buffered() int            { return m.r.Len() }
+func (m memSource) buffered() int           { return m.r.Len() }
 
 // readFPDU reads one FPDU's ULPDU (length field excluded) with r.
 func readFPDU(r *fpduReader) ([]byte, error) {
