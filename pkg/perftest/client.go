@@ -92,7 +92,7 @@ func dial(ctx context.Context, addr string, opts Options) (_ *client, err error)
 	if (opts.Test == WriteBW || opts.Test == ReadBW) && c.remote.length < uint32(size) {
 		return nil, fmt.Errorf("%w: server buffer of %d bytes for %d-byte messages", ErrProtocol, c.remote.length, size)
 	}
-	klog.V(1).InfoS("perftest: connected", "server", addr, "test", opts.Test, "detail", c.info.Detail)
+	klog.V(1).InfoS("perftest: connected", "server", addr, "test", opts.Test, "conn", c.info.String())
 
 	c.credits = opts.Depth
 	c.wr = verbs.SendWR{Flags: verbs.SendSignaled, SGL: c.sgl[:]}

@@ -132,7 +132,7 @@ func (s *Server) serveConn(ctx context.Context, cr verbs.ConnRequest) error {
 		return fmt.Errorf("perftest: accepting %s: %w", cr.RemoteAddr(), err)
 	}
 	klog.V(1).InfoS("perftest: serving", "client", cr.RemoteAddr(), "test", opts.Test, "size", size,
-		"iters", opts.Iters, "depth", opts.Depth, "verify", opts.Verify, "detail", info.Detail)
+		"iters", opts.Iters, "depth", opts.Depth, "verify", opts.Verify, "conn", info.String())
 	switch opts.Test {
 	case SendBW:
 		return sc.serveSendBW(ctx)

@@ -67,11 +67,11 @@ type ConnInfo struct {
 	// Grant is what replies carry (credits), Posted the receives posted,
 	// InProcess the calls received and not yet answered.
 	Grant, Posted, InProcess int
-	// Detail is the verbs provider's summary of the connection as
-	// accepted (verbs.ConnInfo.Detail; for software iWARP the MPA
-	// revision, CRC, markers, ULPDU at setup, IRD and ORD); "" until the accept
-	// completes.
-	Detail string
+	// Verbs is what the verbs provider negotiated when the connection was
+	// accepted (for software iWARP the MPA revision, CRC, markers, ULPDU
+	// at setup; IRD and ORD), without the private data; zero until the
+	// accept completes.
+	Verbs verbs.ConnInfo
 }
 
 // SetGrant changes the default grant (connections whose machine has no
@@ -108,7 +108,7 @@ func (s *Server) Connections() []ConnInfo {
 		cc := &c.cred
 		cc.mu.Lock()
 		working := int(cc.working.Load())
-		ci := ConnInfo{Peer: c.peerAddr(), Target: cc.target, Named: cc.named, Grant: cc.grant, Posted: cc.held - working, InProcess: working, Detail: c.detail}
+		ci := ConnInfo{Peer: c.peerAddr(), Target: cc.target, Named: cc.named, Grant: cc.grant, Posted: cc.held - working, InProcess: working, Verbs: c.verbs}
 		cc.mu.Unlock()
 		if m := cc.machine.Load(); m != nil {
 			ci.Machine = *m

@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/netip"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -161,8 +160,8 @@ func TestMachineGrants(t *testing.T) {
 		}
 		// software iWARP's summary of the connection as accepted: the
 		// tests' devices keep siw's defaults and ask for CRC32c
-		if !strings.HasPrefix(ci.Detail, "MPA rev 2, CRC true,") {
-			t.Errorf("%s: Detail %q, want the accepted connection's MPA summary", tc.name, ci.Detail)
+		if m := ci.Verbs.MPA; m == nil || m.Revision != 2 || !m.CRC || m.ULPDU == 0 || ci.Verbs.IRD == 0 {
+			t.Errorf("%s: Verbs %v, want the accepted connection's MPA negotiation (rev 2, CRC)", tc.name, ci.Verbs)
 		}
 	}
 	if g := ts.srv.Metrics().CreditsGranted; g != 4+8+16 {

@@ -51,7 +51,7 @@ func TestKnfsdNullOverRDMA(t *testing.T) {
 		t.Fatal("connect to knfsd:", err)
 	}
 	peer, ok := ParsePrivateData(ci.PrivateData)
-	t.Logf("connected: %s; knfsd private data %+v (present %v)", ci.Detail, peer, ok)
+	t.Logf("connected: %s; knfsd private data %+v (present %v)", ci, peer, ok)
 	if !ok || peer.SendSize != 4096 || peer.RecvSize != 4096 {
 		t.Fatalf("knfsd's RFC 8797 private data: %+v present=%v, want 4096/4096", peer, ok)
 	}
@@ -127,7 +127,7 @@ func TestKnfsdNullViaRequester(t *testing.T) {
 	}
 	defer cli.Close()
 	peer, in := cli.Peer(), cli.Inline()
-	t.Logf("connected: %s; knfsd private data %+v; inline %+v", cli.Info().Detail, peer, in)
+	t.Logf("connected: %s; knfsd private data %+v; inline %+v", cli.Info(), peer, in)
 	if peer.SendSize != 4096 || peer.RecvSize != 4096 || in.Send != 4096 || in.Recv != 4096 {
 		t.Fatalf("knfsd's RFC 8797 private data %+v, inline %+v: want 4096/4096", peer, in)
 	}

@@ -211,7 +211,7 @@ type srvConn struct {
 	peerOK bool
 	inline int // the requester's receive size: our send threshold
 	addr   net.Addr
-	detail string // the provider's summary of the connection; under s.mu
+	verbs  verbs.ConnInfo // what the provider negotiated at accept; under s.mu
 
 	sendMR, recvMR verbs.MR
 	slots          []srvSlot
@@ -322,7 +322,8 @@ func (s *Server) newConn(ctx context.Context, req verbs.ConnRequest) (*srvConn, 
 		return nil, err
 	}
 	s.mu.Lock()
-	c.detail = info.Detail
+	c.verbs = info
+	c.verbs.PrivateData = nil
 	s.mu.Unlock()
 	if info.ORD < cap(c.readSem) {
 		// The requester's IRD bounds our RDMA Reads (ORD as negotiated).

@@ -2,6 +2,7 @@ package verbs
 
 import (
 	"context"
+	"fmt"
 	"net"
 )
 
@@ -239,9 +240,69 @@ type ConnInfo struct {
 	PrivateData []byte
 	// IRD and ORD in force on this side after negotiation.
 	IRD, ORD int
-	// Detail is a provider's summary (for software iWARP: MPA revision, CRC,
-	// markers, FPDU size), for logs.
-	Detail string
+	// MPA is what an iWARP connection negotiated in its MPA exchange
+	// (RFC 5044, RFC 6581); nil for a provider that does not report it.
+	MPA *MPAInfo
+	// Path names where a hardware provider's connection runs: transport,
+	// device, port and queue pair number; "" for software iWARP.
+	Path string
+}
+
+// MPAInfo is what an MPA exchange negotiated (RFC 5044 section 7, RFC 6581).
+type MPAInfo struct {
+	// Revision is the MPA revision in force, 1 or 2.
+	Revision int
+	// CRC is whether FPDUs carry CRC32c (on unless both ends asked for it
+	// off, section 7.1).
+	CRC bool
+	// MarkersTx and MarkersRx are whether the FPDUs we send, and those we
+	// receive, carry markers (section 4.3; each end asks for its own).
+	MarkersTx, MarkersRx bool
+	// ULPDU is the largest ULPDU this side sends, in octets, at setup (it
+	// may follow the path's MSS after).
+	ULPDU int
+	// RTR is the ready-to-receive message of the peer-to-peer setup
+	// (RFC 6581 section 3): RTRNone, RTRWrite or RTRRead.
+	RTR RTRKind
+}
+
+// RTRKind is the peer-to-peer ready-to-receive message an MPA exchange
+// chose (RFC 6581 section 3).
+type RTRKind uint8
+
+// The RTR messages.
+const (
+	RTRNone  RTRKind = iota // no peer-to-peer setup
+	RTRWrite                // zero-length RDMA Write
+	RTRRead                 // zero-length RDMA Read
+)
+
+func (k RTRKind) String() string {
+	switch k {
+	case RTRWrite:
+		return "zero-length Write"
+	case RTRRead:
+		return "zero-length Read"
+	}
+	return "none"
+}
+
+// String summarises the connection for logs, e.g. "MPA rev 2, CRC true,
+// markers tx false rx false, ULPDU 32762, IRD 16, ORD 16, RTR zero-length
+// Write" for software iWARP.
+func (c ConnInfo) String() string {
+	var s string
+	if m := c.MPA; m != nil {
+		s = fmt.Sprintf("MPA rev %d, CRC %v, markers tx %v rx %v, ULPDU %d, ", m.Revision, m.CRC, m.MarkersTx, m.MarkersRx, m.ULPDU)
+	}
+	if c.Path != "" {
+		s += c.Path + ", "
+	}
+	s += fmt.Sprintf("IRD %d, ORD %d", c.IRD, c.ORD)
+	if m := c.MPA; m != nil {
+		s += ", RTR " + m.RTR.String()
+	}
+	return s
 }
 
 // Device is an RDMA device: a provider instance with its own STag space.

@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -134,10 +133,9 @@ func mountOurs(b *testing.B, proto string, noCRC bool) benchMount {
 		} else if proto == ProtoTCP && m.Calls != 0 {
 			b.Fatalf("RPC-over-RDMA calls over a TCP mount: %+v", m)
 		}
-		want := fmt.Sprintf("CRC %v,", !noCRC)
 		for _, c := range srv.rdma.Connections() {
-			if !strings.Contains(c.Detail, want) {
-				b.Fatalf("connection %s: %q, want %q", c.Peer, c.Detail, want)
+			if c.Verbs.MPA == nil || c.Verbs.MPA.CRC == noCRC {
+				b.Fatalf("connection %s: %v, want CRC %v", c.Peer, c.Verbs, !noCRC)
 			}
 		}
 	}}

@@ -327,7 +327,7 @@ func (d *Device) Connect(ctx context.Context, addr string, vqp verbs.QP, p verbs
 		ord = min(ord, e.rr)
 	}
 	return verbs.ConnInfo{PrivateData: e.pdata, IRD: rr, ORD: ord,
-		Detail: fmt.Sprintf("%s over %s port %d, QP %d", d.info.Transport, d.info.Name, int(C.gv_id_port(id)), q.num)}, nil
+		Path: fmt.Sprintf("%s over %s port %d, QP %d", d.info.Transport, d.info.Name, int(C.gv_id_port(id)), q.num)}, nil
 }
 
 // Private data limits of the InfiniBand CM through rdma_cm (IBA 12.7 less
@@ -513,7 +513,7 @@ func (r *connReq) Accept(ctx context.Context, vqp verbs.QP, p verbs.ConnParam) (
 	q.established(r.id)
 	r.h.attach(q)
 	return verbs.ConnInfo{PrivateData: r.pdata, IRD: rr, ORD: ord,
-		Detail: fmt.Sprintf("%s over %s port %d, QP %d", d.info.Transport, d.info.Name, int(C.gv_id_port(r.id)), q.num)}, nil
+		Path: fmt.Sprintf("%s over %s port %d, QP %d", d.info.Transport, d.info.Name, int(C.gv_id_port(r.id)), q.num)}, nil
 }
 
 // Reject refuses the request with privateData (rdma_reject(3); on

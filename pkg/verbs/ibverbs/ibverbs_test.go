@@ -130,7 +130,7 @@ func pair(t *testing.T, prepare func(s *end)) (c, s *end) {
 	if c.qp.State() != verbs.QPRTS || s.qp.State() != verbs.QPRTS {
 		t.Fatalf("states %v %v", c.qp.State(), s.qp.State())
 	}
-	t.Logf("connected: client %s (IRD %d ORD %d), server %s", c.info.Detail, c.info.IRD, c.info.ORD, s.info.Detail)
+	t.Logf("connected: client %s, server %s", c.info, s.info)
 	return c, s
 }
 

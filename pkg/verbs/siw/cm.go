@@ -156,7 +156,7 @@ func (d *Device) Connect(ctx context.Context, addr string, vqp verbs.QP, p verbs
 		}
 	}
 	q.ready(false)
-	return verbs.ConnInfo{PrivateData: rep.priv, IRD: ird, ORD: ord, Detail: q.detail(rep.rev, rtr, rep.rtrRead)}, nil
+	return verbs.ConnInfo{PrivateData: rep.priv, IRD: ird, ORD: ord, MPA: q.mpaInfo(rep.rev, rtr, rep.rtrRead)}, nil
 }
 
 // claim moves a fresh QP out of reach of a second Connect/Accept.
@@ -233,16 +233,16 @@ func (q *qp) ready(waitRTR bool) {
 	q.wakeTx()
 }
 
-func (q *qp) detail(rev uint8, rtr, read bool) string {
-	kind := "none"
+// mpaInfo reports what the MPA exchange negotiated.
+func (q *qp) mpaInfo(rev uint8, rtr, read bool) *verbs.MPAInfo {
+	m := &verbs.MPAInfo{Revision: int(rev), CRC: q.crcOn, MarkersTx: q.txMark, MarkersRx: q.rxMark, ULPDU: q.ulpdu}
 	if rtr {
-		kind = "zero-length Write"
+		m.RTR = verbs.RTRWrite
 		if read {
-			kind = "zero-length Read"
+			m.RTR = verbs.RTRRead
 		}
 	}
-	return fmt.Sprintf("MPA rev %d, CRC %v, markers tx %v rx %v, ULPDU %d, IRD %d, ORD %d, P2P RTR %v (%s)",
-		rev, q.crcOn, q.txMark, q.rxMark, q.ulpdu, q.ird, q.ord, rtr, kind)
+	return m
 }
 
 // listener accepts TCP connections and reads their MPA requests
@@ -419,7 +419,7 @@ func (cr *connRequest) Accept(ctx context.Context, vqp verbs.QP, p verbs.ConnPar
 			return verbs.ConnInfo{}, ctx.Err()
 		}
 	}
-	return verbs.ConnInfo{PrivateData: r.priv, IRD: ird, ORD: ord, Detail: q.detail(r.rev, rtr, rtrRead)}, nil
+	return verbs.ConnInfo{PrivateData: r.priv, IRD: ird, ORD: ord, MPA: q.mpaInfo(r.rev, rtr, rtrRead)}, nil
 }
 
 // Reject sends an MPA reply with the reject bit and closes the connection.

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
-	"strings"
 	"testing"
 	"time"
 
@@ -22,20 +21,20 @@ func TestKernelRping(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		cfg  Config
-		crc  string
+		want verbs.MPAInfo // ULPDU not compared
 	}{
-		{"crc", Config{}, "CRC true"},
-		{"nocrc", Config{NoCRC: true}, "CRC false"},
-		{"read RTR", Config{ReadRTR: true}, "(zero-length Read)"},
+		{"crc", Config{}, verbs.MPAInfo{Revision: 2, CRC: true, RTR: verbs.RTRWrite}},
+		{"nocrc", Config{NoCRC: true}, verbs.MPAInfo{Revision: 2, RTR: verbs.RTRWrite}},
+		{"read RTR", Config{ReadRTR: true}, verbs.MPAInfo{Revision: 2, CRC: true, RTR: verbs.RTRRead}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			rping(t, addr, tc.cfg, tc.crc, 20)
+			rping(t, addr, tc.cfg, tc.want, 20)
 			kernelpeer.Check(t)
 		})
 	}
 }
 
-func rping(t *testing.T, addr string, cfg Config, wantCRC string, count int) {
+func rping(t *testing.T, addr string, cfg Config, want verbs.MPAInfo, count int) {
 	const size = 64 // the server's buffer (rping -S default)
 	d := NewDevice(cfg)
 	pd, _ := d.AllocPD()
@@ -77,9 +76,9 @@ func rping(t *testing.T, addr string, cfg Config, wantCRC string, count int) {
 		qp.Close()
 		time.Sleep(300 * time.Millisecond) // let siw tear down before the next client
 	}()
-	t.Logf("connected: %s", ci.Detail)
-	if !strings.Contains(ci.Detail, wantCRC) {
-		t.Fatalf("negotiated %q, want %q", ci.Detail, wantCRC)
+	t.Logf("connected: %s", ci)
+	if got := negotiated(ci); got != want {
+		t.Fatalf("negotiated %+v, want %+v", got, want)
 	}
 	advertise := func(mr verbs.MR) {
 		b := info.Bytes()

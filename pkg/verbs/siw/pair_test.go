@@ -155,3 +155,14 @@ func notify(t testing.TB, a, b *end) {
 }
 
 func castagnoliSum(b []byte) uint32 { return crc32Checksum(b) }
+
+// negotiated is what ci says the MPA exchange chose, ULPDU aside (it
+// depends on the path's MSS); the zero MPAInfo when ci has none.
+func negotiated(ci verbs.ConnInfo) verbs.MPAInfo {
+	if ci.MPA == nil {
+		return verbs.MPAInfo{}
+	}
+	m := *ci.MPA
+	m.ULPDU = 0
+	return m
+}

@@ -3,7 +3,6 @@ package siw
 import (
 	"bytes"
 	"math/rand/v2"
-	"strings"
 	"testing"
 
 	"github.com/nfsrdma/nfsrdma-csi/pkg/verbs"
@@ -130,21 +129,23 @@ func TestWriteRead(t *testing.T) {
 // Read RTR, CRC on when only one end wants it, markers in one direction,
 // and zero-length RDMA Write and Read after each.
 func TestNegotiation(t *testing.T) {
+	w2 := verbs.MPAInfo{Revision: 2, CRC: true, RTR: verbs.RTRWrite}
+	with := func(f func(*verbs.MPAInfo)) verbs.MPAInfo { m := w2; f(&m); return m }
 	for _, tc := range []struct {
-		name       string
-		c, s       Config
-		wantDetail string
-		sDetail    string // the server's view, when it differs
+		name  string
+		c, s  Config
+		cWant verbs.MPAInfo // ULPDU not compared
+		sWant verbs.MPAInfo // the server's view, when it differs
 	}{
-		{"rev1", Config{Revision1: true}, Config{}, "MPA rev 1, CRC true", ""},
-		{"read RTR", Config{ReadRTR: true}, Config{}, "P2P RTR true (zero-length Read)", ""},
-		{"write RTR", Config{}, Config{}, "P2P RTR true (zero-length Write)", ""},
-		{"no P2P", Config{NoP2P: true}, Config{}, "P2P RTR false", ""},
-		{"CRC wanted by the server only", Config{NoCRC: true}, Config{}, "CRC true", ""},
-		{"CRC wanted by the client only", Config{}, Config{NoCRC: true}, "CRC true", ""},
-		{"CRC off by both", Config{NoCRC: true}, Config{NoCRC: true}, "CRC false", ""},
-		{"markers toward the client", Config{Markers: true}, Config{}, "markers tx false rx true", "markers tx true rx false"},
-		{"markers toward the server", Config{}, Config{Markers: true}, "markers tx true rx false", "markers tx false rx true"},
+		{"rev1", Config{Revision1: true}, Config{}, verbs.MPAInfo{Revision: 1, CRC: true}, verbs.MPAInfo{}},
+		{"read RTR", Config{ReadRTR: true}, Config{}, with(func(m *verbs.MPAInfo) { m.RTR = verbs.RTRRead }), verbs.MPAInfo{}},
+		{"write RTR", Config{}, Config{}, w2, verbs.MPAInfo{}},
+		{"no P2P", Config{NoP2P: true}, Config{}, with(func(m *verbs.MPAInfo) { m.RTR = verbs.RTRNone }), verbs.MPAInfo{}},
+		{"CRC wanted by the server only", Config{NoCRC: true}, Config{}, w2, verbs.MPAInfo{}},
+		{"CRC wanted by the client only", Config{}, Config{NoCRC: true}, w2, verbs.MPAInfo{}},
+		{"CRC off by both", Config{NoCRC: true}, Config{NoCRC: true}, with(func(m *verbs.MPAInfo) { m.CRC = false }), verbs.MPAInfo{}},
+		{"markers toward the client", Config{Markers: true}, Config{}, with(func(m *verbs.MPAInfo) { m.MarkersRx = true }), with(func(m *verbs.MPAInfo) { m.MarkersTx = true })},
+		{"markers toward the server", Config{}, Config{Markers: true}, with(func(m *verbs.MPAInfo) { m.MarkersTx = true }), with(func(m *verbs.MPAInfo) { m.MarkersRx = true })},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var rb verbs.MR
@@ -152,12 +153,18 @@ func TestNegotiation(t *testing.T) {
 				rb = regMR(t, s, 70000, verbs.AccessLocalWrite)
 				s.qp.PostRecv(&verbs.RecvWR{ID: 1, SGL: []verbs.SGE{rb.SGE(0, 70000)}})
 			})
-			sWant := tc.sDetail
-			if sWant == "" {
-				sWant = tc.wantDetail
+			sWant := tc.sWant
+			if sWant == (verbs.MPAInfo{}) {
+				sWant = tc.cWant
 			}
-			if !strings.Contains(c.info.Detail, tc.wantDetail) || !strings.Contains(s.info.Detail, sWant) {
-				t.Fatalf("negotiated %q / %q, want %q", c.info.Detail, s.info.Detail, tc.wantDetail)
+			if got := negotiated(c.info); got != tc.cWant {
+				t.Fatalf("client negotiated %+v, want %+v", got, tc.cWant)
+			}
+			if got := negotiated(s.info); got != sWant {
+				t.Fatalf("server negotiated %+v, want %+v", got, sWant)
+			}
+			if c.info.MPA.ULPDU <= 0 || s.info.MPA.ULPDU <= 0 {
+				t.Fatalf("ULPDU %d / %d", c.info.MPA.ULPDU, s.info.MPA.ULPDU)
 			}
 			remote := regMR(t, s, 70000, verbs.AccessRemoteRead|verbs.AccessRemoteWrite)
 			local := regMR(t, c, 70000, verbs.AccessLocalWrite)
