@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/nfsrdma/nfsrdma-csi/pkg/fairshare"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/verbs"
 )
@@ -187,40 +188,18 @@ func (s *Server) rebalanceLocked() {
 	s.m.creditsGranted.Store(uint64(total))
 }
 
-// fairShares divides budget among targets by max-min fairness (water
-// filling): a target at or below the fair share gets its target, the
-// others split the rest equally (the remainder one by one in order);
-// budget <= 0 means unbounded. Every share is at least 1, so the sum can
-// exceed a budget smaller than len(targets).
+// fairShares divides budget among targets by max-min fairness
+// (fairshare.Divide, the remainder of an uneven split to the first);
+// budget <= 0 means unbounded. A connection is never granted 0, since a
+// requester with no credit could never send (RFC 8166 section 3.3.1): past
+// one receive per connection the sum exceeds the budget.
 func fairShares(targets []int, budget int) []int {
-	out := slices.Clone(targets)
 	if budget <= 0 {
-		return out
+		budget = -1
 	}
-	order := make([]int, len(targets))
-	for i := range order {
-		order[i] = i
-	}
-	slices.SortStableFunc(order, func(a, b int) int { return targets[a] - targets[b] })
-	left := budget
-	for k, i := range order {
-		n := len(order) - k
-		fair := left / n
-		if targets[i] <= fair {
-			out[i] = targets[i]
-			left -= targets[i]
-			continue
-		}
-		// Everyone from here on wants more than the fair share.
-		extra := left - fair*n
-		for j, i := range order[k:] {
-			out[i] = fair
-			if j < extra {
-				out[i]++
-			}
-			out[i] = max(out[i], 1)
-		}
-		break
+	out := fairshare.Divide(targets, budget, 1)
+	for i := range out {
+		out[i] = max(out[i], 1)
 	}
 	return out
 }

@@ -5,7 +5,12 @@
 // the node plugin reads when it mounts the pod's volume.
 package credits
 
-import "sort"
+import (
+	"cmp"
+	"slices"
+
+	"github.com/nfsrdma/nfsrdma-csi/pkg/fairshare"
+)
 
 // Want is one pod's demand on one server.
 type Want struct {
@@ -14,46 +19,27 @@ type Want struct {
 	Order   string // tie-break for who is refused first when pods outnumber the budget (creation time, then name)
 }
 
-// Allocate shares budget credits among wants by max-min fairness (water
-// filling): when the sum of the desired credits fits, everyone gets what
-// they asked; otherwise every pod gets min(desired, fair share), the
-// credits a small pod does not use going to the others. When there are
-// more pods than credits, the pods first in Order get 1 credit and the
-// rest 0 (refused). The result maps key to granted credits.
+// Allocate shares budget credits among wants by max-min fairness
+// (fairshare.Divide, in Order): when the sum of the desired credits fits,
+// everyone gets what they asked; otherwise every pod gets min(desired, fair
+// share), the credits a small pod does not use going to the others and the
+// remainder of an uneven split to the pods first in Order. Every pod gets
+// at least 1 credit while the budget covers one each; when there are more
+// pods than credits, the pods first in Order get 1 and the rest 0
+// (refused). The result maps key to granted credits.
 func Allocate(budget int, wants []Want) map[string]int {
-	out := make(map[string]int, len(wants))
-	if budget <= 0 {
-		for _, w := range wants {
-			out[w.Key] = 0
-		}
-		return out
-	}
-	ws := append([]Want(nil), wants...)
-	sort.Slice(ws, func(i, j int) bool {
-		if ws[i].Order != ws[j].Order {
-			return ws[i].Order < ws[j].Order
-		}
-		return ws[i].Key < ws[j].Key
+	ws := slices.Clone(wants)
+	slices.SortFunc(ws, func(a, b Want) int {
+		return cmp.Or(cmp.Compare(a.Order, b.Order), cmp.Compare(a.Key, b.Key))
 	})
-	if len(ws) > budget {
-		for i, w := range ws {
-			if i < budget {
-				out[w.Key] = 1
-			} else {
-				out[w.Key] = 0
-			}
-		}
-		return out
+	desired := make([]int, len(ws))
+	for i, w := range ws {
+		desired[i] = w.Desired
 	}
-	// water filling, smallest demand first
-	byDesire := append([]Want(nil), ws...)
-	sort.SliceStable(byDesire, func(i, j int) bool { return byDesire[i].Desired < byDesire[j].Desired })
-	left := budget
-	for i, w := range byDesire {
-		share := left / (len(byDesire) - i)
-		g := max(min(w.Desired, share), 1)
-		out[w.Key] = g
-		left -= g
+	shares := fairshare.Divide(desired, max(budget, 0), 1)
+	out := make(map[string]int, len(ws))
+	for i, w := range ws {
+		out[w.Key] = shares[i]
 	}
 	return out
 }

@@ -18,7 +18,7 @@ func TestAllocate(t *testing.T) {
 		{10, []int{1, 1, 100}, []int{1, 1, 8}},   // water filling
 		{2, []int{8, 8, 8}, []int{1, 1, 0}},      // more pods than credits: the last refused
 		{0, []int{8}, []int{0}},                  // no budget
-		{7, []int{3, 3, 3}, []int{2, 2, 3}},      // remainder to the last in line
+		{7, []int{3, 3, 3}, []int{3, 2, 2}},      // remainder to the first in line
 	} {
 		var ws []Want
 		for i, d := range tc.want {
