@@ -7,12 +7,12 @@
 //   - header.go: the transport header (RFC 8166 section 4): Header, Segment,
 //     ReadSegment, Header.Encode, Header.Decode with Limits.
 //   - errreply.go: the RDMA_ERROR a responder sends for a header it could
-//     not decode (RFC 8166 section 4.5): ShouldAnswer, AppendErrorReply.
+//     not decode (RFC 8166 section 4.5).
 //   - privdata.go: the RDMA-CM private data of RFC 8797 (magic 0xf6ab0e18)
 //     and the negotiation of the inline thresholds.
-//   - plan.go: the requester's choice of chunks for a call and its reply
+//   - callplan.go: the requester's choice of chunks for a call and its reply
 //     (modelled on Linux xprtrdma rpcrdma_marshal_req).
-//   - respond.go: the responder's choice of how to return a reply within the
+//   - replyplan.go: the responder's choice of how to return a reply within the
 //     chunks the requester provided (modelled on Linux svcrdma), and the
 //     checks a requester makes on the chunks a reply returns.
 //
@@ -26,7 +26,11 @@
 //   - responder.go: Listen returns a Server; Serve dispatches calls to a
 //     sunrpc.Dispatcher: receives posted before credits are granted, Read
 //     chunks pulled within the negotiated ORD, replies pushed into Write and
-//     Reply chunks (PlanReply, BuildReply), RDMA_ERROR for bad headers.
+//     Reply chunks, RDMA_ERROR for bad headers.
+//   - registration.go: memory registration for both roles (buffer pools,
+//     the caller's memory per call, slot-owned chunk regions).
+//   - grants.go: the responder's credit grants (a budget shared max-min
+//     fair among connections, grants per AUTH_SYS machine name).
 //   - metrics.go: Metrics (calls, credits, chunks and bytes by kind, RDMA
 //     errors, registered memory) and ErrorReply, the RDMA_ERROR a call got.
 //

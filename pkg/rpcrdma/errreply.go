@@ -16,7 +16,7 @@ import "errors"
 //
 // A requester never answers: it silently discards a reply whose header
 // does not decode (section 4.5).
-func ShouldAnswer(msg []byte, err error) bool {
+func shouldAnswer(msg []byte, err error) bool {
 	if err == nil || len(msg) < MinHeaderLen {
 		return false
 	}
@@ -46,7 +46,7 @@ func ShouldAnswer(msg []byte, err error) bool {
 // 28 bytes of spare capacity. A responder that decoded a call but cannot
 // return its reply within the call's chunks (PlanReply fails) answers with
 // AppendErrorReply(dst, msg, ErrChunk, credits) too (section 4.5.3).
-func AppendErrorReply(dst, msg []byte, err error, credits uint32) []byte {
+func appendErrorReply(dst, msg []byte, err error, credits uint32) []byte {
 	var xid, vers uint32 = 0, Version
 	if len(msg) >= 4 {
 		xid = be.Uint32(msg)

@@ -345,7 +345,7 @@ func TestGrantOverrun(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	pdata, _ := DefaultPrivateData().Append(nil)
+	pdata, _ := defaultPrivateData().Append(nil)
 	if _, err := d.Connect(tctx(t, 10*time.Second), ts.srv.Addr().String(), qp, verbs.ConnParam{PrivateData: pdata, ResponderResources: 4}); err != nil {
 		t.Fatal(err)
 	}

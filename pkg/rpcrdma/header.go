@@ -199,7 +199,7 @@ func (l *Limits) orDefault() Limits {
 
 // ChunkLen returns the length in bytes of a chunk: the sum of its segment
 // lengths (RFC 8166 section 3.4.4).
-func ChunkLen(segs []Segment) uint64 {
+func chunkLen(segs []Segment) uint64 {
 	var n uint64
 	for _, s := range segs {
 		n += uint64(s.Length)
@@ -209,7 +209,7 @@ func ChunkLen(segs []Segment) uint64 {
 
 // ReadChunkLen returns the length in bytes of a Read chunk (as returned by
 // NextReadChunk).
-func ReadChunkLen(segs []ReadSegment) uint64 {
+func readChunkLen(segs []ReadSegment) uint64 {
 	var n uint64
 	for _, s := range segs {
 		n += uint64(s.Length)
@@ -220,7 +220,7 @@ func ReadChunkLen(segs []ReadSegment) uint64 {
 // NextReadChunk splits a Read list into its first Read chunk (the leading
 // segments sharing one Position, RFC 8166 section 3.4.5) and the rest.
 // Both are sub-slices of reads; chunk is empty only when reads is.
-func NextReadChunk(reads []ReadSegment) (chunk, rest []ReadSegment) {
+func nextReadChunk(reads []ReadSegment) (chunk, rest []ReadSegment) {
 	if len(reads) == 0 {
 		return nil, nil
 	}
@@ -235,7 +235,7 @@ func NextReadChunk(reads []ReadSegment) (chunk, rest []ReadSegment) {
 // Call's whole Payload stream (RFC 8166 section 3.5.3), or nil.
 func (h *Header) PositionZero() []ReadSegment {
 	if len(h.Reads) > 0 && h.Reads[0].Position == 0 {
-		c, _ := NextReadChunk(h.Reads)
+		c, _ := nextReadChunk(h.Reads)
 		return c
 	}
 	return nil

@@ -31,8 +31,8 @@ func FuzzDecodeHeader(f *testing.F) {
 		var h Header
 		for _, l := range []*Limits{nil, lim} {
 			n, err := h.Decode(msg, l)
-			answer := ShouldAnswer(msg, err)
-			er := AppendErrorReply(nil, msg, err, 7)
+			answer := shouldAnswer(msg, err)
+			er := appendErrorReply(nil, msg, err, 7)
 			if len(er) != ErrorChunkLen && len(er) != ErrorVersLen {
 				t.Fatalf("error reply of %d bytes", len(er))
 			}
@@ -81,7 +81,7 @@ func FuzzDecodeHeader(f *testing.F) {
 				}
 			}
 			reply := Message{Head: int(sz[0]%(1<<16)) &^ 3, Payload: int(sz[1] % (1 << 20)), Tail: int(sz[2]%64) &^ 3, DDP: sz[2]&1 == 1}
-			p, err := PlanReply(reply, &h, 1024)
+			p, err := planReply(reply, &h, 1024)
 			if err != nil {
 				if !errors.Is(err, ErrChunk) {
 					t.Fatalf("PlanReply: %v", err)

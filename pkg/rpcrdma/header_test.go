@@ -245,7 +245,7 @@ func TestDecodeEncodeNoAlloc(t *testing.T) {
 	if a := testing.AllocsPerRun(100, func() { _, _ = h.Encode(buf[:0]) }); a != 0 {
 		t.Errorf("Encode: %v allocs", a)
 	}
-	if a := testing.AllocsPerRun(100, func() { _ = AppendErrorReply(buf[:0], msg, ErrVers, 1) }); a != 0 {
+	if a := testing.AllocsPerRun(100, func() { _ = appendErrorReply(buf[:0], msg, ErrVers, 1) }); a != 0 {
 		t.Errorf("AppendErrorReply: %v allocs", a)
 	}
 }
@@ -334,7 +334,7 @@ func TestDecodeErrors(t *testing.T) {
 					t.Errorf("XID %#x not kept on error", h.XID)
 				}
 			}
-			if got := ShouldAnswer(tc.msg, err); got != tc.answer {
+			if got := shouldAnswer(tc.msg, err); got != tc.answer {
 				t.Errorf("ShouldAnswer = %v, want %v (err %v)", got, tc.answer, err)
 			}
 		})
@@ -387,37 +387,37 @@ func TestDecodeRefusesAbsurdCountsBeforeAllocating(t *testing.T) {
 
 func TestAppendErrorReply(t *testing.T) {
 	call := words(0xcafe, 1, 64, 0, 0, 0, 0)
-	if got, want := AppendErrorReply(nil, call, headerErr(ErrChunk, 0, "x"), 17), words(0xcafe, 1, 17, 4, 2); !bytes.Equal(got, want) {
+	if got, want := appendErrorReply(nil, call, headerErr(ErrChunk, 0, "x"), 17), words(0xcafe, 1, 17, 4, 2); !bytes.Equal(got, want) {
 		t.Errorf("ERR_CHUNK = %x, want %x", got, want)
 	}
 	v2 := words(0xbeef, 2, 64, 0, 0, 0, 0)
 	var h Header
 	_, err := h.Decode(v2, nil)
-	if got, want := AppendErrorReply([]byte{0xaa}, v2, err, 3), append([]byte{0xaa}, words(0xbeef, 2, 3, 4, 1, 1, 1)...); !bytes.Equal(got, want) {
+	if got, want := appendErrorReply([]byte{0xaa}, v2, err, 3), append([]byte{0xaa}, words(0xbeef, 2, 3, 4, 1, 1, 1)...); !bytes.Equal(got, want) {
 		t.Errorf("ERR_VERS = %x, want %x", got, want)
 	}
-	if got, want := AppendErrorReply(nil, []byte{1, 2, 3, 4, 5}, ErrShort, 1), words(0x01020304, 1, 1, 4, 2); !bytes.Equal(got, want) {
+	if got, want := appendErrorReply(nil, []byte{1, 2, 3, 4, 5}, ErrShort, 1), words(0x01020304, 1, 1, 4, 2); !bytes.Equal(got, want) {
 		t.Errorf("short = %x, want %x", got, want)
 	}
-	if got, want := AppendErrorReply(nil, nil, ErrChunk, 1), words(0, 1, 1, 4, 2); !bytes.Equal(got, want) {
+	if got, want := appendErrorReply(nil, nil, ErrChunk, 1), words(0, 1, 1, 4, 2); !bytes.Equal(got, want) {
 		t.Errorf("empty = %x, want %x", got, want)
 	}
 	// The replies decode.
 	for _, e := range []error{ErrVers, ErrChunk} {
-		if _, err := h.Decode(AppendErrorReply(nil, call, e, 1), nil); err != nil || h.Proc != ProcError {
+		if _, err := h.Decode(appendErrorReply(nil, call, e, 1), nil); err != nil || h.Proc != ProcError {
 			t.Errorf("decode error reply: %v %+v", err, h)
 		}
 	}
-	if ShouldAnswer(call, nil) {
+	if shouldAnswer(call, nil) {
 		t.Error("ShouldAnswer(nil error)")
 	}
-	if ShouldAnswer(call, ErrInvalid) {
+	if shouldAnswer(call, ErrInvalid) {
 		t.Error("ShouldAnswer(ErrInvalid)")
 	}
-	if !ShouldAnswer(words(1, 7, 1, 3, 0, 0, 0), ErrVers) {
+	if !shouldAnswer(words(1, 7, 1, 3, 0, 0, 0), ErrVers) {
 		t.Error("a version 7 message with proc 3 is not RDMA_DONE")
 	}
-	if ShouldAnswer(words(1, 7, 1, 4, 0, 0, 0), ErrVers) {
+	if shouldAnswer(words(1, 7, 1, 4, 0, 0, 0), ErrVers) {
 		t.Error("RDMA_ERROR of any version must not be answered")
 	}
 }
@@ -444,14 +444,14 @@ func TestCheckCall(t *testing.T) {
 func TestNextReadChunk(t *testing.T) {
 	reads := []ReadSegment{{0, s1}, {0, s2}, {8, s3}, {16, s4}, {16, s5}}
 	var got [][]ReadSegment
-	for c, rest := NextReadChunk(reads); len(c) > 0; c, rest = NextReadChunk(rest) {
+	for c, rest := nextReadChunk(reads); len(c) > 0; c, rest = nextReadChunk(rest) {
 		got = append(got, c)
 	}
 	if len(got) != 3 || len(got[0]) != 2 || len(got[1]) != 1 || len(got[2]) != 2 || got[2][0].Position != 16 {
 		t.Fatalf("chunks %v", got)
 	}
-	if ReadChunkLen(got[0]) != 4096+4095 {
-		t.Errorf("ReadChunkLen = %d", ReadChunkLen(got[0]))
+	if readChunkLen(got[0]) != 4096+4095 {
+		t.Errorf("ReadChunkLen = %d", readChunkLen(got[0]))
 	}
 	h := Header{Reads: reads}
 	if len(h.PositionZero()) != 2 {
@@ -461,7 +461,7 @@ func TestNextReadChunk(t *testing.T) {
 	if h.PositionZero() != nil {
 		t.Errorf("PositionZero = %v", h.PositionZero())
 	}
-	if ChunkLen([]Segment{s1, s2, s4}) != 4096+4095+1<<20 {
+	if chunkLen([]Segment{s1, s2, s4}) != 4096+4095+1<<20 {
 		t.Error("ChunkLen")
 	}
 }

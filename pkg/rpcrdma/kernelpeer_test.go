@@ -41,7 +41,7 @@ func TestKnfsdNullOverRDMA(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	pdata, err := DefaultPrivateData().Append(nil)
+	pdata, err := defaultPrivateData().Append(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,7 +50,7 @@ func TestKnfsdNullOverRDMA(t *testing.T) {
 	if err != nil {
 		t.Fatal("connect to knfsd:", err)
 	}
-	peer, ok := ParsePrivateData(ci.PrivateData)
+	peer, ok := parsePrivateData(ci.PrivateData)
 	t.Logf("connected: %s; knfsd private data %+v (present %v)", ci, peer, ok)
 	if !ok || peer.SendSize != 4096 || peer.RecvSize != 4096 {
 		t.Fatalf("knfsd's RFC 8797 private data: %+v present=%v, want 4096/4096", peer, ok)

@@ -53,14 +53,14 @@ type PrivateData struct {
 // DefaultPrivateData is what we advertise unless configured otherwise:
 // OurInline (4096) both ways, Remote Invalidation not offered (the
 // transport sets it when it handles Send With Invalidate).
-func DefaultPrivateData() PrivateData {
+func defaultPrivateData() PrivateData {
 	return PrivateData{SendSize: OurInline, RecvSize: OurInline}
 }
 
 // AbsentPrivateData is what a peer that sent no (recognised) private data
 // is assumed to offer: 1024 bytes both ways, no Remote Invalidation (RFC
 // 8166 section 3.3.3).
-func AbsentPrivateData() PrivateData {
+func absentPrivateData() PrivateData {
 	return PrivateData{SendSize: DefaultInline, RecvSize: DefaultInline}
 }
 
@@ -100,9 +100,9 @@ func (p PrivateData) Append(dst []byte) ([]byte, error) {
 // an error, RFC 8797): ok is false and p is AbsentPrivateData(). Bytes
 // after the first 8 are ignored (InfiniBand CM pads private data with
 // zeros; later versions may extend it), as are the reserved flag bits.
-func ParsePrivateData(b []byte) (p PrivateData, ok bool) {
+func parsePrivateData(b []byte) (p PrivateData, ok bool) {
 	if len(b) < PrivateDataLen || be.Uint32(b) != PrivateDataMagic || b[4] != PrivateDataVersion {
-		return AbsentPrivateData(), false
+		return absentPrivateData(), false
 	}
 	return PrivateData{
 		RemoteInvalidate: b[5]&privFlagRemoteInvalidate != 0,
@@ -117,6 +117,6 @@ func ParsePrivateData(b []byte) (p PrivateData, ok bool) {
 // largest message the peer may Send us, is the smaller of our receive size
 // and the peer's send size. Pass AbsentPrivateData() (what
 // ParsePrivateData returns) for a peer that sent none.
-func NegotiateInline(local, peer PrivateData) (send, recv int) {
+func negotiateInline(local, peer PrivateData) (send, recv int) {
 	return min(local.SendSize, peer.RecvSize), min(local.RecvSize, peer.SendSize)
 }

@@ -12,7 +12,7 @@ func TestPrivateDataWire(t *testing.T) {
 		p    PrivateData
 		wire []byte
 	}{
-		{"our default", DefaultPrivateData(), []byte{0xf6, 0xab, 0x0e, 0x18, 1, 0, 3, 3}},
+		{"our default", defaultPrivateData(), []byte{0xf6, 0xab, 0x0e, 0x18, 1, 0, 3, 3}},
 		{"Linux client, remote invalidation", PrivateData{RemoteInvalidate: true, SendSize: 4096, RecvSize: 4096}, []byte{0xf6, 0xab, 0x0e, 0x18, 1, 1, 3, 3}},
 		{"smallest and largest", PrivateData{SendSize: 1024, RecvSize: 256 * 1024}, []byte{0xf6, 0xab, 0x0e, 0x18, 1, 0, 0, 255}},
 	} {
@@ -20,7 +20,7 @@ func TestPrivateDataWire(t *testing.T) {
 		if err != nil || !bytes.Equal(got, tc.wire) {
 			t.Errorf("%s: Append = %x, %v, want %x", tc.name, got, err, tc.wire)
 		}
-		p, ok := ParsePrivateData(tc.wire)
+		p, ok := parsePrivateData(tc.wire)
 		if !ok || p != tc.p {
 			t.Errorf("%s: Parse = %+v, %v", tc.name, p, ok)
 		}
@@ -28,7 +28,7 @@ func TestPrivateDataWire(t *testing.T) {
 }
 
 func TestParsePrivateData(t *testing.T) {
-	absent := AbsentPrivateData()
+	absent := absentPrivateData()
 	good := []byte{0xf6, 0xab, 0x0e, 0x18, 1, 0, 7, 15}
 	ib := append(bytes.Clone(good), make([]byte, 48)...) // InfiniBand CM pads to 56 bytes
 	for _, tc := range []struct {
@@ -47,7 +47,7 @@ func TestParsePrivateData(t *testing.T) {
 		{"reserved flag bits ignored", []byte{0xf6, 0xab, 0x0e, 0x18, 1, 0xfe, 0, 0}, PrivateData{SendSize: 1024, RecvSize: 1024}, true},
 		{"all flag bits", []byte{0xf6, 0xab, 0x0e, 0x18, 1, 0xff, 0, 0}, PrivateData{RemoteInvalidate: true, SendSize: 1024, RecvSize: 1024}, true},
 	} {
-		p, ok := ParsePrivateData(tc.b)
+		p, ok := parsePrivateData(tc.b)
 		if p != tc.want || ok != tc.ok {
 			t.Errorf("%s: = %+v, %v; want %+v, %v", tc.name, p, ok, tc.want, tc.ok)
 		}
@@ -71,12 +71,12 @@ func TestNegotiateInline(t *testing.T) {
 		local, peer PrivateData
 		send, recv  int
 	}{
-		{DefaultPrivateData(), AbsentPrivateData(), 1024, 1024},
-		{DefaultPrivateData(), DefaultPrivateData(), 4096, 4096},
-		{DefaultPrivateData(), PrivateData{SendSize: 8192, RecvSize: 2048}, 2048, 4096},
+		{defaultPrivateData(), absentPrivateData(), 1024, 1024},
+		{defaultPrivateData(), defaultPrivateData(), 4096, 4096},
+		{defaultPrivateData(), PrivateData{SendSize: 8192, RecvSize: 2048}, 2048, 4096},
 		{PrivateData{SendSize: 65536, RecvSize: 65536}, PrivateData{SendSize: 16384, RecvSize: 32768}, 32768, 16384},
 	} {
-		send, recv := NegotiateInline(tc.local, tc.peer)
+		send, recv := negotiateInline(tc.local, tc.peer)
 		if send != tc.send || recv != tc.recv {
 			t.Errorf("NegotiateInline(%+v, %+v) = %d, %d; want %d, %d", tc.local, tc.peer, send, recv, tc.send, tc.recv)
 		}
@@ -90,12 +90,12 @@ func FuzzParsePrivateData(f *testing.F) {
 	f.Add([]byte{0xf6, 0xab, 0x0e})
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, b []byte) {
-		p, ok := ParsePrivateData(b)
+		p, ok := parsePrivateData(b)
 		if p.SendSize < MinInlineSize || p.SendSize > MaxInlineSize || p.RecvSize < MinInlineSize || p.RecvSize > MaxInlineSize {
 			t.Fatalf("sizes out of range: %+v", p)
 		}
 		if !ok {
-			if p != AbsentPrivateData() {
+			if p != absentPrivateData() {
 				t.Fatalf("not ok but %+v", p)
 			}
 			return
@@ -107,7 +107,7 @@ func FuzzParsePrivateData(f *testing.F) {
 		if !bytes.Equal(enc[:5], b[:5]) || !bytes.Equal(enc[6:], b[6:8]) || enc[5] != b[5]&1 {
 			t.Fatalf("re-encode %x of %x", enc, b[:8])
 		}
-		if q, ok := ParsePrivateData(enc); !ok || q != p {
+		if q, ok := parsePrivateData(enc); !ok || q != p {
 			t.Fatalf("round trip %+v -> %+v", p, q)
 		}
 	})

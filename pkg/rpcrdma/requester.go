@@ -226,9 +226,9 @@ func Dial(ctx context.Context, dev verbs.Device, addr string, opts ClientOptions
 	if err != nil {
 		return nil, err
 	}
-	c.peer, _ = ParsePrivateData(c.info.PrivateData)
-	c.inline = InlineFor(local, c.peer, 1)
-	if _, err := PlanCall(Message{}, Message{}, c.inline); err != nil {
+	c.peer, _ = parsePrivateData(c.info.PrivateData)
+	c.inline = inlineFor(local, c.peer, 1)
+	if _, err := planCall(Message{}, Message{}, c.inline); err != nil {
 		return nil, err
 	}
 	c.m.connections.Add(1)
@@ -267,21 +267,6 @@ func Dialer(dev verbs.Device, addr string, opts ClientOptions) sunrpc.DialFunc {
 			return nil, err
 		}
 		return c, nil
-	}
-}
-
-func (c *Client) reg(b []byte, acc verbs.Access) (verbs.MR, error) {
-	mr, err := c.pd.RegMR(b, acc)
-	if err == nil {
-		c.m.registeredBytes.Add(int64(len(b)))
-	}
-	return mr, err
-}
-
-func (c *Client) dereg(mr verbs.MR) {
-	if mr != nil {
-		c.m.registeredBytes.Add(-int64(mr.Len()))
-		mr.Close()
 	}
 }
 
@@ -635,64 +620,6 @@ func (s *slot) abandon(call *sunrpc.Call, err error) error {
 	return err
 }
 
-func (s *slot) dropCallerRegs() {
-	c := s.c
-	for _, mr := range []*verbs.MR{&s.payMR, &s.resMR} {
-		if *mr != nil {
-			c.m.registrations.Add(-1)
-			c.dereg(*mr)
-			*mr = nil
-		}
-	}
-}
-
-func (s *slot) deregOwned() {
-	s.c.dereg(s.longMR)
-	s.c.dereg(s.replyMR)
-	s.longMR, s.replyMR = nil, nil
-}
-
-func (s *slot) dropRegs() {
-	s.dropCallerRegs()
-	s.invalidateAsync()
-}
-
-// invalidateAsync posts unsignaled local invalidates for the slot-owned
-// STags still exposed (ordered before any later work request).
-func (s *slot) invalidateAsync() {
-	c := s.c
-	for _, x := range []struct {
-		on *bool
-		mr verbs.MR
-	}{{&s.longOn, s.longMR}, {&s.replyOn, s.replyMR}} {
-		if *x.on {
-			*x.on = false
-			if x.mr.RKey() != s.invKey {
-				s.invWR = verbs.SendWR{ID: wrInv | uint64(s.idx), Opcode: verbs.WRLocalInv, InvalidateKey: x.mr.RKey()}
-				_ = c.qp.PostSend(&s.invWR)
-			}
-		}
-	}
-}
-
-// ensure makes *mr a slot-owned region of at least n bytes with acc and a
-// fresh STag (rotated key).
-func (s *slot) ensure(mr *verbs.MR, n int, acc verbs.Access) error {
-	c := s.c
-	if *mr == nil || (*mr).Len() < n {
-		c.dereg(*mr)
-		*mr = nil
-		m, err := c.reg(make([]byte, n), acc)
-		if err != nil {
-			return err
-		}
-		*mr = m
-		return nil
-	}
-	(*mr).Rekey()
-	return nil
-}
-
 // send plans, registers, encodes and posts the call.
 func (s *slot) send(call *sunrpc.Call) error {
 	c := s.c
@@ -709,7 +636,7 @@ func (s *slot) send(call *sunrpc.Call) error {
 	if call.ReplyPayload != nil {
 		rm.Payload, rm.DDP = len(call.ReplyPayload), true
 	}
-	p, err := PlanCall(cm, rm, c.inline)
+	p, err := planCall(cm, rm, c.inline)
 	if err != nil {
 		return err
 	}
@@ -811,12 +738,12 @@ func (s *slot) finish(call *sunrpc.Call) (*sunrpc.Reply, error) {
 	r := &s.reply
 	*r = sunrpc.Reply{Placed: -1, Owner: s}
 	if len(s.hdr.Writes) > 0 && len(s.rep.Writes) > 0 {
-		r.Placed = int(ChunkLen(s.rep.Writes[0]))
+		r.Placed = int(chunkLen(s.rep.Writes[0]))
 		c.m.writeChunks.Add(1)
 		c.m.writeChunkBytes.Add(uint64(r.Placed))
 	}
 	if s.rep.Proc == ProcNoMsg {
-		n := int(ChunkLen(s.rep.Reply))
+		n := int(chunkLen(s.rep.Reply))
 		r.Body = s.replyMR.Bytes()[:n]
 		c.m.replyChunks.Add(1)
 		c.m.replyChunkBytes.Add(uint64(n))
@@ -845,7 +772,7 @@ func (s *slot) checkReply() error {
 		return fmt.Errorf("rpcrdma: reply to XID %#x: %w", s.xid, err)
 	}
 	if s.rep.Proc == ProcNoMsg {
-		if err := s.rep.CheckXID(s.replyMR.Bytes()[:ChunkLen(s.rep.Reply)]); err != nil {
+		if err := s.rep.CheckXID(s.replyMR.Bytes()[:chunkLen(s.rep.Reply)]); err != nil {
 			c.m.badReplies.Add(1)
 			return fmt.Errorf("rpcrdma: reply chunk: %w", err)
 		}

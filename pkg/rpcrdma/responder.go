@@ -240,21 +240,6 @@ type srvSlot struct {
 	wr       verbs.SendWR
 }
 
-func (s *Server) reg(pd verbs.PD, b []byte, acc verbs.Access) (verbs.MR, error) {
-	mr, err := pd.RegMR(b, acc)
-	if err == nil {
-		s.m.registeredBytes.Add(int64(len(b)))
-	}
-	return mr, err
-}
-
-func (s *Server) dereg(mr verbs.MR) {
-	if mr != nil {
-		s.m.registeredBytes.Add(-int64(mr.Len()))
-		mr.Close()
-	}
-}
-
 // newConn builds a connection's QP and buffers, posts its receives, then
 // accepts req with our private data (RFC 8797).
 func (s *Server) newConn(ctx context.Context, req verbs.ConnRequest) (*srvConn, error) {
@@ -269,9 +254,9 @@ func (s *Server) newConn(ctx context.Context, req verbs.ConnRequest) (*srvConn, 
 			c.release()
 		}
 	}()
-	c.peer, c.peerOK = ParsePrivateData(req.PrivateData())
+	c.peer, c.peerOK = parsePrivateData(req.PrivateData())
 	local := PrivateData{SendSize: o.Inline, RecvSize: o.Inline}
-	c.inline, _ = NegotiateInline(local, c.peer)
+	c.inline, _ = negotiateInline(local, c.peer)
 	if c.pd, err = s.dev.AllocPD(); err != nil {
 		return nil, err
 	}
@@ -435,7 +420,7 @@ func (sl *srvSlot) handle(ctx context.Context, d sunrpc.Dispatcher, n int) {
 		err = sl.hdr.CheckCall()
 	}
 	if err != nil {
-		if ShouldAnswer(msg, err) {
+		if shouldAnswer(msg, err) {
 			sl.sendError(msg, err)
 			return
 		}
@@ -480,14 +465,14 @@ func (sl *srvSlot) handle(ctx context.Context, d sunrpc.Dispatcher, n int) {
 // wrap ErrChunk (answered ERR_CHUNK) or sunrpc.ErrConnLost.
 func (sl *srvSlot) pull(inline []byte) (raw, arg []byte, err error) {
 	h := &sl.hdr
-	chunk, rest := NextReadChunk(h.Reads)
+	chunk, rest := nextReadChunk(h.Reads)
 	if len(rest) != 0 {
 		return nil, nil, fmt.Errorf("%w: more than one Read chunk", ErrChunk)
 	}
 	if len(chunk) == 0 {
 		return inline, nil, h.CheckXID(inline)
 	}
-	total := ReadChunkLen(chunk)
+	total := readChunkLen(chunk)
 	if total > uint64(sl.c.s.opts.MaxCall) {
 		return nil, nil, fmt.Errorf("%w: Read chunk of %d bytes exceeds %d", ErrChunk, total, sl.c.s.opts.MaxCall)
 	}
@@ -565,7 +550,7 @@ func (sl *srvSlot) sendError(msg []byte, err error) {
 	c, s := sl.c, sl.c.s
 	in := s.opts.Inline
 	buf := c.sendMR.Bytes()[sl.idx*in:][:0:in]
-	b := AppendErrorReply(buf, msg, err, 1) // rdma_credit set by finish
+	b := appendErrorReply(buf, msg, err, 1) // rdma_credit set by finish
 	if errors.Is(err, ErrVers) {
 		s.m.errVers.Add(1)
 	} else {
@@ -588,7 +573,7 @@ func (sl *srvSlot) reply(msg []byte) {
 	if m.HasPayload {
 		rm.Payload, rm.DDP = len(m.Payload), true
 	}
-	p, err := PlanReply(rm, &sl.hdr, c.inline)
+	p, err := planReply(rm, &sl.hdr, c.inline)
 	if err != nil {
 		if errors.Is(err, ErrChunk) {
 			sl.sendError(msg, err)

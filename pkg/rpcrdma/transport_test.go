@@ -423,7 +423,7 @@ func dialRaw(t *testing.T, addr string) *rawPeer {
 	if err := qp.PostRecv(&verbs.RecvWR{ID: 1, SGL: []verbs.SGE{rp.rb.SGE(0, 4096)}}); err != nil {
 		t.Fatal(err)
 	}
-	pdata, _ := DefaultPrivateData().Append(nil)
+	pdata, _ := defaultPrivateData().Append(nil)
 	if _, err := d.Connect(tctx(t, 10*time.Second), addr, qp, verbs.ConnParam{PrivateData: pdata, ResponderResources: 4}); err != nil {
 		t.Fatal(err)
 	}

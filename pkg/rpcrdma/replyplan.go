@@ -65,7 +65,7 @@ func replyHeaderLen(call *Header) int {
 // ErrChunk: the responder answers RDMA_ERROR with ERR_CHUNK rather than
 // overrun a chunk or the requester's receive buffer (RFC 8166 sections
 // 3.4.6 and 4.5.3, RFC 8267 section 3). Bad sizes wrap ErrInvalid.
-func PlanReply(reply Message, call *Header, inline int) (ReplyPlan, error) {
+func planReply(reply Message, call *Header, inline int) (ReplyPlan, error) {
 	if err := reply.check("reply"); err != nil {
 		return ReplyPlan{}, err
 	}
@@ -78,7 +78,7 @@ func PlanReply(reply Message, call *Header, inline int) (ReplyPlan, error) {
 	}
 	stream := reply.Len()
 	if reply.DDP && len(call.Writes) > 0 && len(call.Writes[0]) > 0 {
-		if have := ChunkLen(call.Writes[0]); uint64(reply.Payload) > have {
+		if have := chunkLen(call.Writes[0]); uint64(reply.Payload) > have {
 			return ReplyPlan{}, fmt.Errorf("%w: result of %d bytes exceeds the Write chunk of %d bytes (RFC 8166 section 3.4.6)", ErrChunk, reply.Payload, have)
 		}
 		p.Write, p.WriteLen = true, reply.Payload
@@ -89,8 +89,8 @@ func PlanReply(reply Message, call *Header, inline int) (ReplyPlan, error) {
 		p.Proc, p.InlineLen = ProcMsg, stream
 	case !call.hasReply():
 		return ReplyPlan{}, fmt.Errorf("%w: reply of %d+%d bytes exceeds the inline threshold %d and the call has no Reply chunk (RFC 8267 section 3)", ErrChunk, p.HeaderLen, stream, inline)
-	case uint64(stream) > ChunkLen(call.Reply):
-		return ReplyPlan{}, fmt.Errorf("%w: reply of %d bytes exceeds the Reply chunk of %d bytes (RFC 8166 section 4.5.3)", ErrChunk, stream, ChunkLen(call.Reply))
+	case uint64(stream) > chunkLen(call.Reply):
+		return ReplyPlan{}, fmt.Errorf("%w: reply of %d bytes exceeds the Reply chunk of %d bytes (RFC 8166 section 4.5.3)", ErrChunk, stream, chunkLen(call.Reply))
 	default:
 		p.Proc, p.ReplyLen = ProcNoMsg, stream
 	}
@@ -102,7 +102,7 @@ func PlanReply(reply Message, call *Header, inline int) (ReplyPlan, error) {
 // order, occupy (RFC 8166 section 3.4.6): full segments, one partial, then
 // empty ones. Bytes beyond ChunkLen(src) are not represented. It does not
 // allocate when dst has room.
-func FillSegments(dst, src []Segment, n uint64) []Segment {
+func fillSegments(dst, src []Segment, n uint64) []Segment {
 	dst = dst[:0]
 	for _, s := range src {
 		l := uint64(s.Length)
@@ -139,7 +139,7 @@ func (h *Header) BuildReply(call *Header, p ReplyPlan, credits uint32) {
 		if i == 0 && p.Write {
 			n = uint64(p.WriteLen)
 		}
-		writes = append(writes, FillSegments(slot, w, n))
+		writes = append(writes, fillSegments(slot, w, n))
 	}
 	h.Writes = writes
 	h.Reply = reply
@@ -148,7 +148,7 @@ func (h *Header) BuildReply(call *Header, p ReplyPlan, credits uint32) {
 		if p.Proc == ProcNoMsg {
 			n = uint64(p.ReplyLen)
 		}
-		h.Reply, h.HasReply = FillSegments(reply, call.Reply, n), true
+		h.Reply, h.HasReply = fillSegments(reply, call.Reply, n), true
 	}
 }
 

@@ -85,7 +85,7 @@ func TestPlanCall(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := PlanCall(tc.call, tc.reply, tc.in)
+			got, err := planCall(tc.call, tc.reply, tc.in)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -155,17 +155,17 @@ func TestPlanCallErrors(t *testing.T) {
 		{"zero thresholds", ok, ok, Inline{}},
 		{"MaxSegs above 64", ok, ok, Inline{Send: 1 << 20, Recv: 1 << 20, MaxSegs: 65}},
 	} {
-		if _, err := PlanCall(tc.call, tc.reply, tc.in); !errors.Is(err, ErrInvalid) {
+		if _, err := planCall(tc.call, tc.reply, tc.in); !errors.Is(err, ErrInvalid) {
 			t.Errorf("%s: err = %v, want ErrInvalid", tc.name, err)
 		}
 	}
-	if _, err := PlanCall(ok, ok, Inline{Send: 356, Recv: 164, MaxSegs: 8}); err != nil {
+	if _, err := planCall(ok, ok, Inline{Send: 356, Recv: 164, MaxSegs: 8}); err != nil {
 		t.Errorf("smallest thresholds: %v", err)
 	}
 }
 
 func TestInlineFor(t *testing.T) {
-	in := InlineFor(DefaultPrivateData(), AbsentPrivateData(), 0)
+	in := inlineFor(defaultPrivateData(), absentPrivateData(), 0)
 	if in != (Inline{Send: 1024, Recv: 1024}) {
 		t.Errorf("InlineFor = %+v", in)
 	}
@@ -179,7 +179,7 @@ func FuzzPlanCall(f *testing.F) {
 		call := Message{Head: ch, Payload: cp, Tail: ct, DDP: cd}
 		reply := Message{Head: rh, Payload: rp, Tail: rt, DDP: rd}
 		in := Inline{Send: send, Recv: recv, MaxSegs: segs}
-		p, err := PlanCall(call, reply, in)
+		p, err := planCall(call, reply, in)
 		if err != nil {
 			if !errors.Is(err, ErrInvalid) {
 				t.Fatalf("error %v does not wrap ErrInvalid", err)

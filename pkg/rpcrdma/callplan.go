@@ -78,8 +78,8 @@ type Inline struct {
 
 // InlineFor returns the Inline of a connection on which we sent local and
 // the peer sent peer (AbsentPrivateData() if it sent none).
-func InlineFor(local, peer PrivateData, maxSegs int) Inline {
-	send, recv := NegotiateInline(local, peer)
+func inlineFor(local, peer PrivateData, maxSegs int) Inline {
+	send, recv := negotiateInline(local, peer)
 	return Inline{Send: send, Recv: recv, MaxSegs: maxSegs}
 }
 
@@ -213,7 +213,7 @@ type CallPlan struct {
 //
 // Errors wrap ErrInvalid: negative or misaligned sizes, or thresholds too
 // small to hold the largest header (then no plan can work).
-func PlanCall(call, reply Message, in Inline) (CallPlan, error) {
+func planCall(call, reply Message, in Inline) (CallPlan, error) {
 	if err := call.check("call"); err != nil {
 		return CallPlan{}, err
 	}

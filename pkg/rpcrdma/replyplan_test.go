@@ -58,7 +58,7 @@ func TestPlanReply(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := PlanReply(tc.reply, tc.call, tc.inline)
+			got, err := planReply(tc.reply, tc.call, tc.inline)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -87,11 +87,11 @@ func TestPlanReply(t *testing.T) {
 			if err := d.CheckReply(call); err != nil {
 				t.Errorf("CheckReply: %v", err)
 			}
-			if got.Write && ChunkLen(d.Writes[0]) != uint64(got.WriteLen) {
-				t.Errorf("returned Write chunk length %d, want %d", ChunkLen(d.Writes[0]), got.WriteLen)
+			if got.Write && chunkLen(d.Writes[0]) != uint64(got.WriteLen) {
+				t.Errorf("returned Write chunk length %d, want %d", chunkLen(d.Writes[0]), got.WriteLen)
 			}
-			if d.HasReply && ChunkLen(d.Reply) != uint64(got.ReplyLen) {
-				t.Errorf("returned Reply chunk length %d, want %d", ChunkLen(d.Reply), got.ReplyLen)
+			if d.HasReply && chunkLen(d.Reply) != uint64(got.ReplyLen) {
+				t.Errorf("returned Reply chunk length %d, want %d", chunkLen(d.Reply), got.ReplyLen)
 			}
 		})
 	}
@@ -113,11 +113,11 @@ func TestPlanReplyDoesNotFit(t *testing.T) {
 		{"reduced reply larger than the Reply chunk", Message{Head: 9000, Payload: 100, DDP: true}, callBoth, 1024},
 		{"header alone over inline", Message{Head: 4}, big, 1024},
 	} {
-		if _, err := PlanReply(tc.reply, tc.call, tc.inline); !errors.Is(err, ErrChunk) {
+		if _, err := planReply(tc.reply, tc.call, tc.inline); !errors.Is(err, ErrChunk) {
 			t.Errorf("%s: err = %v, want ErrChunk", tc.name, err)
 		}
 	}
-	if _, err := PlanReply(Message{Head: 5}, callNone, 1024); !errors.Is(err, ErrInvalid) {
+	if _, err := planReply(Message{Head: 5}, callNone, 1024); !errors.Is(err, ErrInvalid) {
 		t.Errorf("bad size: err = %v, want ErrInvalid", err)
 	}
 }
@@ -136,7 +136,7 @@ func TestFillSegments(t *testing.T) {
 		{8292, []uint32{4096, 100, 4096}},
 		{1 << 40, []uint32{4096, 100, 4096}},
 	} {
-		got := FillSegments(nil, src, tc.n)
+		got := fillSegments(nil, src, tc.n)
 		for i := range got {
 			if got[i].Length != tc.want[i] || got[i].Handle != src[i].Handle || got[i].Offset != src[i].Offset {
 				t.Errorf("FillSegments(%d) = %v, want lengths %v", tc.n, got, tc.want)
@@ -145,13 +145,13 @@ func TestFillSegments(t *testing.T) {
 		}
 	}
 	dst := make([]Segment, 0, 3)
-	if a := testing.AllocsPerRun(10, func() { dst = FillSegments(dst, src, 5000) }); a != 0 {
+	if a := testing.AllocsPerRun(10, func() { dst = fillSegments(dst, src, 5000) }); a != 0 {
 		t.Errorf("FillSegments allocates %v", a)
 	}
 }
 
 func TestBuildReply(t *testing.T) {
-	p, err := PlanReply(Message{Head: 120, Payload: 5000, DDP: true}, callWrite2, 1024)
+	p, err := planReply(Message{Head: 120, Payload: 5000, DDP: true}, callWrite2, 1024)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,12 +164,12 @@ func TestBuildReply(t *testing.T) {
 	}
 	// The second Write chunk comes back unused; a Reply chunk not used comes
 	// back with empty segments (RFC 8166 sections 4.3.2.2 and 4.3.3).
-	p, _ = PlanReply(Message{Head: 120, Payload: 8000, DDP: true}, callTwoWrites, 1024)
+	p, _ = planReply(Message{Head: 120, Payload: 8000, DDP: true}, callTwoWrites, 1024)
 	h.BuildReply(callTwoWrites, p, 1)
 	if len(h.Writes) != 2 || h.Writes[0][0].Length != 8000 || h.Writes[1][0].Length != 0 || h.Writes[1][0].Handle != 8 {
 		t.Errorf("two Write chunks: %+v", h.Writes)
 	}
-	p, _ = PlanReply(Message{Head: 200}, callReply, 1024)
+	p, _ = planReply(Message{Head: 200}, callReply, 1024)
 	h.BuildReply(callReply, p, 1)
 	if !h.HasReply || len(h.Reply) != 1 || h.Reply[0].Length != 0 || h.Reply[0].Handle != 9 || len(h.Writes) != 0 {
 		t.Errorf("unused Reply chunk: %+v", h)
