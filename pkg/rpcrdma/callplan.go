@@ -65,7 +65,7 @@ func (m Message) check(what string) error {
 type Inline struct {
 	// Send is the call inline threshold: the largest RDMA Send we may
 	// post, transport header included; the smaller of our send size and
-	// the peer's receive size (NegotiateInline).
+	// the peer's receive size (negotiateInline).
 	Send int
 	// Recv is the reply inline threshold: the largest reply, transport
 	// header included, the peer may Send us; the smaller of our receive
@@ -76,8 +76,8 @@ type Inline struct {
 	MaxSegs int
 }
 
-// InlineFor returns the Inline of a connection on which we sent local and
-// the peer sent peer (AbsentPrivateData() if it sent none).
+// inlineFor returns the Inline of a connection on which we sent local and
+// the peer sent peer (absentPrivateData() if it sent none).
 func inlineFor(local, peer PrivateData, maxSegs int) Inline {
 	send, recv := negotiateInline(local, peer)
 	return Inline{Send: send, Recv: recv, MaxSegs: maxSegs}
@@ -182,7 +182,7 @@ type CallPlan struct {
 	HeaderMax int
 }
 
-// PlanCall chooses how to send a call and how to ask for its reply,
+// planCall chooses how to send a call and how to ask for its reply,
 // following Linux xprtrdma's rpcrdma_marshal_req and RFC 8166 sections 3.5
 // and 4.3. call holds the call's sizes; reply the largest reply expected
 // (RFC 8267 section 3), with reply.DDP when a result buffer is registered

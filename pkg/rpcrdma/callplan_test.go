@@ -90,7 +90,7 @@ func TestPlanCall(t *testing.T) {
 				t.Fatal(err)
 			}
 			if got != tc.want {
-				t.Errorf("PlanCall:\n got %+v\nwant %+v", got, tc.want)
+				t.Errorf("planCall:\n got %+v\nwant %+v", got, tc.want)
 			}
 			checkCallPlan(t, tc.call, tc.reply, tc.in, got)
 		})
@@ -167,7 +167,7 @@ func TestPlanCallErrors(t *testing.T) {
 func TestInlineFor(t *testing.T) {
 	in := inlineFor(defaultPrivateData(), absentPrivateData(), 0)
 	if in != (Inline{Send: 1024, Recv: 1024}) {
-		t.Errorf("InlineFor = %+v", in)
+		t.Errorf("inlineFor = %+v", in)
 	}
 }
 

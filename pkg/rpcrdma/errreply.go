@@ -2,8 +2,8 @@ package rpcrdma
 
 import "errors"
 
-// ShouldAnswer reports whether a responder must answer a call that failed
-// to decode with err by an RDMA_ERROR (AppendErrorReply), rather than
+// shouldAnswer reports whether a responder must answer a call that failed
+// to decode with err by an RDMA_ERROR (appendErrorReply), rather than
 // silently discard it (RFC 8166 section 4.5). It is false when:
 //
 //   - err is nil, or wraps neither ErrVers nor ErrChunk;
@@ -32,7 +32,7 @@ func shouldAnswer(msg []byte, err error) bool {
 	return errors.Is(err, ErrChunk)
 }
 
-// AppendErrorReply appends to dst the RDMA_ERROR that answers the message
+// appendErrorReply appends to dst the RDMA_ERROR that answers the message
 // msg, whose header failed with err, and returns the extended slice (RFC
 // 8166 section 4.5): rdma_xid and rdma_vers copied from msg (when msg has
 // at least 4, respectively 8, bytes; otherwise 0 and 1), rdma_credit set
@@ -42,10 +42,10 @@ func shouldAnswer(msg []byte, err error) bool {
 //     ErrVers (section 4.5.1): 28 bytes;
 //   - ERR_CHUNK otherwise (section 4.5.2): 20 bytes.
 //
-// Call ShouldAnswer first. AppendErrorReply does not allocate when dst has
+// Call shouldAnswer first. appendErrorReply does not allocate when dst has
 // 28 bytes of spare capacity. A responder that decoded a call but cannot
-// return its reply within the call's chunks (PlanReply fails) answers with
-// AppendErrorReply(dst, msg, ErrChunk, credits) too (section 4.5.3).
+// return its reply within the call's chunks (planReply fails) answers with
+// appendErrorReply(dst, msg, ErrChunk, credits) too (section 4.5.3).
 func appendErrorReply(dst, msg []byte, err error, credits uint32) []byte {
 	var xid, vers uint32 = 0, Version
 	if len(msg) >= 4 {

@@ -126,7 +126,7 @@ type Header struct {
 	// RDMA_MSG and RDMA_NOMSG (section 4.3).
 
 	// Reads is the Read list in wire order. Positions never decrease;
-	// use NextReadChunk to walk it chunk by chunk.
+	// use nextReadChunk to walk it chunk by chunk.
 	Reads []ReadSegment
 	// Writes is the Write list: one counted array of segments per Write
 	// chunk. An empty inner slice is an empty Write chunk (section 3.4.6).
@@ -197,7 +197,7 @@ func (l *Limits) orDefault() Limits {
 	return r
 }
 
-// ChunkLen returns the length in bytes of a chunk: the sum of its segment
+// chunkLen returns the length in bytes of a chunk: the sum of its segment
 // lengths (RFC 8166 section 3.4.4).
 func chunkLen(segs []Segment) uint64 {
 	var n uint64
@@ -207,8 +207,8 @@ func chunkLen(segs []Segment) uint64 {
 	return n
 }
 
-// ReadChunkLen returns the length in bytes of a Read chunk (as returned by
-// NextReadChunk).
+// readChunkLen returns the length in bytes of a Read chunk (as returned by
+// nextReadChunk).
 func readChunkLen(segs []ReadSegment) uint64 {
 	var n uint64
 	for _, s := range segs {
@@ -217,7 +217,7 @@ func readChunkLen(segs []ReadSegment) uint64 {
 	return n
 }
 
-// NextReadChunk splits a Read list into its first Read chunk (the leading
+// nextReadChunk splits a Read list into its first Read chunk (the leading
 // segments sharing one Position, RFC 8166 section 3.4.5) and the rest.
 // Both are sub-slices of reads; chunk is empty only when reads is.
 func nextReadChunk(reads []ReadSegment) (chunk, rest []ReadSegment) {
@@ -384,7 +384,7 @@ func (h *Header) Encode(dst []byte) ([]byte, error) {
 //
 // On error n is 0 and h holds what was read so far: XID when msg has at
 // least 4 bytes, Vers from 8, Credits from 12, Proc from 16 (what
-// AppendErrorReply needs). Errors wrap:
+// appendErrorReply needs). Errors wrap:
 //
 //   - ErrShort (and ErrChunk): msg ends inside the header.
 //   - ErrVers: rdma_vers is not 1 (section 4.2.2); nothing after the fixed

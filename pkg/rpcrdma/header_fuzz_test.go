@@ -84,7 +84,7 @@ func FuzzDecodeHeader(f *testing.F) {
 			p, err := planReply(reply, &h, 1024)
 			if err != nil {
 				if !errors.Is(err, ErrChunk) {
-					t.Fatalf("PlanReply: %v", err)
+					t.Fatalf("planReply: %v", err)
 				}
 				continue
 			}

@@ -246,7 +246,7 @@ func TestDecodeEncodeNoAlloc(t *testing.T) {
 		t.Errorf("Encode: %v allocs", a)
 	}
 	if a := testing.AllocsPerRun(100, func() { _ = appendErrorReply(buf[:0], msg, ErrVers, 1) }); a != 0 {
-		t.Errorf("AppendErrorReply: %v allocs", a)
+		t.Errorf("appendErrorReply: %v allocs", a)
 	}
 }
 
@@ -266,7 +266,7 @@ func TestDecodeErrors(t *testing.T) {
 		msg    []byte
 		lim    *Limits
 		want   []error // all must match
-		answer bool    // ShouldAnswer
+		answer bool    // shouldAnswer
 	}{
 		{"empty", nil, nil, []error{ErrShort, ErrChunk}, false},
 		{"3 bytes", []byte{1, 2, 3}, nil, []error{ErrShort}, false},
@@ -335,7 +335,7 @@ func TestDecodeErrors(t *testing.T) {
 				}
 			}
 			if got := shouldAnswer(tc.msg, err); got != tc.answer {
-				t.Errorf("ShouldAnswer = %v, want %v (err %v)", got, tc.answer, err)
+				t.Errorf("shouldAnswer = %v, want %v (err %v)", got, tc.answer, err)
 			}
 		})
 	}
@@ -409,10 +409,10 @@ func TestAppendErrorReply(t *testing.T) {
 		}
 	}
 	if shouldAnswer(call, nil) {
-		t.Error("ShouldAnswer(nil error)")
+		t.Error("shouldAnswer(nil error)")
 	}
 	if shouldAnswer(call, ErrInvalid) {
-		t.Error("ShouldAnswer(ErrInvalid)")
+		t.Error("shouldAnswer(ErrInvalid)")
 	}
 	if !shouldAnswer(words(1, 7, 1, 3, 0, 0, 0), ErrVers) {
 		t.Error("a version 7 message with proc 3 is not RDMA_DONE")
@@ -451,7 +451,7 @@ func TestNextReadChunk(t *testing.T) {
 		t.Fatalf("chunks %v", got)
 	}
 	if readChunkLen(got[0]) != 4096+4095 {
-		t.Errorf("ReadChunkLen = %d", readChunkLen(got[0]))
+		t.Errorf("readChunkLen = %d", readChunkLen(got[0]))
 	}
 	h := Header{Reads: reads}
 	if len(h.PositionZero()) != 2 {
@@ -462,7 +462,7 @@ func TestNextReadChunk(t *testing.T) {
 		t.Errorf("PositionZero = %v", h.PositionZero())
 	}
 	if chunkLen([]Segment{s1, s2, s4}) != 4096+4095+1<<20 {
-		t.Error("ChunkLen")
+		t.Error("chunkLen")
 	}
 }
 

@@ -50,14 +50,14 @@ type PrivateData struct {
 	RecvSize int
 }
 
-// DefaultPrivateData is what we advertise unless configured otherwise:
+// defaultPrivateData is what we advertise unless configured otherwise:
 // OurInline (4096) both ways, Remote Invalidation not offered (the
 // transport sets it when it handles Send With Invalidate).
 func defaultPrivateData() PrivateData {
 	return PrivateData{SendSize: OurInline, RecvSize: OurInline}
 }
 
-// AbsentPrivateData is what a peer that sent no (recognised) private data
+// absentPrivateData is what a peer that sent no (recognised) private data
 // is assumed to offer: 1024 bytes both ways, no Remote Invalidation (RFC
 // 8166 section 3.3.3).
 func absentPrivateData() PrivateData {
@@ -94,10 +94,10 @@ func (p PrivateData) Append(dst []byte) ([]byte, error) {
 	return append(dst, PrivateDataVersion, flags, send, recv), nil
 }
 
-// ParsePrivateData decodes the private data b a peer sent. When b is
+// parsePrivateData decodes the private data b a peer sent. When b is
 // shorter than 8 bytes, or its Format Identifier is not 0xf6ab0e18, or its
 // version is not 1, the peer is treated as having sent none (this is not
-// an error, RFC 8797): ok is false and p is AbsentPrivateData(). Bytes
+// an error, RFC 8797): ok is false and p is absentPrivateData(). Bytes
 // after the first 8 are ignored (InfiniBand CM pads private data with
 // zeros; later versions may extend it), as are the reserved flag bits.
 func parsePrivateData(b []byte) (p PrivateData, ok bool) {
@@ -111,12 +111,12 @@ func parsePrivateData(b []byte) (p PrivateData, ok bool) {
 	}, true
 }
 
-// NegotiateInline returns a connection's inline thresholds (RFC 8166
+// negotiateInline returns a connection's inline thresholds (RFC 8166
 // section 3.3.2, RFC 8797): send, the largest message we may RDMA Send,
 // is the smaller of our send size and the peer's receive size; recv, the
 // largest message the peer may Send us, is the smaller of our receive size
-// and the peer's send size. Pass AbsentPrivateData() (what
-// ParsePrivateData returns) for a peer that sent none.
+// and the peer's send size. Pass absentPrivateData() (what
+// parsePrivateData returns) for a peer that sent none.
 func negotiateInline(local, peer PrivateData) (send, recv int) {
 	return min(local.SendSize, peer.RecvSize), min(local.RecvSize, peer.SendSize)
 }

@@ -78,7 +78,7 @@ func TestNegotiateInline(t *testing.T) {
 	} {
 		send, recv := negotiateInline(tc.local, tc.peer)
 		if send != tc.send || recv != tc.recv {
-			t.Errorf("NegotiateInline(%+v, %+v) = %d, %d; want %d, %d", tc.local, tc.peer, send, recv, tc.send, tc.recv)
+			t.Errorf("negotiateInline(%+v, %+v) = %d, %d; want %d, %d", tc.local, tc.peer, send, recv, tc.send, tc.recv)
 		}
 	}
 }

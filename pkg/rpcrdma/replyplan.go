@@ -39,10 +39,10 @@ func replyHeaderLen(call *Header) int {
 	return n
 }
 
-// PlanReply chooses how a responder returns reply (its actual sizes, with
+// planReply chooses how a responder returns reply (its actual sizes, with
 // reply.DDP when its item is DDP-eligible) to the call whose header is
 // call, when the requester can receive inline messages of up to inline
-// bytes (its receive size, NegotiateInline's send on our side). A nil call
+// bytes (its receive size, negotiateInline's send on our side). A nil call
 // is a call without chunks. NFSv2/3
 // replies have at most one DDP-eligible result (RFC 8267 section 4); it
 // goes into the first Write chunk.
@@ -97,10 +97,10 @@ func planReply(reply Message, call *Header, inline int) (ReplyPlan, error) {
 	return p, nil
 }
 
-// FillSegments appends to dst[:0] a copy of the requester's segments src
+// fillSegments appends to dst[:0] a copy of the requester's segments src
 // with their lengths set to what n bytes written contiguously, in segment
 // order, occupy (RFC 8166 section 3.4.6): full segments, one partial, then
-// empty ones. Bytes beyond ChunkLen(src) are not represented. It does not
+// empty ones. Bytes beyond chunkLen(src) are not represented. It does not
 // allocate when dst has room.
 func fillSegments(dst, src []Segment, n uint64) []Segment {
 	dst = dst[:0]

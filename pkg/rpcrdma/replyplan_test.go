@@ -63,7 +63,7 @@ func TestPlanReply(t *testing.T) {
 				t.Fatal(err)
 			}
 			if got != tc.want {
-				t.Errorf("PlanReply:\n got %+v\nwant %+v", got, tc.want)
+				t.Errorf("planReply:\n got %+v\nwant %+v", got, tc.want)
 			}
 			call := tc.call
 			if call == nil {
@@ -139,14 +139,14 @@ func TestFillSegments(t *testing.T) {
 		got := fillSegments(nil, src, tc.n)
 		for i := range got {
 			if got[i].Length != tc.want[i] || got[i].Handle != src[i].Handle || got[i].Offset != src[i].Offset {
-				t.Errorf("FillSegments(%d) = %v, want lengths %v", tc.n, got, tc.want)
+				t.Errorf("fillSegments(%d) = %v, want lengths %v", tc.n, got, tc.want)
 				break
 			}
 		}
 	}
 	dst := make([]Segment, 0, 3)
 	if a := testing.AllocsPerRun(10, func() { dst = fillSegments(dst, src, 5000) }); a != 0 {
-		t.Errorf("FillSegments allocates %v", a)
+		t.Errorf("fillSegments allocates %v", a)
 	}
 }
 

@@ -240,7 +240,7 @@ func Dial(ctx context.Context, dev verbs.Device, addr string, opts ClientOptions
 }
 
 // Inline returns the connection's inline thresholds (RFC 8166 section
-// 3.3.2) and Peer the responder's RFC 8797 private data (AbsentPrivateData
+// 3.3.2) and Peer the responder's RFC 8797 private data (absentPrivateData
 // when it sent none).
 func (c *Client) Inline() Inline       { return c.inline }
 func (c *Client) Peer() PrivateData    { return c.peer }
@@ -546,7 +546,7 @@ func (c *Client) acquire(ctx context.Context) (int, error) {
 
 // RoundTrip sends call and waits for its reply (sunrpc.ClientTransport).
 // It waits for a credit first (RFC 8166 section 3.3.1), chooses chunks with
-// PlanCall, registers the caller's memory for them, and before returning
+// planCall, registers the caller's memory for them, and before returning
 // invalidates and deregisters every registration of the call (unless the
 // responder invalidated it with Send With Invalidate). Errors:
 // sunrpc.ErrConnLost (wrapped) when the connection died, ctx's error, an

@@ -563,7 +563,7 @@ func (sl *srvSlot) sendError(msg []byte, err error) {
 	}
 }
 
-// reply returns the dispatched reply within the call's chunks (PlanReply,
+// reply returns the dispatched reply within the call's chunks (planReply,
 // BuildReply); ERR_CHUNK when it does not fit.
 func (sl *srvSlot) reply(msg []byte) {
 	c, s := sl.c, sl.c.s
@@ -662,7 +662,7 @@ func appendStream(b []byte, m *sunrpc.Message, withPayload bool) []byte {
 
 // write RDMA Writes n bytes of src from offset off into the segments of
 // chunk, in order, never past a segment's length (the caller checked n
-// against the chunk with PlanReply). It reports false when the
+// against the chunk with planReply). It reports false when the
 // connection failed.
 func (sl *srvSlot) write(chunk []Segment, src verbs.MR, off, n int) bool {
 	c := sl.c

@@ -193,7 +193,7 @@ var prefix = make([]byte, 4000)
 // prefixLen is the inline padding before a DDP-eligible argument of n
 // bytes that makes the call exceed the 4096-byte inline threshold while
 // the reduced call still fits with a Read chunk and a Write chunk in the
-// header (PlanCall moves an argument only when that is what makes the call
+// header (planCall moves an argument only when that is what makes the call
 // fit, so the smallest Read chunk is 25 bytes).
 func prefixLen(n int) int {
 	if n >= 4096 {
@@ -258,7 +258,7 @@ func TestChunkTypes(t *testing.T) {
 		cases = append(cases, tc{name: fmt.Sprintf("inline/%d", n), proc: pEcho, arg: n, resBuf: -1, maxReply: 2048})
 	}
 	for _, n := range []int{1, 3, 25, 27, 101, 4093, 4096, 70001, 1<<20 - 3, 1 << 20} {
-		// Small results come back inline (PlanCall, as Linux).
+		// Small results come back inline (planCall, as Linux).
 		cases = append(cases, tc{name: fmt.Sprintf("read+write/%d", n), proc: pEchoDDP, arg: n, ddpArg: true, resBuf: n, maxReply: 512, wantPl: n > 3500})
 	}
 	for _, n := range []int{1, 3, 4093, 1 << 20} {
