@@ -193,38 +193,35 @@ type published struct {
 	dev, inode uint64
 }
 
-// publish binds a new socket under a hidden name (kubelet ignores names
-// starting with '.'), makes it mode 0600 and renames it to the socket
-// path, so that kubelet never sees a half-made socket and a stale one is
-// replaced in one step; srv serves it.
+// publish removes a stale socket at the socket path (anything else there
+// is an error), binds a new one there, makes it mode 0600 and serves it
+// with srv. The socket is bound under its own name at once, as
+// node-driver-registrar binds it: kubelet's plugin watcher stats every
+// file created in the directory and logs an error for one that is gone
+// by then, so a temporary name renamed into place would cost an error
+// line in kubelet's log at every start.
 func (r *Registrar) publish(srv *grpc.Server) (*published, error) {
-	if fi, err := os.Lstat(r.path); err == nil && fi.Mode()&os.ModeSocket == 0 {
-		return nil, fmt.Errorf("registration: %s exists and is not a socket", r.path)
+	if fi, err := os.Lstat(r.path); err == nil {
+		if fi.Mode()&os.ModeSocket == 0 {
+			return nil, fmt.Errorf("registration: %s exists and is not a socket", r.path)
+		}
+		if err := os.Remove(r.path); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("registration: remove stale socket: %w", err)
+		}
 	}
-	tmp := filepath.Join(r.opts.Dir, "."+r.opts.DriverName+"-reg.sock.tmp")
-	if err := os.Remove(tmp); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("registration: %w", err)
-	}
-	l, err := net.Listen("unix", tmp)
+	l, err := net.Listen("unix", r.path)
 	if err != nil {
 		return nil, fmt.Errorf("registration: %w", err)
 	}
-	ul := l.(*net.UnixListener)
-	ul.SetUnlinkOnClose(false)
-	fail := func(err error) (*published, error) {
-		l.Close()
-		_ = os.Remove(tmp)
-		return nil, fmt.Errorf("registration: %w", err)
-	}
-	if err := os.Chmod(tmp, 0o600); err != nil {
-		return fail(err)
-	}
+	l.(*net.UnixListener).SetUnlinkOnClose(false) // remove checks the file is still ours
 	var st syscall.Stat_t
-	if err := syscall.Lstat(tmp, &st); err != nil {
-		return fail(err)
+	if err := os.Chmod(r.path, 0o600); err == nil {
+		err = syscall.Lstat(r.path, &st)
 	}
-	if err := os.Rename(tmp, r.path); err != nil {
-		return fail(err)
+	if err != nil {
+		l.Close()
+		_ = os.Remove(r.path)
+		return nil, fmt.Errorf("registration: %w", err)
 	}
 	go func() { _ = srv.Serve(l) }()
 	return &published{path: r.path, listener: l, dev: uint64(st.Dev), inode: st.Ino}, nil
