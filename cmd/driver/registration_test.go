@@ -243,3 +243,24 @@ func TestNodeRegistrationArgs(t *testing.T) {
 		t.Fatalf("tcp endpoint without --kubelet-registration-path: %v", err)
 	}
 }
+
+// TestControllerHealthAddress: `driver controller --health-address`
+// serves /healthz from its own Probe (no export server known: ready), in
+// place of the livenessprobe sidecar, and stops with the process.
+func TestControllerHealthAddress(t *testing.T) {
+	e := newNodeEnv(t)
+	p := startDriver(t, "controller", "--endpoint=unix://"+e.csiSock, "--credit-ledger=false", "--health-address="+e.healthAddr)
+	waitFor(t, "health endpoint", testenv.Dialable("tcp", e.healthAddr))
+	if code := healthz(t, e.healthAddr); code != http.StatusOK {
+		t.Fatalf("/healthz: %d", code)
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.wait(t); err != nil {
+		t.Fatalf("controller after SIGTERM: %v", err)
+	}
+	if testenv.Dialable("tcp", e.healthAddr)() {
+		t.Fatal("health endpoint still answers after the controller ended")
+	}
+}
