@@ -25,6 +25,13 @@ import (
 	"github.com/nfsrdma/nfsrdma-csi/internal/testenv"
 )
 
+// TestMain removes the driver binary the process tests build.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	testenv.RemoveDrivers()
+	os.Exit(code)
+}
+
 // process is a driver subcommand running as its own process.
 type process struct {
 	cmd  *exec.Cmd
