@@ -60,17 +60,26 @@ func serveRegistered(ctx context.Context, d *csi.Driver, l net.Listener, r *regi
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	served := make(chan error, 1)
-	go func() { served <- d.Serve(ctx, l) }()
 	// The CSI socket is bound before kubelet can learn of it: its
 	// NodeGetInfo during registration waits in the listen backlog.
-	regErr := reg.Run(ctx)
-	cancel()
-	serveErr := <-served
-	if regErr != nil {
-		return regErr
+	served, registered := make(chan error, 1), make(chan error, 1)
+	go func() { served <- d.Serve(ctx, l) }()
+	go func() { registered <- reg.Run(ctx) }()
+	select {
+	case err := <-registered:
+		cancel()
+		serveErr := <-served
+		if err != nil {
+			return err
+		}
+		return serveErr
+	case err := <-served:
+		cancel()
+		if regErr := <-registered; err == nil {
+			err = regErr
+		}
+		return err
 	}
-	return serveErr
 }
 
 // serveHealth serves /healthz on addr for the plugin at the CSI endpoint
