@@ -38,6 +38,10 @@ const (
 	stopTimeout = 2 * time.Second
 )
 
+// quietWarning is how long after publishing its socket Run logs that
+// kubelet has not registered the plugin (a variable for tests).
+var quietWarning = time.Minute
+
 // SupportedVersions are the CSI spec versions GetInfo reports; kubelet
 // accepts a CSI plugin only with a 1.x version.
 var SupportedVersions = []string{"1.0.0"}
@@ -164,12 +168,19 @@ func (r *Registrar) Run(ctx context.Context) error {
 
 	tick := time.NewTicker(r.opts.CheckInterval)
 	defer tick.Stop()
+	quiet := time.NewTimer(quietWarning)
+	defer quiet.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case err := <-r.failed:
 			return err
+		case <-quiet.C:
+			if !r.Registered() {
+				klog.InfoS("registration: kubelet has not registered the plugin yet; is the registration directory kubelet's <root-dir>/plugins_registry, and is kubelet running?",
+					"socket", r.path, "waited", quietWarning)
+			}
 		case <-tick.C:
 			if _, err := os.Lstat(r.path); !errors.Is(err, os.ErrNotExist) {
 				continue // ours, or another instance's: left alone

@@ -8,12 +8,14 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"k8s.io/klog/v2"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 )
 
@@ -272,4 +274,65 @@ func TestNewChecksOptions(t *testing.T) {
 	if err != nil || r.SocketPath() != "/var/lib/kubelet/plugins_registry/nfsrdma.csi.dev-reg.sock" {
 		t.Fatalf("defaults: %v %v", r, err)
 	}
+}
+
+// TestQuietKubeletLogged: when kubelet has not registered the plugin a
+// while after the socket appeared, Run says so in its log (a wrong
+// --plugin-registration-dir or a stopped kubelet); once registered it
+// does not.
+func TestQuietKubeletLogged(t *testing.T) {
+	old := quietWarning
+	quietWarning = 50 * time.Millisecond
+	defer func() { quietWarning = old }()
+	var buf syncBuffer
+	klog.LogToStderr(false)
+	klog.SetOutput(&buf)
+	defer func() { klog.SetOutput(os.Stderr); klog.LogToStderr(true) }()
+
+	_, stop := start(t, Options{Dir: t.TempDir()})
+	time.Sleep(200 * time.Millisecond)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	klog.Flush()
+	if !strings.Contains(buf.String(), "kubelet has not registered the plugin yet") {
+		t.Fatalf("no warning in the log:\n%s", buf.String())
+	}
+
+	buf.Reset()
+	r, stop := start(t, Options{Dir: t.TempDir()})
+	if _, err := kubeletClient(t, r.SocketPath()).NotifyRegistrationStatus(callCtx(t), &registerapi.RegistrationStatus{PluginRegistered: true}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	klog.Flush()
+	if strings.Contains(buf.String(), "not registered the plugin yet") {
+		t.Fatalf("warning although registered:\n%s", buf.String())
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func (s *syncBuffer) Reset() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.b.Reset()
 }
