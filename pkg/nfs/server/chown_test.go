@@ -32,10 +32,10 @@ func TestChownRules(t *testing.T) {
 	wantStatus(t, "CREATE", f.Status, nfs3.OK)
 	fh := f.Obj.FH
 	path := filepath.Join(root, "exp", "f")
-	setOwner := func(uid, gid int, mode os.FileMode) {
+	setOwner := func(uid, gid int, mode uint32) {
 		t.Helper()
 		must(t, os.Lchown(path, uid, gid))
-		must(t, os.Chmod(path, mode))
+		must(t, syscall.Chmod(path, mode))
 	}
 	ids := func() (uint32, uint32) {
 		t.Helper()
@@ -74,12 +74,12 @@ func TestChownRules(t *testing.T) {
 	}
 	t.Run("same ids clear set-user-ID", func(t *testing.T) {
 		setOwner(1000, 1000, 0o4755)
-		must(t, os.Chmod(path, 0o4755))
 		var sr nfs3.SetattrRes
 		owner.do(nfs3.ProcSetattr, &nfs3.SetattrArgs{Object: fh, Attr: nfs3.Sattr{SetUID: true, UID: 1000, SetGID: true, GID: 1000}}, &sr)
 		wantStatus(t, "owner chown to the same ids", sr.Status, nfs3.OK)
-		if fi, err := os.Lstat(path); err != nil || fi.Mode()&os.ModeSetuid != 0 {
-			t.Fatalf("after chown to the same ids: %v, %v; want set-user-ID cleared", fi.Mode(), err)
+		var st syscall.Stat_t
+		if err := syscall.Lstat(path, &st); err != nil || st.Mode&syscall.S_ISUID != 0 {
+			t.Fatalf("after chown to the same ids: mode %o, %v; want set-user-ID cleared", st.Mode, err)
 		}
 	})
 	t.Run("squashed root", func(t *testing.T) {
