@@ -1,0 +1,456 @@
+package fusefs
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nfs3"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
+)
+
+// The permission tests run file operations as other users in a child
+// process: the test binary, started with FUSEFS_TEST_OP set, runs that one
+// operation (asOp) and exits before any test runs.
+func init() {
+	if op := os.Getenv("FUSEFS_TEST_OP"); op != "" {
+		fmt.Println(asOp(op, strings.Split(os.Getenv("FUSEFS_TEST_ARGS"), "\x1f")))
+		os.Exit(0)
+	}
+}
+
+// errName is "EACCES" and the like for an errno, or the error's text.
+func errName(err error) string {
+	var e syscall.Errno
+	if errors.As(err, &e) {
+		return unix.ErrnoName(e)
+	}
+	return err.Error()
+}
+
+// asOp runs one operation and returns its outcome: "ok", "ok:DATA" or
+// "STEP:ERRNO".
+func asOp(op string, args []string) string {
+	switch op {
+	case "cat": // PATH: open O_RDONLY, read all
+		b, err := os.ReadFile(args[0])
+		if err != nil {
+			var pe *os.PathError
+			if errors.As(err, &pe) {
+				return pe.Op + ":" + errName(err)
+			}
+			return "read:" + errName(err)
+		}
+		return "ok:" + string(b)
+	case "open": // PATH FLAGS: open(2) with FLAGS, then close
+		flags, _ := strconv.Atoi(args[1])
+		fd, err := syscall.Open(args[0], flags, 0)
+		if err != nil {
+			return "open:" + errName(err)
+		}
+		syscall.Close(fd)
+		return "ok"
+	case "write": // PATH DATA: open O_WRONLY, write DATA at 0, close
+		fd, err := syscall.Open(args[0], syscall.O_WRONLY, 0)
+		if err != nil {
+			return "open:" + errName(err)
+		}
+		if _, err := syscall.Pwrite(fd, []byte(args[1]), 0); err != nil {
+			syscall.Close(fd)
+			return "write:" + errName(err)
+		}
+		if err := syscall.Close(fd); err != nil {
+			return "close:" + errName(err)
+		}
+		return "ok"
+	case "openwait": // PATH DATA: open O_WRONLY; after a line on stdin, write DATA at 0, close
+		fd, err := syscall.Open(args[0], syscall.O_WRONLY, 0)
+		if err != nil {
+			return "open:" + errName(err)
+		}
+		fmt.Println("opened")
+		bufio.NewReader(os.Stdin).ReadString('\n')
+		if _, err := syscall.Pwrite(fd, []byte(args[1]), 0); err != nil {
+			syscall.Close(fd)
+			return "write:" + errName(err)
+		}
+		if err := syscall.Close(fd); err != nil {
+			return "close:" + errName(err)
+		}
+		return "ok"
+	case "stat": // PATH
+		var st syscall.Stat_t
+		if err := syscall.Stat(args[0], &st); err != nil {
+			return "stat:" + errName(err)
+		}
+		return "ok"
+	case "access": // PATH MODE
+		mode, _ := strconv.Atoi(args[1])
+		if err := syscall.Access(args[0], uint32(mode)); err != nil {
+			return "access:" + errName(err)
+		}
+		return "ok"
+	case "truncate": // PATH
+		if err := syscall.Truncate(args[0], 0); err != nil {
+			return "truncate:" + errName(err)
+		}
+		return "ok"
+	case "chown": // PATH UID GID
+		uid, _ := strconv.Atoi(args[1])
+		gid, _ := strconv.Atoi(args[2])
+		if err := syscall.Chown(args[0], uid, gid); err != nil {
+			return "chown:" + errName(err)
+		}
+		return "ok"
+	}
+	return "unknown op " + op
+}
+
+// user is a credential the helper process runs as.
+type user struct{ uid, gid uint32 }
+
+var (
+	nobody  = user{65534, 65534}
+	user1   = user{1000, 1000}
+	user2   = user{1001, 1001}
+	helperM sync.Mutex
+	helper  = map[string]string{} // test binary copies other users may run, by test
+)
+
+// helperBin returns a copy of the test binary that every user may run (the
+// go tool's build directory is root's only), made once per test.
+func helperBin(t *testing.T) string {
+	t.Helper()
+	helperM.Lock()
+	defer helperM.Unlock()
+	if p, ok := helper[t.Name()]; ok {
+		return p
+	}
+	self, err := os.Executable()
+	must(t, err)
+	dir := t.TempDir()
+	openUp(t, dir)
+	p := filepath.Join(dir, "helper")
+	b, err := os.ReadFile(self)
+	must(t, err)
+	must(t, os.WriteFile(p, b, 0o755))
+	helper[t.Name()] = p
+	t.Cleanup(func() {
+		helperM.Lock()
+		delete(helper, t.Name())
+		helperM.Unlock()
+	})
+	return p
+}
+
+// openUp makes dir and the temporary directories above it searchable by
+// all (t.TempDir makes them 0700).
+func openUp(t *testing.T, dir string) {
+	t.Helper()
+	for d := dir; d != os.TempDir() && d != "/" && d != "."; d = filepath.Dir(d) {
+		must(t, os.Chmod(d, 0o755))
+	}
+}
+
+// as runs op as u in a helper process and returns its outcome (asOp).
+func as(t *testing.T, u user, op string, args ...string) string {
+	t.Helper()
+	cmd := helperCmd(t, u, op, args...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("helper %s %v as %d: %v: %s", op, args, u.uid, err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+func helperCmd(t *testing.T, u user, op string, args ...string) *exec.Cmd {
+	cmd := exec.Command(helperBin(t))
+	cmd.Env = append(os.Environ(), "FUSEFS_TEST_OP="+op, "FUSEFS_TEST_ARGS="+strings.Join(args, "\x1f"))
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: u.uid, Gid: u.gid, Groups: []uint32{u.gid}}}
+	return cmd
+}
+
+// permMount mounts s over TCP with the extra options, on a mount point
+// every user reaches, with the export's root searchable by all.
+func permMount(t *testing.T, s *testServer, extra string) string {
+	t.Helper()
+	must(t, os.Chmod(s.root, 0o755))
+	mnt, _ := s.mount(t, ProtoTCP, extra)
+	openUp(t, filepath.Dir(mnt))
+	return mnt
+}
+
+func wantOutcome(t *testing.T, what, got, want string) {
+	t.Helper()
+	if got != want {
+		t.Errorf("%s: %q, want %q", what, got, want)
+	}
+}
+
+// writeFile makes a file on the export directly, with owner and mode.
+func writeFile(t *testing.T, path, data string, uid, gid int, mode uint32) {
+	t.Helper()
+	must(t, os.WriteFile(path, []byte(data), 0o600))
+	must(t, os.Chown(path, uid, gid))
+	must(t, syscall.Chmod(path, mode))
+}
+
+func readBack(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	must(t, err)
+	return string(b)
+}
+
+// TestOpenPermission: open(2) through the mount needs the permission its
+// access mode asks for, as the server grants it (NFS ACCESS): a user
+// without read permission cannot open a file for reading, even when root
+// read it through the same mount just before (its data is in the page
+// cache); a user without write permission cannot open it for writing, so
+// writes nothing into the page cache; O_TRUNC needs write permission,
+// also for the owner (mode 0477), and so does truncate(2).
+func TestOpenPermission(t *testing.T) {
+	needFUSE(t)
+	s := startServer(t)
+	mnt := permMount(t, s, "")
+	writeFile(t, filepath.Join(s.root, "secret"), "root only", 0, 0, 0o600)
+	writeFile(t, filepath.Join(s.root, "public"), "for all", 0, 0, 0o644)
+	writeFile(t, filepath.Join(s.root, "r-only"), "owner may read", 1000, 1000, 0o477)
+	secret, public, rOnly := filepath.Join(mnt, "secret"), filepath.Join(mnt, "public"), filepath.Join(mnt, "r-only")
+
+	// root reads both through the mount: their pages are cached
+	if got := readBack(t, secret); got != "root only" {
+		t.Fatalf("root reading secret: %q", got)
+	}
+	if got := readBack(t, public); got != "for all" {
+		t.Fatalf("root reading public: %q", got)
+	}
+	wantOutcome(t, "nobody reads a root 0600 file", as(t, nobody, "cat", secret), "open:EACCES")
+	wantOutcome(t, "nobody opens a root 0600 file O_RDWR", as(t, nobody, "open", secret, strconv.Itoa(syscall.O_RDWR)), "open:EACCES")
+	wantOutcome(t, "nobody reads a root 0644 file", as(t, nobody, "cat", public), "ok:for all")
+	wantOutcome(t, "user writes a root 0644 file", as(t, user1, "write", public, "XXX"), "open:EACCES")
+	wantOutcome(t, "user opens a root 0644 file O_RDWR", as(t, user1, "open", public, strconv.Itoa(syscall.O_RDWR)), "open:EACCES")
+	if got := readBack(t, public); got != "for all" {
+		t.Errorf("root reads %q through the mount after a refused write, want %q", got, "for all")
+	}
+	if got := readBack(t, filepath.Join(s.root, "public")); got != "for all" {
+		t.Errorf("server file %q after a refused write", got)
+	}
+
+	wantOutcome(t, "owner opens its 0477 file O_RDONLY|O_TRUNC", as(t, user1, "open", rOnly, strconv.Itoa(syscall.O_RDONLY|syscall.O_TRUNC)), "open:EACCES")
+	wantOutcome(t, "owner truncates its 0477 file", as(t, user1, "truncate", rOnly), "truncate:EACCES")
+	if got := readBack(t, filepath.Join(s.root, "r-only")); got != "owner may read" {
+		t.Errorf("0477 file on the server after refused truncations: %q", got)
+	}
+	wantOutcome(t, "owner opens its 0477 file O_RDONLY", as(t, user1, "open", rOnly, strconv.Itoa(syscall.O_RDONLY)), "ok")
+	// control: with write permission, O_TRUNC truncates
+	must(t, syscall.Chmod(filepath.Join(s.root, "r-only"), 0o677))
+	wantOutcome(t, "owner opens its 0677 file O_RDONLY|O_TRUNC", as(t, user1, "open", rOnly, strconv.Itoa(syscall.O_RDONLY|syscall.O_TRUNC)), "ok")
+	if got := readBack(t, filepath.Join(s.root, "r-only")); got != "" {
+		t.Errorf("0677 file after O_TRUNC: %q, want empty", got)
+	}
+}
+
+// TestFailedWriteLeavesNoData: the data of a write that the server
+// refused is not read back through the mount. A user opens a 0666 file for
+// writing; the file becomes 0644 on the server before the user writes, so
+// the write-behind WRITE fails (close reports EACCES) after write(2)
+// put the data in the kernel's page cache; root then reads the server's
+// data, not the refused bytes.
+func TestFailedWriteLeavesNoData(t *testing.T) {
+	needFUSE(t)
+	s := startServer(t)
+	// actimeo=1: the mount sees the mode change 1 s later, before the write
+	mnt := permMount(t, s, "actimeo=1")
+	onServer := filepath.Join(s.root, "shared")
+	writeFile(t, onServer, "original-content", 0, 0, 0o666)
+	f := filepath.Join(mnt, "shared")
+	if got := readBack(t, f); got != "original-content" {
+		t.Fatalf("root reading: %q", got)
+	}
+	cmd := helperCmd(t, user1, "openwait", f, "REFUSED")
+	stdin, err := cmd.StdinPipe()
+	must(t, err)
+	stdout, err := cmd.StdoutPipe()
+	must(t, err)
+	must(t, cmd.Start())
+	defer cmd.Wait()
+	r := bufio.NewReader(stdout)
+	if line, err := r.ReadString('\n'); err != nil || line != "opened\n" {
+		t.Fatalf("helper: %q, %v", line, err)
+	}
+	must(t, syscall.Chmod(onServer, 0o644))
+	// the mount's attributes (kernel's and ours) follow the chmod, so that
+	// root's open below finds the file unchanged and keeps the page cache
+	time.Sleep(1100 * time.Millisecond)
+	if fi, err := os.Stat(f); err != nil || fi.Mode().Perm() != 0o644 {
+		t.Fatalf("stat after chmod: %v, %v", fi, err)
+	}
+	fmt.Fprintln(stdin, "write")
+	rest, _ := io.ReadAll(r)
+	if got := strings.TrimSpace(string(rest)); got != "close:EACCES" {
+		t.Errorf("user's write and close after losing write permission: %q, want close:EACCES", got)
+	}
+	if got := readBack(t, onServer); got != "original-content" {
+		t.Fatalf("server file after the refused write: %q", got)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		got := readBack(t, f)
+		if got == "original-content" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("root reads %q through the mount after the refused write, want the server's %q", got, "original-content")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// and not later either (the pages are dropped, not just bypassed once)
+	if got := readBack(t, f); got != "original-content" {
+		t.Fatalf("root reads %q on a second read", got)
+	}
+}
+
+// TestSearchPermission: every directory of a path needs search (execute)
+// permission, also when root walked the same path through the mount just
+// before (the kernel then has the names cached): a user without it on one
+// directory of a deep path can neither open nor stat what is below; a
+// user with it on all can. Taking it away on the server is seen once the
+// directory's attributes are refreshed.
+func TestSearchPermission(t *testing.T) {
+	needFUSE(t)
+	s := startServer(t)
+	mnt := permMount(t, s, "actimeo=1")
+	deep := filepath.Join(s.root, "a", "b", "c", "d")
+	must(t, os.MkdirAll(deep, 0o755))
+	writeFile(t, filepath.Join(deep, "file"), "deep", 0, 0, 0o644)
+	// c: search for its group only
+	must(t, os.Chown(filepath.Join(s.root, "a", "b", "c"), 0, 1000))
+	must(t, syscall.Chmod(filepath.Join(s.root, "a", "b", "c"), 0o750))
+	must(t, syscall.Chmod(filepath.Join(s.root, "a", "b"), 0o777))
+	file := filepath.Join(mnt, "a", "b", "c", "d", "file")
+	for _, walked := range []bool{false, true} {
+		if walked {
+			// root walks the path: the kernel caches its names
+			if got := readBack(t, file); got != "deep" {
+				t.Fatalf("root: %q", got)
+			}
+		}
+		wantOutcome(t, fmt.Sprintf("nobody, not in c's group, reads (root walked first: %v)", walked), as(t, nobody, "cat", file), "open:EACCES")
+		wantOutcome(t, fmt.Sprintf("nobody stats (root walked first: %v)", walked), as(t, nobody, "stat", file), "stat:EACCES")
+		wantOutcome(t, fmt.Sprintf("user in c's group reads (root walked first: %v)", walked), as(t, user1, "cat", file), "ok:deep")
+		wantOutcome(t, fmt.Sprintf("nobody stats c itself (root walked first: %v)", walked), as(t, nobody, "stat", filepath.Dir(filepath.Dir(file))), "ok")
+	}
+	// b: read and write for others, no search; c searchable by all
+	must(t, syscall.Chmod(filepath.Join(s.root, "a", "b"), 0o776))
+	must(t, syscall.Chmod(filepath.Join(s.root, "a", "b", "c"), 0o755))
+	time.Sleep(1100 * time.Millisecond) // actimeo=1: the mount sees the new modes
+	if got := readBack(t, file); got != "deep" {
+		t.Fatalf("root: %q", got)
+	}
+	wantOutcome(t, "user without search permission on b reads", as(t, user1, "cat", file), "open:EACCES")
+	wantOutcome(t, "user without search permission on b stats c", as(t, user1, "stat", filepath.Join(mnt, "a", "b", "c")), "stat:EACCES")
+	wantOutcome(t, "user stats b itself", as(t, user1, "stat", filepath.Join(mnt, "a", "b")), "ok")
+}
+
+// TestAccessCache: access(2) is answered from a cache of NFS ACCESS
+// answers per credential and inode that ages with the attribute cache:
+// the same question within the attribute timeout costs no NFS call; a
+// chmod made through another mount is seen once the timeout has passed;
+// with noac at once.
+func TestAccessCache(t *testing.T) {
+	needFUSE(t)
+	s := startServer(t)
+	must(t, os.Chmod(s.root, 0o755))
+	var pc *procCount
+	wrap := wrapConns(func(ct sunrpc.ClientTransport) sunrpc.ClientTransport {
+		pc = &procCount{ClientTransport: ct, n: map[uint32]int{}}
+		return pc
+	})
+	mnt, _ := s.mountWith(t, ProtoTCP, "acregmin=3,acregmax=3", wrap)
+	openUp(t, filepath.Dir(mnt))
+	noac := permMount(t, s, "noac")
+	other := permMount(t, s, "")
+	writeFile(t, filepath.Join(s.root, "f"), "x", 0, 0, 0o644)
+	f, fNoac, fOther := filepath.Join(mnt, "f"), filepath.Join(noac, "f"), filepath.Join(other, "f")
+	w := strconv.Itoa(unix.W_OK)
+	wantOutcome(t, "W_OK on 0644", as(t, user1, "access", f, w), "access:EACCES")
+	wantOutcome(t, "W_OK on 0644 (noac)", as(t, user1, "access", fNoac, w), "access:EACCES")
+	before := pc.get(nfs3.ProcAccess)
+	for range 3 {
+		wantOutcome(t, "W_OK on 0644 again", as(t, user1, "access", f, w), "access:EACCES")
+	}
+	if got := pc.get(nfs3.ProcAccess) - before; got != 0 {
+		t.Errorf("%d NFS ACCESS calls for access(2) asked again within the attribute timeout, want 0", got)
+	}
+	changed := time.Now()
+	must(t, os.Chmod(fOther, 0o666))
+	wantOutcome(t, "W_OK after chmod 0666 elsewhere (noac)", as(t, user1, "access", fNoac, w), "ok")
+	if time.Since(changed) < 2*time.Second {
+		wantOutcome(t, "W_OK after chmod 0666 elsewhere, within the attribute timeout", as(t, user1, "access", f, w), "access:EACCES")
+	}
+	for {
+		got := as(t, user1, "access", f, w)
+		if got == "ok" {
+			break
+		}
+		if time.Since(changed) > 8*time.Second {
+			t.Fatalf("W_OK still %q 8 s after chmod 0666 elsewhere (attribute timeout 3 s)", got)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if d := time.Since(changed); d < 2*time.Second {
+		t.Errorf("chmod seen after %v, before the attribute timeout", d)
+	}
+	// other credentials have their own answers
+	wantOutcome(t, "R_OK for nobody", as(t, nobody, "access", f, strconv.Itoa(unix.R_OK)), "ok")
+	wantOutcome(t, "W_OK for nobody", as(t, nobody, "access", f, w), "ok")
+	must(t, os.Chmod(fOther, 0o600))
+	wantOutcome(t, "R_OK for nobody after chmod 0600 elsewhere (noac)", as(t, nobody, "access", fNoac, strconv.Itoa(unix.R_OK)), "access:EACCES")
+}
+
+// TestNameTooLong: a name longer than the server's name_max is
+// ENAMETOOLONG, also in a directory whose names the mount knows
+// (dirnames.go), where an unknown name is otherwise ENOENT without asking
+// the server.
+func TestNameTooLong(t *testing.T) {
+	needFUSE(t)
+	s := startServer(t)
+	mnt := permMount(t, s, "")
+	must(t, os.Mkdir(filepath.Join(mnt, "made"), 0o755))
+	long, max := strings.Repeat("n", 256), strings.Repeat("n", 255)
+	for _, dir := range []string{mnt, filepath.Join(mnt, "made")} {
+		if _, err := os.Stat(filepath.Join(dir, long)); !errors.Is(err, syscall.ENAMETOOLONG) {
+			t.Errorf("stat of a 256-byte name in %s: %v, want ENAMETOOLONG", dir, err)
+		}
+		if _, err := os.Stat(filepath.Join(dir, max)); !errors.Is(err, syscall.ENOENT) {
+			t.Errorf("stat of a missing 255-byte name in %s: %v, want ENOENT", dir, err)
+		}
+	}
+}
+
+// TestChownThroughMount: through the mount, a user who does not own a
+// file may not chown it, not even to its current owner and group (EPERM,
+// from the server); its owner may chown it to itself.
+func TestChownThroughMount(t *testing.T) {
+	needFUSE(t)
+	s := startServer(t)
+	mnt := permMount(t, s, "")
+	writeFile(t, filepath.Join(s.root, "owned"), "x", 1000, 1000, 0o644)
+	f := filepath.Join(mnt, "owned")
+	wantOutcome(t, "non-owner chown to the current ids", as(t, user2, "chown", f, "1000", "1000"), "chown:EPERM")
+	wantOutcome(t, "owner chown to the current ids", as(t, user1, "chown", f, "1000", "1000"), "ok")
+	wantOutcome(t, "owner chown away", as(t, user1, "chown", f, "1001", "1000"), "chown:EPERM")
+}
