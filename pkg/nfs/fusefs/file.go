@@ -236,15 +236,20 @@ func (n *node) done(w *writer, sp span, k int, err error) {
 // write or COMMIT failed: the kernel's page cache holds the data of a
 // write we answered before it reached the server (write-behind), and data
 // the server did not store must not be read back through the mount (as
-// Linux NFS, whose write error drops the pages: nfs_write_error). In its
-// own goroutine: the kernel's invalidation waits for locked pages, which
-// a write(2) waiting for this inode's write-behind room may hold.
+// Linux NFS, whose write error drops the pages: nfs_write_error). From a
+// background write, in its own goroutine: the kernel's invalidation waits
+// for locked pages, which a write(2) waiting for this inode's write-behind
+// room may hold; sync, which reports the error to close(2) and fsync(2),
+// drops them again before it returns (dropPagesNow).
 func (n *node) dropPages() {
-	go func() {
-		if errno := n.NotifyContent(0, 0); errno != 0 && errno != syscall.ENOENT {
-			klog.V(2).InfoS("fusefs: dropping pages after a write error", "fh", n.fh.String(), "err", errno)
-		}
-	}()
+	go n.dropPagesNow()
+}
+
+// dropPagesNow is dropPages, waiting for the kernel.
+func (n *node) dropPagesNow() {
+	if errno := n.NotifyContent(0, 0); errno != 0 && errno != syscall.ENOENT {
+		klog.V(2).InfoS("fusefs: dropping pages after a write error", "fh", n.fh.String(), "err", errno)
+	}
 }
 
 // commit COMMITs what n's writes acknowledged so far (client.File.Commit)
@@ -264,7 +269,6 @@ func (n *node) commit(ctx context.Context) error {
 		w.mu.Lock()
 		w.dirty += d
 		w.mu.Unlock()
-		n.dropPages()
 		return err
 	}
 	w.mu.Lock()
@@ -275,7 +279,8 @@ func (n *node) commit(ctx context.Context) error {
 }
 
 // sync waits for the writes in flight, then COMMITs; it returns (and
-// forgets) the first write error, else the COMMIT's.
+// forgets) the first write error, else the COMMIT's, after dropping the
+// kernel's pages of n (dropPages).
 func (n *node) sync(ctx context.Context) syscall.Errno {
 	n.mu.Lock()
 	w := n.w
@@ -292,6 +297,9 @@ func (n *node) sync(ctx context.Context) syscall.Errno {
 	w.mu.Unlock()
 	if cerr := n.commit(ctx); err == nil {
 		err = cerr
+	}
+	if err != nil {
+		n.dropPagesNow() // before close(2) or fsync(2) reports the error
 	}
 	return toErrno(err)
 }
