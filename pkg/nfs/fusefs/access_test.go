@@ -422,3 +422,40 @@ func TestChownThroughMount(t *testing.T) {
 	wantOutcome(t, "owner chown to the current ids", as(t, user1, "chown", f, "1000", "1000"), "ok")
 	wantOutcome(t, "owner chown away", as(t, user1, "chown", f, "1001", "1000"), "chown:EPERM")
 }
+
+// TestUnsearchableDirLookups: the names in a directory not searchable by
+// all come to Lookup at every walk (entry timeout 0), which answers them
+// without an NFS call while the name and the caller's search permission
+// are fresh: walking into a 0700 directory costs no more NFS LOOKUPs than
+// into a 0755 one.
+func TestUnsearchableDirLookups(t *testing.T) {
+	needFUSE(t)
+	s := startServer(t)
+	must(t, os.Chmod(s.root, 0o755))
+	var pc *procCount
+	wrap := wrapConns(func(ct sunrpc.ClientTransport) sunrpc.ClientTransport {
+		pc = &procCount{ClientTransport: ct, n: map[uint32]int{}}
+		return pc
+	})
+	mnt, _ := s.mountWith(t, ProtoTCP, "", wrap)
+	for _, mode := range []uint32{0o755, 0o700} {
+		d := fmt.Sprintf("d%o", mode)
+		must(t, os.MkdirAll(filepath.Join(s.root, d, "sub"), 0o755))
+		must(t, syscall.Chmod(filepath.Join(s.root, d), mode))
+		writeFile(t, filepath.Join(s.root, d, "sub", "f"), "x", 0, 0, 0o644)
+		p := filepath.Join(mnt, d, "sub", "f")
+		readBack(t, p)
+		lookups, accesses := pc.get(nfs3.ProcLookup), pc.get(nfs3.ProcAccess)
+		for range 20 {
+			if _, err := os.Stat(p); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got := pc.get(nfs3.ProcLookup) - lookups; got != 0 {
+			t.Errorf("mode %o: %d NFS LOOKUPs for 20 stats of a path walked before, want 0", mode, got)
+		}
+		if got := pc.get(nfs3.ProcAccess) - accesses; got != 0 {
+			t.Errorf("mode %o: %d NFS ACCESS calls for 20 stats of a path walked before, want 0", mode, got)
+		}
+	}
+}
