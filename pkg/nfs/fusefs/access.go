@@ -180,6 +180,7 @@ func (n *node) answeredLocked(key string, bits uint32, attr *nfs3.PostOpAttr) {
 		return // not known what it answered for
 	}
 	e := accessEntry{key: key, bits: bits, perm: perm, at: time.Now()}
+	was := len(n.acc)
 	for i := range n.acc {
 		if n.acc[i].key == key {
 			n.acc = append(n.acc[:i], n.acc[i+1:]...)
@@ -190,6 +191,14 @@ func (n *node) answeredLocked(key string, bits uint32, attr *nfs3.PostOpAttr) {
 		n.acc = append(n.acc[:0], n.acc[1:]...)
 	}
 	n.acc = append(n.acc, e)
+	n.sys.accessEntries.Add(int64(len(n.acc) - was))
+}
+
+// dropAccessLocked empties n's access cache (the node is forgotten).
+// Called with n.mu held.
+func (n *node) dropAccessLocked() {
+	n.sys.accessEntries.Add(-int64(len(n.acc)))
+	n.acc = nil
 }
 
 // searchable reports whether every user may search directory n (execute

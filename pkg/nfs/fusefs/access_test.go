@@ -459,3 +459,49 @@ func TestUnsearchableDirLookups(t *testing.T) {
 		}
 	}
 }
+
+// TestAccessCacheEntries: an inode keeps the ACCESS answers of at most
+// MaxAccessCreds credentials, dropping the least recently used; an answer
+// is fresh for the attribute timeout and for the mode, owner and group it
+// was given for; forgetting the inode frees them all.
+func TestAccessCacheEntries(t *testing.T) {
+	sys := &fsys{o: MountOptions{ACRegMin: time.Minute, ACRegMax: time.Minute}}
+	n := &node{sys: sys}
+	a := attrForTest(1)
+	a.Mode = 0o644
+	n.refresh(&a)
+	post := nfs3.PostOpAttr{Set: true, Attr: a}
+	now := time.Now()
+	key := func(i int) string { return credKey(uint32(i), 0, nil) }
+	n.mu.Lock()
+	for i := range MaxAccessCreds + 5 {
+		n.answeredLocked(key(i), uint32(i), &post)
+		if i == MaxAccessCreds-1 {
+			// credential 4 asks again: most recently used
+			if bits, ok := n.accessLocked(key(4), now); !ok || bits != 4 {
+				t.Fatalf("credential 4: %d, %v", bits, ok)
+			}
+		}
+	}
+	if len(n.acc) != MaxAccessCreds || sys.accessEntries.Load() != MaxAccessCreds {
+		t.Fatalf("%d entries (counted %d), want %d", len(n.acc), sys.accessEntries.Load(), MaxAccessCreds)
+	}
+	for i, want := range map[int]bool{0: false, 3: false, 4: true, 5: false, 6: true, MaxAccessCreds + 4: true} {
+		if _, ok := n.accessLocked(key(i), now); ok != want {
+			t.Errorf("credential %d cached: %v, want %v", i, ok, want)
+		}
+	}
+	if _, ok := n.accessLocked(key(8), now.Add(2*time.Minute)); ok {
+		t.Error("an answer older than the attribute timeout is fresh")
+	}
+	a.Mode = 0o600
+	n.refreshLocked(&a)
+	if _, ok := n.accessLocked(key(8), now); ok {
+		t.Error("an answer for another mode is fresh")
+	}
+	n.mu.Unlock()
+	n.OnForget()
+	if len(n.acc) != 0 || sys.accessEntries.Load() != 0 {
+		t.Errorf("after FORGET: %d entries, counted %d", len(n.acc), sys.accessEntries.Load())
+	}
+}

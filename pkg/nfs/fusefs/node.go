@@ -33,6 +33,9 @@ type fsys struct {
 	// dirEntries counts the READDIRPLUS entries kept in nodes' plus maps
 	// (MemoryStats.DirEntries).
 	dirEntries atomic.Int64
+	// accessEntries counts the ACCESS answers kept in nodes' access
+	// caches (MemoryStats.AccessEntries).
+	accessEntries atomic.Int64
 }
 
 // node is one NFS file, directory or other object known to the kernel.
