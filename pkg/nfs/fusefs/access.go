@@ -134,18 +134,24 @@ func (n *node) permit(ctx context.Context, may uint32) syscall.Errno {
 }
 
 // accessLocked returns the cached ACCESS bits of credential key on n at
-// now, if fresh: answered for n's current cached mode, owner and group,
-// and less than n's attribute timeout ago (0 with noac: never fresh). The
-// entry becomes the most recently used. Called with n.mu held.
+// now, if fresh: n's cached attributes are fresh (younger than their
+// timeout; never with noac) and show the mode, owner and group the answer
+// was given for, as Linux's access cache lives while the inode's
+// attributes are valid and unchanged (nfs_access_get_cached); and, so
+// that a change the attributes do not show (an ACL) is seen too, the
+// answer is younger than the longest attribute timeout (acregmax or
+// acdirmax). The entry becomes the most recently used. Called with n.mu
+// held.
 func (n *node) accessLocked(key string, now time.Time) (uint32, bool) {
-	if !n.ac.valid {
+	if !n.ac.valid || now.Sub(n.ac.at) >= n.ac.timeo {
 		return 0, false
 	}
+	_, hi := n.timeouts(n.ac.attr.Type == nfs3.TypeDir)
 	for i, e := range n.acc {
 		if e.key != key {
 			continue
 		}
-		if e.perm != permOf(&n.ac.attr) || now.Sub(e.at) >= n.ac.timeo {
+		if e.perm != permOf(&n.ac.attr) || now.Sub(e.at) >= hi {
 			return 0, false
 		}
 		if i != len(n.acc)-1 {

@@ -462,10 +462,11 @@ func TestUnsearchableDirLookups(t *testing.T) {
 
 // TestAccessCacheEntries: an inode keeps the ACCESS answers of at most
 // MaxAccessCreds credentials, dropping the least recently used; an answer
-// is fresh for the attribute timeout and for the mode, owner and group it
-// was given for; forgetting the inode frees them all.
+// is fresh while the inode's attributes are, for the mode, owner and group
+// it was given for, and at most acregmax; forgetting the inode frees them
+// all.
 func TestAccessCacheEntries(t *testing.T) {
-	sys := &fsys{o: MountOptions{ACRegMin: time.Minute, ACRegMax: time.Minute}}
+	sys := &fsys{o: MountOptions{ACRegMin: 10 * time.Second, ACRegMax: time.Minute}}
 	n := &node{sys: sys}
 	a := attrForTest(1)
 	a.Mode = 0o644
@@ -491,9 +492,15 @@ func TestAccessCacheEntries(t *testing.T) {
 			t.Errorf("credential %d cached: %v, want %v", i, ok, want)
 		}
 	}
-	if _, ok := n.accessLocked(key(8), now.Add(2*time.Minute)); ok {
-		t.Error("an answer older than the attribute timeout is fresh")
+	if _, ok := n.accessLocked(key(8), now.Add(20*time.Second)); ok {
+		t.Error("an answer is fresh after the attributes' timeout (acregmin 10 s)")
 	}
+	at := n.ac.at
+	n.ac.at = now.Add(2*time.Minute - time.Second) // attributes refreshed, unchanged
+	if _, ok := n.accessLocked(key(8), now.Add(2*time.Minute)); ok {
+		t.Error("an answer older than acregmax is fresh")
+	}
+	n.ac.at = at
 	a.Mode = 0o600
 	n.refreshLocked(&a)
 	if _, ok := n.accessLocked(key(8), now); ok {
