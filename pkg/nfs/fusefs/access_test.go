@@ -492,6 +492,7 @@ func TestAccessCacheEntries(t *testing.T) {
 			t.Errorf("credential %d cached: %v, want %v", i, ok, want)
 		}
 	}
+	n.ac.timeo = 10 * time.Second // as after a change
 	if _, ok := n.accessLocked(key(8), now.Add(20*time.Second)); ok {
 		t.Error("an answer is fresh after the attributes' timeout (acregmin 10 s)")
 	}
