@@ -90,6 +90,24 @@ func asOp(op string, args []string) string {
 			return "close:" + errName(err)
 		}
 		return "ok"
+	case "ls": // PATH: opendir and read a directory
+		if _, err := os.ReadDir(args[0]); err != nil {
+			var pe *os.PathError
+			if errors.As(err, &pe) {
+				return pe.Op + ":" + errName(err)
+			}
+			return "readdir:" + errName(err)
+		}
+		return "ok"
+	case "exec": // PATH: execve it (no access(2) first, as a shell would)
+		p, err := os.StartProcess(args[0], []string{args[0]}, &os.ProcAttr{})
+		if err != nil {
+			return "exec:" + errName(err)
+		}
+		if st, err := p.Wait(); err != nil || !st.Success() {
+			return fmt.Sprintf("wait:%v %v", st, err)
+		}
+		return "ok"
 	case "stat": // PATH
 		var st syscall.Stat_t
 		if err := syscall.Stat(args[0], &st); err != nil {
@@ -220,7 +238,9 @@ func readBack(t *testing.T, path string) string {
 // read it through the same mount just before (its data is in the page
 // cache); a user without write permission cannot open it for writing, so
 // writes nothing into the page cache; O_TRUNC needs write permission,
-// also for the owner (mode 0477), and so does truncate(2).
+// also for the owner (mode 0477), and so does truncate(2); opendir needs
+// read permission on the directory; execve needs execute permission as
+// the server grants it (the kernel only checks that someone may execute).
 func TestOpenPermission(t *testing.T) {
 	needFUSE(t)
 	s := startServer(t)
@@ -248,6 +268,29 @@ func TestOpenPermission(t *testing.T) {
 	if got := readBack(t, filepath.Join(s.root, "public")); got != "for all" {
 		t.Errorf("server file %q after a refused write", got)
 	}
+
+	// a directory others may search but not read: its files open, its
+	// listing does not
+	must(t, os.Mkdir(filepath.Join(s.root, "unlistable"), 0o711))
+	must(t, syscall.Chmod(filepath.Join(s.root, "unlistable"), 0o711))
+	writeFile(t, filepath.Join(s.root, "unlistable", "f"), "found", 0, 0, 0o644)
+	readBack(t, filepath.Join(mnt, "unlistable", "f"))
+	if _, err := os.ReadDir(filepath.Join(mnt, "unlistable")); err != nil {
+		t.Fatal(err)
+	}
+	wantOutcome(t, "user reads a file in a 0711 directory", as(t, user1, "cat", filepath.Join(mnt, "unlistable", "f")), "ok:found")
+	wantOutcome(t, "user lists a 0711 directory", as(t, user1, "ls", filepath.Join(mnt, "unlistable")), "open:EACCES")
+
+	// a program only its owner may run
+	prog, err := os.ReadFile("/bin/true")
+	must(t, err)
+	must(t, os.WriteFile(filepath.Join(s.root, "prog"), prog, 0o700))
+	must(t, syscall.Chmod(filepath.Join(s.root, "prog"), 0o700))
+	wantOutcome(t, "root runs its 0700 program", as(t, user{0, 0}, "exec", filepath.Join(mnt, "prog")), "ok")
+	wantOutcome(t, "user runs a root 0700 program", as(t, user1, "exec", filepath.Join(mnt, "prog")), "exec:EACCES")
+	must(t, syscall.Chmod(filepath.Join(s.root, "prog"), 0o711))
+	// the open of an exec GETATTRs: the new mode is seen at once
+	wantOutcome(t, "user runs a root 0711 program", as(t, user1, "exec", filepath.Join(mnt, "prog")), "ok")
 
 	wantOutcome(t, "owner opens its 0477 file O_RDONLY|O_TRUNC", as(t, user1, "open", rOnly, strconv.Itoa(syscall.O_RDONLY|syscall.O_TRUNC)), "open:EACCES")
 	wantOutcome(t, "owner truncates its 0477 file", as(t, user1, "truncate", rOnly), "truncate:EACCES")
