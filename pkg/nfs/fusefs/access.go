@@ -7,6 +7,7 @@ import (
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"k8s.io/klog/v2"
 
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nfs3"
 )
@@ -218,6 +219,22 @@ func (n *node) dropAccessLocked() {
 // the permission are fresh in our caches. Called with n.mu held.
 func (n *node) searchableLocked() bool {
 	return n.ac.valid && n.ac.attr.Mode&0o111 == 0o111
+}
+
+// unsearchable drops the kernel's cached names in directory n, which is no
+// longer searchable by all (refreshLocked): they were given an entry
+// timeout (searchableLocked), and the kernel would walk them without
+// asking us until it ran out; now each walk comes to Lookup, which checks
+// the caller's search permission, as Linux NFS checks it at once after a
+// chmod through the mount. In its own goroutine, after the request that
+// saw the new mode: the kernel invalidates a name with the directory
+// locked, and a chmod holds that lock until its SETATTR is answered.
+func (n *node) unsearchable() {
+	for name := range n.Children() {
+		if errno := n.NotifyEntry(name); errno != 0 && errno != syscall.ENOENT {
+			klog.V(2).InfoS("fusefs: dropping the kernel's names of a directory no longer searchable by all", "fh", n.fh.String(), "name", name, "err", errno)
+		}
+	}
 }
 
 // entry is where and when Lookup last told the kernel about a node: its

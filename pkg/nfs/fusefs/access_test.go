@@ -338,8 +338,8 @@ func TestFailedWriteLeavesNoData(t *testing.T) {
 // permission, also when root walked the same path through the mount just
 // before (the kernel then has the names cached): a user without it on one
 // directory of a deep path can neither open nor stat what is below; a
-// user with it on all can. Taking it away on the server is seen once the
-// directory's attributes are refreshed.
+// user with it on all can. Taking it away through the mount is seen at
+// once, on the server once the directory's attributes are refreshed.
 func TestSearchPermission(t *testing.T) {
 	needFUSE(t)
 	s := startServer(t)
@@ -364,6 +364,19 @@ func TestSearchPermission(t *testing.T) {
 		wantOutcome(t, fmt.Sprintf("user in c's group reads (root walked first: %v)", walked), as(t, user1, "cat", file), "ok:deep")
 		wantOutcome(t, fmt.Sprintf("nobody stats c itself (root walked first: %v)", walked), as(t, nobody, "stat", filepath.Dir(filepath.Dir(file))), "ok")
 	}
+	// a chmod through a mount is seen at once, though the kernel had the
+	// names in the directory cached (default timeouts: for 30 s)
+	mnt2 := permMount(t, s, "")
+	file2, d2 := filepath.Join(mnt2, "a", "b", "c", "d", "file"), filepath.Join(mnt2, "a", "b", "c", "d")
+	if got := readBack(t, file2); got != "deep" {
+		t.Fatalf("root: %q", got)
+	}
+	wantOutcome(t, "user in c's group reads, second mount", as(t, user1, "cat", file2), "ok:deep")
+	must(t, os.Chmod(d2, 0o700))
+	wantOutcome(t, "user reads after chmod 0700 of d through the mount", as(t, user1, "cat", file2), "open:EACCES")
+	must(t, os.Chmod(d2, 0o755))
+	wantOutcome(t, "user reads after chmod 0755 of d through the mount", as(t, user1, "cat", file2), "ok:deep")
+
 	// b: read and write for others, no search; c searchable by all
 	must(t, syscall.Chmod(filepath.Join(s.root, "a", "b"), 0o776))
 	must(t, syscall.Chmod(filepath.Join(s.root, "a", "b", "c"), 0o755))

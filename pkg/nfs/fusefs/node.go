@@ -107,10 +107,17 @@ func (n *node) refresh(a *nfs3.Fattr) (time.Duration, bool) {
 	return n.refreshLocked(a)
 }
 
-// refreshLocked is refresh with n.mu held.
+// refreshLocked is refresh with n.mu held. A directory that was
+// searchable by all and is no longer has the kernel's cached names in it
+// dropped (unsearchable).
 func (n *node) refreshLocked(a *nfs3.Fattr) (time.Duration, bool) {
 	lo, hi := n.timeouts(a.Type == nfs3.TypeDir)
-	return n.ac.update(a, lo, hi)
+	was := n.ac.attr.Type == nfs3.TypeDir && n.ac.attr.Mode&0o111 == 0o111
+	timeo, changed := n.ac.update(a, lo, hi)
+	if was && a.Mode&0o111 != 0o111 {
+		go n.unsearchable()
+	}
+	return timeo, changed
 }
 
 // child returns the inode for (fh, a), named name in n, creating the node
