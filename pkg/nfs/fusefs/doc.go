@@ -61,21 +61,28 @@
 //     credential while the inode's cached attributes are fresh (the
 //     attribute timeout; never with noac) and show the same mode, owner
 //     and group (a chmod or chown seen by the mount drops it, as
-//     nfs_access_zap_cache), at most acregmax/acdirmax. open(2) needs read permission for O_RDONLY
-//     and O_RDWR and write permission for O_WRONLY and O_RDWR (execute
-//     only, for an exec); O_TRUNC and truncate(2) need write permission
-//     (the server lets an owner truncate without it, for ftruncate on a
-//     descriptor opened for writing); opendir(3) needs read permission;
-//     access(2) is answered from the same cache. Every directory of a path
-//     needs search permission: LOOKUP checks it for the caller; since the
-//     kernel walks the names it has cached without asking, only names in
-//     directories searchable by all (execute for owner, group and others)
-//     are given an entry timeout; the others get 0 and come to LOOKUP at
-//     each walk, answered without an NFS call while fresh. Not checked:
+//     nfs_access_zap_cache), at most acregmax/acdirmax. open(2) needs
+//     read permission for O_RDONLY and O_RDWR and write permission for
+//     O_WRONLY and O_RDWR (execute only, for an exec); O_TRUNC and
+//     truncate(2) need write permission (the server lets an owner
+//     truncate without it, for ftruncate on a descriptor opened for
+//     writing); opendir(3) needs read permission; access(2) is answered
+//     from the same cache. Every directory of a path needs search
+//     permission: LOOKUP checks it for the caller; since the kernel walks
+//     the names it has cached without asking, only names in directories
+//     searchable by all (execute for owner, group and others) are given
+//     an entry timeout; the others get 0 and come to LOOKUP at each walk,
+//     answered without an NFS call while fresh; when the mount sees a
+//     directory lose search permission for some (a chmod through it, or
+//     new attributes), the kernel's names in it are dropped. Not checked:
 //     a walk through names the kernel cached in a directory searchable by
-//     all that is made unsearchable meanwhile, until the directory's
-//     attribute timeout (their entry timeout); a file the server created for a non-exclusive
-//     O_CREAT that another client had made meanwhile (as Linux NFSv3).
+//     all that another client makes unsearchable, until the mount
+//     refreshes the directory's attributes (at most its attribute
+//     timeout, their entry timeout); the open of a FIFO or device node,
+//     which the kernel does without asking a FUSE file system (only
+//     default_permissions would check it); a file the server created for
+//     a non-exclusive O_CREAT that another client had made meanwhile (as
+//     Linux NFSv3).
 //   - A write that failed after write(2) returned (write-behind: a
 //     refused or failed WRITE or COMMIT) drops the inode's pages from the
 //     kernel's page cache, before close(2) or fsync(2) reports the error,
