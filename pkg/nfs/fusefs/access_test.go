@@ -204,8 +204,14 @@ func helperCmd(t *testing.T, u user, op string, args ...string) *exec.Cmd {
 // every user reaches, with the export's root searchable by all.
 func permMount(t *testing.T, s *testServer, extra string) string {
 	t.Helper()
+	return permMountProto(t, s, ProtoTCP, extra)
+}
+
+// permMountProto is permMount over proto (ProtoTCP, ProtoRDMA).
+func permMountProto(t *testing.T, s *testServer, proto, extra string) string {
+	t.Helper()
 	must(t, os.Chmod(s.root, 0o755))
-	mnt, _ := s.mount(t, ProtoTCP, extra)
+	mnt, _ := s.mount(t, proto, extra)
 	openUp(t, filepath.Dir(mnt))
 	return mnt
 }
@@ -232,7 +238,7 @@ func readBack(t *testing.T, path string) string {
 	return string(b)
 }
 
-// TestOpenPermission: open(2) through the mount needs the permission its
+// TestOpenPermission (over TCP and RDMA): open(2) through the mount needs the permission its
 // access mode asks for, as the server grants it (NFS ACCESS): a user
 // without read permission cannot open a file for reading, even when root
 // read it through the same mount just before (its data is in the page
@@ -243,8 +249,14 @@ func readBack(t *testing.T, path string) string {
 // the server grants it (the kernel only checks that someone may execute).
 func TestOpenPermission(t *testing.T) {
 	needFUSE(t)
+	for _, proto := range []string{ProtoTCP, ProtoRDMA} {
+		t.Run(proto, func(t *testing.T) { testOpenPermission(t, proto) })
+	}
+}
+
+func testOpenPermission(t *testing.T, proto string) {
 	s := startServer(t)
-	mnt := permMount(t, s, "")
+	mnt := permMountProto(t, s, proto, "")
 	writeFile(t, filepath.Join(s.root, "secret"), "root only", 0, 0, 0o600)
 	writeFile(t, filepath.Join(s.root, "public"), "for all", 0, 0, 0o644)
 	writeFile(t, filepath.Join(s.root, "r-only"), "owner may read", 1000, 1000, 0o477)
@@ -306,7 +318,7 @@ func TestOpenPermission(t *testing.T) {
 	}
 }
 
-// TestFailedWriteLeavesNoData: the data of a write that the server
+// TestFailedWriteLeavesNoData (over TCP and RDMA): the data of a write that the server
 // refused is not read back through the mount. A root process opens a root
 // 0644 file for writing, then becomes uid 1000 and writes: write(2)
 // succeeds (write-behind) and puts the data in the kernel's page cache,
@@ -315,8 +327,14 @@ func TestOpenPermission(t *testing.T) {
 // the file changed on the server (its pages would be kept at open).
 func TestFailedWriteLeavesNoData(t *testing.T) {
 	needFUSE(t)
+	for _, proto := range []string{ProtoTCP, ProtoRDMA} {
+		t.Run(proto, func(t *testing.T) { testFailedWriteLeavesNoData(t, proto) })
+	}
+}
+
+func testFailedWriteLeavesNoData(t *testing.T, proto string) {
 	s := startServer(t)
-	mnt := permMount(t, s, "")
+	mnt := permMountProto(t, s, proto, "")
 	onServer := filepath.Join(s.root, "shared")
 	writeFile(t, onServer, "original-content", 0, 0, 0o644)
 	f := filepath.Join(mnt, "shared")
