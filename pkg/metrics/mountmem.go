@@ -18,12 +18,14 @@ import (
 //     (fusefs.MountDirtyBytes, past which a background COMMIT starts);
 //   - nfsrdma_mount_inodes: nodes in the mount's tree;
 //   - nfsrdma_mount_dir_entries: READDIRPLUS entries kept for LOOKUPs;
+//   - nfsrdma_mount_access_entries: NFS ACCESS answers kept per inode and
+//     credential for permission checks;
 //   - nfsrdma_client_write_verifier_changes_total: COMMITs that found the
 //     server's write verifier changed (RFC 1813 section 3.3.7);
 //   - nfsrdma_client_resent_bytes_total: bytes re-sent after such a change.
 type MountMemoryCollector struct {
-	stats                                          func() fusefs.MemoryStats
-	bytes, limit, inodes, dirEntries, verf, resent *prometheus.Desc
+	stats                                                  func() fusefs.MemoryStats
+	bytes, limit, inodes, dirEntries, access, verf, resent *prometheus.Desc
 }
 
 // NewMountMemoryCollector returns a collector of what stats returns
@@ -38,6 +40,7 @@ func NewMountMemoryCollector(stats func() fusefs.MemoryStats, constLabels promet
 		limit:      d("mount_memory_limit_bytes", "A FUSE mount's bound of write_behind and uncommitted memory, in bytes.", "kind"),
 		inodes:     d("mount_inodes", "Nodes in a FUSE mount's tree (names the kernel looked up and has not forgotten)."),
 		dirEntries: d("mount_dir_entries", "READDIRPLUS entries a FUSE mount keeps for the LOOKUPs that follow a listing."),
+		access:     d("mount_access_entries", "NFS ACCESS answers a FUSE mount keeps per inode and credential for permission checks."),
 		verf:       d("client_write_verifier_changes_total", "COMMITs that found the server's write verifier changed since the UNSTABLE WRITEs they covered (data re-sent)."),
 		resent:     d("client_resent_bytes_total", "Bytes re-sent with FILE_SYNC after a write verifier change."),
 	}
@@ -45,7 +48,7 @@ func NewMountMemoryCollector(stats func() fusefs.MemoryStats, constLabels promet
 
 // Describe implements prometheus.Collector.
 func (c *MountMemoryCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.bytes, c.limit, c.inodes, c.dirEntries, c.verf, c.resent} {
+	for _, d := range []*prometheus.Desc{c.bytes, c.limit, c.inodes, c.dirEntries, c.access, c.verf, c.resent} {
 		ch <- d
 	}
 }
@@ -61,6 +64,7 @@ func (c *MountMemoryCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.limit, g, fusefs.MountDirtyBytes, "uncommitted")
 	ch <- prometheus.MustNewConstMetric(c.inodes, g, float64(s.Inodes))
 	ch <- prometheus.MustNewConstMetric(c.dirEntries, g, float64(s.DirEntries))
+	ch <- prometheus.MustNewConstMetric(c.access, g, float64(s.AccessEntries))
 	ch <- prometheus.MustNewConstMetric(c.verf, prometheus.CounterValue, float64(s.Write.VerifierChanges))
 	ch <- prometheus.MustNewConstMetric(c.resent, prometheus.CounterValue, float64(s.Write.ResentBytes))
 }

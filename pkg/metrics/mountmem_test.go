@@ -13,7 +13,7 @@ import (
 // The memory of a mount, scraped over HTTP: every figure of
 // fusefs.MemoryStats under its name, the bounds beside them.
 func TestMountMemoryCollector(t *testing.T) {
-	s := fusefs.MemoryStats{WriteBehindBytes: 3 << 20, UncommittedBytes: 5 << 20, Inodes: 42, DirEntries: 7, HeapBytes: 9 << 20,
+	s := fusefs.MemoryStats{WriteBehindBytes: 3 << 20, UncommittedBytes: 5 << 20, Inodes: 42, DirEntries: 7, AccessEntries: 11, HeapBytes: 9 << 20,
 		Write: client.WriteStats{VerifierChanges: 2, ResentBytes: 4096}}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(NewMountMemoryCollector(func() fusefs.MemoryStats { return s }, prometheus.Labels{"pod": "p"}))
@@ -30,6 +30,7 @@ func TestMountMemoryCollector(t *testing.T) {
 		{"nfsrdma_mount_memory_limit_bytes", l("kind", "uncommitted", "pod", "p"), fusefs.MountDirtyBytes},
 		{"nfsrdma_mount_inodes", l("pod", "p"), 42},
 		{"nfsrdma_mount_dir_entries", l("pod", "p"), 7},
+		{"nfsrdma_mount_access_entries", l("pod", "p"), 11},
 		{"nfsrdma_client_write_verifier_changes_total", l("pod", "p"), 2},
 		{"nfsrdma_client_resent_bytes_total", l("pod", "p"), 4096},
 	} {

@@ -32,6 +32,7 @@ type callers struct {
 type callerEntry struct {
 	uid, gid uint32
 	cred     *client.Cred
+	key      string // uid, gid and groups: the access cache's key (access.go)
 	at       time.Time
 }
 
@@ -44,23 +45,35 @@ func newCallers(machine string) *callers {
 	return &callers{machine: machine, byPID: make(map[uint32]callerEntry)}
 }
 
-// as returns the credential of the FUSE request's caller, or nil when ctx
-// carries no caller (the mount's credential is used).
-func (s *fsys) as(ctx context.Context) *client.Cred {
+// as returns the credential of the FUSE request's caller and its key
+// (credKey), or nil and "" when ctx carries no caller (the mount's
+// credential is used).
+func (s *fsys) as(ctx context.Context) (*client.Cred, string) {
 	c, ok := fuse.FromContext(ctx)
 	if !ok {
-		return nil
+		return nil, ""
 	}
 	return s.callers.cred(c.Uid, c.Gid, c.Pid)
 }
 
-func (cs *callers) cred(uid, gid, pid uint32) *client.Cred {
+// credKey is the identity of an AUTH_SYS credential for the access cache:
+// uid, gid and supplementary groups, as Linux's access cache compares
+// credentials (the machine name is the mount's).
+func credKey(uid, gid uint32, groups []uint32) string {
+	b := make([]byte, 0, 4*(2+len(groups)))
+	for _, v := range append([]uint32{uid, gid}, groups...) {
+		b = append(b, byte(v>>24), byte(v>>16), byte(v>>8), byte(v))
+	}
+	return string(b)
+}
+
+func (cs *callers) cred(uid, gid, pid uint32) (*client.Cred, string) {
 	now := time.Now()
 	cs.mu.Lock()
 	e, ok := cs.byPID[pid]
 	cs.mu.Unlock()
 	if ok && e.uid == uid && e.gid == gid && now.Sub(e.at) < groupsTTL {
-		return e.cred
+		return e.cred, e.key
 	}
 	groups, err := procGroups(pid)
 	if err != nil {
@@ -72,15 +85,16 @@ func (cs *callers) cred(uid, gid, pid uint32) *client.Cred {
 	cred, err := client.NewCred(sunrpc.AuthSysParams{MachineName: cs.machine, UID: uid, GID: gid, GIDs: groups})
 	if err != nil {
 		klog.ErrorS(err, "fusefs: caller credential", "uid", uid, "gid", gid)
-		return nil
+		return nil, ""
 	}
+	key := credKey(uid, gid, groups)
 	cs.mu.Lock()
 	if len(cs.byPID) >= maxCallers {
 		clear(cs.byPID)
 	}
-	cs.byPID[pid] = callerEntry{uid: uid, gid: gid, cred: cred, at: now}
+	cs.byPID[pid] = callerEntry{uid: uid, gid: gid, cred: cred, key: key, at: now}
 	cs.mu.Unlock()
-	return cred
+	return cred, key
 }
 
 // procGroups reads the supplementary groups of pid (the Groups: line of

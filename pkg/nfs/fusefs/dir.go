@@ -32,8 +32,14 @@ var (
 	_ fs.FileReleasedirer = (*dirStream)(nil)
 )
 
-// OpendirHandle answers OPENDIR.
+// OpendirHandle answers OPENDIR: the caller needs read permission on the
+// directory (permit; EACCES), as Linux's may_open asks of NFS.
 func (n *node) OpendirHandle(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	cctx, done := n.sys.call(ctx) // the caller's credential, not interrupted (fsys.call)
+	defer done()
+	if errno := n.permit(cctx, mayRead); errno != 0 {
+		return nil, 0, errno
+	}
 	return &dirStream{n: n}, 0, 0
 }
 

@@ -53,8 +53,43 @@
 //     LOOKUP while the directory's attributes are fresh, the trust Linux
 //     gives a negative dentry, so an exclusive create costs one NFS
 //     CREATE (dirnames.go).
-//   - Permissions are checked by the server only (no default_permissions);
-//     all calls carry the mount's AUTH_SYS credential (see Config).
+//   - Permissions, as Linux NFS checks them (no default_permissions: the
+//     kernel checks no mode bits; access.go). Each FUSE request's NFS
+//     calls carry its caller's AUTH_SYS credential (uid, gid, groups;
+//     cred.go), and the server decides: the mount asks it with NFS ACCESS
+//     (RFC 1813 section 3.3.4) and keeps the answer per inode and
+//     credential while the inode's cached attributes are fresh (the
+//     attribute timeout; never with noac) and show the same mode, owner
+//     and group (a chmod or chown seen by the mount drops it, as
+//     nfs_access_zap_cache), at most acregmax/acdirmax. open(2) needs
+//     read permission for O_RDONLY and O_RDWR and write permission for
+//     O_WRONLY and O_RDWR (execute only, for an exec); O_TRUNC and
+//     truncate(2) need write permission (the server lets an owner
+//     truncate without it, for ftruncate on a descriptor opened for
+//     writing); opendir(3) needs read permission; access(2) is answered
+//     from the same cache. Every directory of a path needs search
+//     permission: LOOKUP checks it for the caller; since the kernel walks
+//     the names it has cached without asking, only names in directories
+//     searchable by all (execute for owner, group and others) are given
+//     an entry timeout; the others get 0 and come to LOOKUP at each walk,
+//     answered without an NFS call while fresh; when the mount sees a
+//     directory lose search permission for some (a chmod through it, or
+//     new attributes), the kernel's names in it are dropped. Not checked:
+//     a walk through names the kernel cached in a directory searchable by
+//     all that another client makes unsearchable, until the mount
+//     refreshes the directory's attributes (at most its attribute
+//     timeout, their entry timeout); the open of a FIFO or device node,
+//     which the kernel does without asking a FUSE file system (only
+//     default_permissions would check it); a file the server created for
+//     a non-exclusive O_CREAT that another client had made meanwhile (as
+//     Linux NFSv3).
+//   - A write that failed after write(2) returned (write-behind: a
+//     refused or failed WRITE or COMMIT) drops the inode's pages from the
+//     kernel's page cache, before close(2) or fsync(2) reports the error,
+//     so that data the server did not store is never read back through
+//     the mount.
+//   - Names longer than the server's name_max (PATHCONF at mount, at
+//     most 255 bytes) are ENAMETOOLONG.
 //   - Silly rename, as Linux NFS: unlinking a file that is open through
 //     the mount (with no other link), or renaming over one, renames it to
 //     a hidden .nfs<fileid><counter> in its directory, REMOVEd at the
@@ -88,8 +123,14 @@
 //   - the known names of directories this mount made: at most
 //     MaxDirNames (65,536) per directory, dropped past it and with the
 //     directory's node;
-//   - one small node (handle, attributes) per inode the kernel remembers,
-//     freed by the kernel's FORGET (drop_caches or memory pressure).
+//   - the access cache: the ACCESS answers of at most MaxAccessCreds (16)
+//     credentials per inode (each a key of 8 bytes plus 4 per group, at
+//     most 72, and about 60 bytes more), the least recently used dropped
+//     past it, all with the inode's node; and the credentials of at most
+//     4,096 recent callers (cred.go), forgotten all at once past it;
+//   - one small node (handle, attributes, access cache) per inode the
+//     kernel remembers, freed by the kernel's FORGET (drop_caches or
+//     memory pressure).
 //
 // Mount.Memory reports what a mount holds against these bounds, and the Go
 // heap of its process (`driver mount --metrics-socket` exports it as

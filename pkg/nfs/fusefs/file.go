@@ -71,10 +71,13 @@ func (n *node) waitWrites() error {
 	return w.err
 }
 
-// Open answers OPEN: a GETATTR for close-to-open consistency. When the
-// file changed since we last saw it, the kernel's cached attributes and
-// data of the inode are dropped; otherwise its page cache is kept
-// (FOPEN_KEEP_CACHE).
+// Open answers OPEN: a GETATTR for close-to-open consistency, then the
+// caller's permission for the open's access mode (permit: read for
+// O_RDONLY and O_RDWR, write for O_WRONLY and O_RDWR, only execute for an
+// exec; EACCES), as Linux's may_open and nfs_open_permission_mask; O_TRUNC
+// is checked at the SETATTR that follows (Setattr). When the file changed
+// since we last saw it, the kernel's cached attributes and data of the
+// inode are dropped; otherwise its page cache is kept (FOPEN_KEEP_CACHE).
 func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
 	ctx, done := n.sys.call(ctx) // the caller's credential, not interrupted (fsys.call)
 	defer done()
@@ -96,12 +99,35 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 		// Drop the kernel's attributes (size!) and pages of the inode.
 		n.NotifyContent(0, 0)
 	}
+	if errno := n.permit(ctx, openMay(flags)); errno != 0 {
+		return nil, 0, errno
+	}
+	n.mu.Lock()
+	known = known && n.ac.valid // permit's ACCESS may have found a change
+	n.mu.Unlock()
 	var fl uint32
 	if known && !changed {
 		fl |= fuse.FOPEN_KEEP_CACHE
 	}
 	n.opened()
 	return &handle{readOnly: flags&syscall.O_ACCMODE == syscall.O_RDONLY}, fl, 0
+}
+
+// openMay returns the permissions an open with flags needs, as Linux's
+// nfs_open_permission_mask: only execute for an exec, else read unless
+// O_WRONLY and write unless O_RDONLY.
+func openMay(flags uint32) uint32 {
+	if flags&fmodeExec != 0 {
+		return mayExec
+	}
+	var may uint32
+	if flags&syscall.O_ACCMODE != syscall.O_WRONLY {
+		may |= mayRead
+	}
+	if flags&syscall.O_ACCMODE != syscall.O_RDONLY {
+		may |= mayWrite
+	}
+	return may
 }
 
 // writable reports whether closing fh must write back (see handle).
@@ -201,6 +227,29 @@ func (n *node) done(w *writer, sp span, k int, err error) {
 	if k > 0 {
 		n.sys.dirtied(n, k)
 	}
+	if err != nil {
+		n.dropPages()
+	}
+}
+
+// dropPages drops the kernel's cached pages (and attributes) of n, after a
+// write or COMMIT failed: the kernel's page cache holds the data of a
+// write we answered before it reached the server (write-behind), and data
+// the server did not store must not be read back through the mount (as
+// Linux NFS, whose write error drops the pages: nfs_write_error). From a
+// background write, in its own goroutine: the kernel's invalidation waits
+// for locked pages, which a write(2) waiting for this inode's write-behind
+// room may hold; sync, which reports the error to close(2) and fsync(2),
+// drops them again before it returns (dropPagesNow).
+func (n *node) dropPages() {
+	go n.dropPagesNow()
+}
+
+// dropPagesNow is dropPages, waiting for the kernel.
+func (n *node) dropPagesNow() {
+	if errno := n.NotifyContent(0, 0); errno != 0 && errno != syscall.ENOENT {
+		klog.V(2).InfoS("fusefs: dropping pages after a write error", "fh", n.fh.String(), "err", errno)
+	}
 }
 
 // commit COMMITs what n's writes acknowledged so far (client.File.Commit)
@@ -230,7 +279,8 @@ func (n *node) commit(ctx context.Context) error {
 }
 
 // sync waits for the writes in flight, then COMMITs; it returns (and
-// forgets) the first write error, else the COMMIT's.
+// forgets) the first write error, else the COMMIT's, after dropping the
+// kernel's pages of n (dropPages).
 func (n *node) sync(ctx context.Context) syscall.Errno {
 	n.mu.Lock()
 	w := n.w
@@ -247,6 +297,9 @@ func (n *node) sync(ctx context.Context) syscall.Errno {
 	w.mu.Unlock()
 	if cerr := n.commit(ctx); err == nil {
 		err = cerr
+	}
+	if err != nil {
+		n.dropPagesNow() // before close(2) or fsync(2) reports the error
 	}
 	return toErrno(err)
 }

@@ -134,8 +134,8 @@ func (in *interrupts) remove(r *request) {
 // request ends.
 func (s *fsys) call(ctx context.Context) (c context.Context, done func()) {
 	parent := s.bg
-	if cred := s.as(ctx); cred != nil {
-		parent = client.WithCred(parent, cred)
+	if cred, key := s.as(ctx); cred != nil {
+		parent = withCaller(client.WithCred(parent, cred), key)
 	}
 	c, cancel := context.WithCancel(parent)
 	interrupted := ctx.Done()

@@ -31,6 +31,9 @@ type MemoryStats struct {
 	// per open directory; and the names of directories whose whole
 	// listing is known (at most MaxDirNames per directory, dirnames.go).
 	DirEntries int64
+	// AccessEntries: NFS ACCESS answers kept per inode and credential for
+	// permission checks (access.go), at most MaxAccessCreds per inode.
+	AccessEntries int64
 	// HeapBytes: the process's Go heap in use, in bytes (runtime/metrics
 	// /memory/classes/heap/objects:bytes), everything this mount's
 	// process holds in Go objects: the above, the NFS client's buffers,
@@ -44,11 +47,12 @@ type MemoryStats struct {
 var _ fs.NodeOnForgetter = (*node)(nil)
 
 // OnForget: the kernel forgot n (FORGET) and go-fuse dropped it; its
-// READDIRPLUS entries go with it.
+// READDIRPLUS entries, known names and ACCESS answers go with it.
 func (n *node) OnForget() {
 	n.mu.Lock()
 	n.setPlusLocked(nil)
 	n.setNamesLocked(nil)
+	n.dropAccessLocked()
 	n.mu.Unlock()
 }
 
@@ -76,6 +80,7 @@ func (m *Mount) Memory() MemoryStats {
 		UncommittedBytes: int64(dirty),
 		Inodes:           m.inodes(),
 		DirEntries:       m.sys.dirEntries.Load(),
+		AccessEntries:    m.sys.accessEntries.Load(),
 		HeapBytes:        heap,
 		Write:            m.Client.WriteStats(),
 	}

@@ -15,6 +15,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/client"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nfs3"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/rpcrdma"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/verbs/devselect"
@@ -103,6 +104,20 @@ func ClientOptions(cfg Config) (client.Options, error) {
 	return co, nil
 }
 
+// nameMax returns the longest name the server takes in the export: its
+// PATHCONF name_max (RFC 1813 section 3.3.20), at most nfs3.MaxNameLen;
+// nfs3.MaxNameLen if PATHCONF fails or answers 0.
+func nameMax(ctx context.Context, c *client.Client) int {
+	res, err := c.Pathconf(ctx, c.Root())
+	if err != nil || res.NameMax == 0 || res.NameMax > nfs3.MaxNameLen {
+		if err != nil {
+			klog.V(2).InfoS("fusefs: PATHCONF failed, name_max 255", "err", err)
+		}
+		return nfs3.MaxNameLen
+	}
+	return int(res.NameMax)
+}
+
 // Mount is a mounted file system.
 type Mount struct {
 	Client *client.Client
@@ -152,7 +167,7 @@ func Serve(ctx context.Context, c *client.Client, dir string, cfg Config) (*Moun
 	if machine == "" {
 		machine, _ = os.Hostname()
 	}
-	sys := &fsys{c: c, o: o, blksize: uint32(c.WSize()), bg: bg, budget: newBudget(), callers: newCallers(machine), intr: newInterrupts(InterruptGrace)}
+	sys := &fsys{c: c, o: o, blksize: uint32(c.WSize()), nameMax: nameMax(ctx, c), bg: bg, budget: newBudget(), callers: newCallers(machine), intr: newInterrupts(InterruptGrace)}
 	root := &node{sys: sys, fh: c.Root()}
 	sys.root = root
 	root.refresh(&rootAttr)

@@ -19,6 +19,9 @@ type fsys struct {
 	c       *client.Client
 	o       MountOptions
 	blksize uint32
+	// nameMax is the longest name in bytes the server takes (PATHCONF
+	// name_max at mount, at most nfs3.MaxNameLen).
+	nameMax int
 	// bg bounds the background (write-behind) WRITEs; cancelled at unmount.
 	bg      context.Context
 	budget  *budget
@@ -30,6 +33,9 @@ type fsys struct {
 	// dirEntries counts the READDIRPLUS entries kept in nodes' plus maps
 	// (MemoryStats.DirEntries).
 	dirEntries atomic.Int64
+	// accessEntries counts the ACCESS answers kept in nodes' access
+	// caches (MemoryStats.AccessEntries).
+	accessEntries atomic.Int64
 }
 
 // node is one NFS file, directory or other object known to the kernel.
@@ -50,6 +56,8 @@ type node struct {
 	readEnd time.Time                 // when the last READ ended (sillyrename.go)
 	rel     chan struct{}             // closed at the next RELEASE or end of a READ, for awaitRelease
 	silly   *silly                    // where this open file was renamed to at unlink
+	acc     []accessEntry             // ACCESS answers per credential, least recently used first (access.go)
+	seen    entry                     // where and when the kernel was last told of this node (access.go)
 }
 
 var (
@@ -99,34 +107,29 @@ func (n *node) refresh(a *nfs3.Fattr) (time.Duration, bool) {
 	return n.refreshLocked(a)
 }
 
-// refreshLocked is refresh with n.mu held.
+// refreshLocked is refresh with n.mu held. A directory that was
+// searchable by all and is no longer has the kernel's cached names in it
+// dropped (unsearchable).
 func (n *node) refreshLocked(a *nfs3.Fattr) (time.Duration, bool) {
 	lo, hi := n.timeouts(a.Type == nfs3.TypeDir)
-	return n.ac.update(a, lo, hi)
-}
-
-// dirTimeo is the entry timeout of names in directory n: its current
-// attribute timeout (Linux revalidates dentries with the directory's
-// attributes).
-func (n *node) dirTimeo() time.Duration {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if !n.ac.valid {
-		lo, _ := n.sys.o.dirTimeouts()
-		return lo
+	was := n.ac.attr.Type == nfs3.TypeDir && n.ac.attr.Mode&0o111 == 0o111
+	timeo, changed := n.ac.update(a, lo, hi)
+	if was && a.Mode&0o111 != 0o111 {
+		go n.unsearchable()
 	}
-	return n.ac.timeo
+	return timeo, changed
 }
 
-// child returns the inode for (fh, a) below n, creating the node if the
-// kernel does not know it yet, and fills out.
-func (n *node) child(ctx context.Context, fh nfs3.FH, a *nfs3.Fattr, out *fuse.EntryOut) *fs.Inode {
+// child returns the inode for (fh, a), named name in n, creating the node
+// if the kernel does not know it yet, and fills out (entry timeout:
+// childEntry).
+func (n *node) child(ctx context.Context, name string, fh nfs3.FH, a *nfs3.Fattr, out *fuse.EntryOut) *fs.Inode {
 	ch := n.NewInode(ctx, &node{sys: n.sys, fh: fh}, stableAttr(fh, a))
 	cn := ch.Operations().(*node)
 	timeo, _ := cn.refresh(a)
 	fillAttr(&out.Attr, a, n.sys.blksize)
 	out.SetAttrTimeout(timeo)
-	out.SetEntryTimeout(n.dirTimeo())
+	out.SetEntryTimeout(n.childEntry(cn, name))
 	return ch
 }
 
@@ -169,32 +172,45 @@ func (n *node) lookupRPC(ctx context.Context, name string) (nfs3.FH, nfs3.Fattr,
 	return res.Object, a, err
 }
 
-// Lookup answers LOOKUP, from the READDIRPLUS entries of a recent listing
-// (see plusTTL) when it has the name, with ENOENT when the directory's
-// whole listing is known and lacks the name (dirnames.go), else with an
-// NFS LOOKUP.
+// Lookup answers LOOKUP. The caller must have search permission on n
+// (permit, from the access cache when fresh; EACCES), and name must fit
+// the server's name_max (ENAMETOOLONG). It is answered from the
+// READDIRPLUS entries of a recent listing (see plusTTL) when they have
+// the name, with ENOENT when the directory's whole listing is known and
+// lacks the name (dirnames.go), from the node the kernel has for the name
+// while fresh (knownChild), else with an NFS LOOKUP.
 func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
 	ctx, done := n.sys.call(ctx) // the caller's credential, not interrupted (fsys.call)
 	defer done()
+	if errno := n.permit(ctx, mayExec); errno != 0 {
+		return nil, errno
+	}
+	if len(name) > n.sys.nameMax {
+		return nil, syscall.ENAMETOOLONG
+	}
+	now := time.Now()
 	n.mu.Lock()
 	e, ok := n.plus[name]
 	if ok {
 		delete(n.plus, name)
 		n.sys.dirEntries.Add(-1)
-		ok = time.Since(n.plusAt) <= n.plusTTL()
-	} else if n.absentLocked(name, time.Now()) {
+		ok = now.Sub(n.plusAt) <= n.plusTTL()
+	} else if n.absentLocked(name, now) {
 		n.mu.Unlock()
 		return nil, syscall.ENOENT // dirnames.go
 	}
 	n.mu.Unlock()
 	if ok && e.Handle.Set && e.Attr.Set {
-		return n.child(ctx, e.Handle.FH, &e.Attr.Attr, out), 0
+		return n.child(ctx, name, e.Handle.FH, &e.Attr.Attr, out), 0
+	}
+	if ch := n.knownChild(name, now, out); ch != nil {
+		return ch, 0
 	}
 	fh, a, err := n.lookupRPC(ctx, name)
 	if err != nil {
 		return nil, toErrno(err)
 	}
-	return n.child(ctx, fh, &a, out), 0
+	return n.child(ctx, name, fh, &a, out), 0
 }
 
 // plusTTL is how long READDIRPLUS results answer LOOKUPs: acdirmin, or
@@ -221,12 +237,22 @@ func (n *node) Getattr(ctx context.Context, _ fs.FileHandle, out *fuse.AttrOut) 
 }
 
 // Setattr answers SETATTR (chmod, chown, truncate, utimes; "now" is the
-// server's time) with one NFS SETATTR.
-func (n *node) Setattr(ctx context.Context, _ fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+// server's time) with one NFS SETATTR. A size change not made through an
+// open file (truncate(2), and open(2) with O_TRUNC, which the kernel sends
+// as OPEN then SETATTR) needs write permission (permit; EACCES), as
+// Linux's vfs_truncate and may_open ask of the file system: the server
+// lets the owner truncate without it (for ftruncate on a descriptor
+// opened for writing).
+func (n *node) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
 	ctx, done := n.sys.call(ctx) // the caller's credential, not interrupted (fsys.call)
 	defer done()
 	if n.sys.o.ReadOnly {
 		return syscall.EROFS
+	}
+	if in.Valid&fuse.FATTR_SIZE != 0 && fh == nil {
+		if errno := n.permit(ctx, mayWrite); errno != 0 {
+			return errno
+		}
 	}
 	var s nfs3.Sattr
 	v := in.Valid
@@ -298,7 +324,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 			return nil, nil, 0, toErrno(err)
 		}
 	}
-	ch := n.child(ctx, fh, &a, out)
+	ch := n.child(ctx, name, fh, &a, out)
 	ch.Operations().(*node).opened()
 	return ch, &handle{}, 0, 0
 }
@@ -319,7 +345,7 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 	if err != nil {
 		return nil, toErrno(err)
 	}
-	ch := n.child(ctx, fh, &a, out)
+	ch := n.child(ctx, name, fh, &a, out)
 	if cn := ch.Operations().(*node); res.Obj.Set && res.ObjAttr.Set && cn.fh == fh {
 		// the attributes of the MKDIR reply are those of the new,
 		// empty directory (dirnames.go)
@@ -364,7 +390,7 @@ func (n *node) Mknod(ctx context.Context, name string, mode uint32, dev uint32, 
 	if err != nil {
 		return nil, toErrno(err)
 	}
-	return n.child(ctx, fh, &a, out), 0
+	return n.child(ctx, name, fh, &a, out), 0
 }
 
 // Symlink answers SYMLINK with NFS SYMLINK.
@@ -383,7 +409,7 @@ func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.Entry
 	if err != nil {
 		return nil, toErrno(err)
 	}
-	return n.child(ctx, fh, &a, out), 0
+	return n.child(ctx, name, fh, &a, out), 0
 }
 
 // Readlink answers READLINK with NFS READLINK.
@@ -419,7 +445,7 @@ func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 			return nil, toErrno(err)
 		}
 	}
-	return n.child(ctx, t.fh, &a, out), 0
+	return n.child(ctx, name, t.fh, &a, out), 0
 }
 
 // Unlink answers UNLINK with NFS REMOVE, or, for a file open through
@@ -509,48 +535,24 @@ func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
 		return toErrno(err)
 	}
 	const bs = 4096
-	out.Bsize, out.Frsize, out.NameLen = bs, bs, nfs3.MaxNameLen
+	out.Bsize, out.Frsize, out.NameLen = bs, bs, uint32(n.sys.nameMax)
 	out.Blocks, out.Bfree, out.Bavail = res.TBytes/bs, res.FBytes/bs, res.ABytes/bs
 	out.Files, out.Ffree = res.TFiles, res.FFiles
 	return 0
 }
 
-// Access answers ACCESS with NFS ACCESS: the server decides.
+// Access answers ACCESS (access(2), chdir(2)): the permissions of mask
+// (R_OK, W_OK, X_OK; F_OK is 0) are checked with permit, from the access
+// cache when fresh, else with NFS ACCESS: the server decides. W_OK on a
+// read-only mount is EROFS.
 func (n *node) Access(ctx context.Context, mask uint32) syscall.Errno {
 	ctx, done := n.sys.call(ctx) // the caller's credential, not interrupted (fsys.call)
 	defer done()
-	isDir := n.StableAttr().Mode&syscall.S_IFMT == syscall.S_IFDIR
-	var want uint32
-	if mask&4 != 0 { // R_OK
-		want |= nfs3.AccessRead
-	}
-	if mask&2 != 0 { // W_OK
-		want |= nfs3.AccessModify | nfs3.AccessExtend
-		if isDir {
-			want |= nfs3.AccessDelete
-		}
-	}
-	if mask&1 != 0 { // X_OK
-		if isDir {
-			want |= nfs3.AccessLookup
-		} else {
-			want |= nfs3.AccessExecute
-		}
-	}
-	if want == 0 {
-		return 0
-	}
-	if mask&2 != 0 && n.sys.o.ReadOnly {
+	may := mask & (mayRead | mayWrite | mayExec)
+	if may&mayWrite != 0 && n.sys.o.ReadOnly {
 		return syscall.EROFS
 	}
-	got, err := n.sys.c.CheckAccess(ctx, n.fh, want)
-	if err != nil {
-		return toErrno(err)
-	}
-	if got&want != want {
-		return syscall.EACCES
-	}
-	return 0
+	return n.permit(ctx, may)
 }
 
 // Extended attributes: NFSv3 has none.

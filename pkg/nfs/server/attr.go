@@ -53,8 +53,8 @@ func (c *call) setattr(d *xdr.Decoder, b *sunrpc.Builder) error {
 }
 
 // applySattr applies sa to o with the caller's rights, as the kernel's
-// notify_change/setattr_prepare would for that user: owner changes need
-// uid 0 (group: the owner, to one of its groups), mode changes the owner or
+// notify_change/setattr_prepare would for that user: owner and group
+// changes as mayChown, mode changes the owner or
 // uid 0, size write permission (or ownership), times set to the client's
 // time the owner or uid 0, to the server's time write permission. In a
 // volume, growing the size past the quota is errQuota (NFS3ERR_NOSPC).
@@ -64,25 +64,22 @@ func (c *call) applySattr(o *obj, sa *nfs3.Sattr) nfs3.Status {
 	owner := id.uid == 0 || id.uid == st.Uid
 	isLnk := st.Mode&unix.S_IFMT == unix.S_IFLNK
 	if sa.SetUID || sa.SetGID {
+		if s := id.mayChown(st, sa); s != nfs3.OK {
+			return s
+		}
 		uid, gid := -1, -1
-		if sa.SetUID && sa.UID != st.Uid {
-			if id.uid != 0 {
-				return nfs3.ErrPerm
-			}
+		if sa.SetUID {
 			uid = int(sa.UID)
 		}
-		if sa.SetGID && sa.GID != st.Gid {
-			if id.uid != 0 && !(id.uid == st.Uid && id.inGroup(sa.GID)) {
-				return nfs3.ErrPerm
-			}
+		if sa.SetGID {
 			gid = int(sa.GID)
 		}
-		if uid != -1 || gid != -1 {
-			if err := unix.Fchownat(o.fd, "", uid, gid, unix.AT_EMPTY_PATH|unix.AT_SYMLINK_NOFOLLOW); err != nil {
-				return statusOf(err)
-			}
-			unix.Fstat(o.fd, st)
+		// also to the same ids: the kernel then clears the set-user-ID
+		// and set-group-ID bits, as chown(2) does
+		if err := unix.Fchownat(o.fd, "", uid, gid, unix.AT_EMPTY_PATH|unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			return statusOf(err)
 		}
+		unix.Fstat(o.fd, st)
 	}
 	if sa.SetMode && !isLnk {
 		if !owner {

@@ -3,6 +3,7 @@ package server
 import (
 	"golang.org/x/sys/unix"
 
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nfs3"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
 )
 
@@ -71,4 +72,25 @@ func (id *identity) may(st *unix.Stat_t, mask uint32) bool {
 		m >>= 3
 	}
 	return m&mask == mask
+}
+
+// mayChown is NFS3ERR_PERM unless id may set the owner and group of an
+// object with stat st as sa asks, as the kernel's chown_ok and chgrp_ok
+// for a caller without CAP_CHOWN: uid 0 may set any; the owner may set
+// the owner only to itself, and the group to the current one or one of
+// its groups; anyone else may set neither, not even to the current ids.
+func (id *identity) mayChown(st *unix.Stat_t, sa *nfs3.Sattr) nfs3.Status {
+	if id.uid == 0 {
+		return nfs3.OK
+	}
+	if id.uid != st.Uid {
+		return nfs3.ErrPerm
+	}
+	if sa.SetUID && sa.UID != st.Uid {
+		return nfs3.ErrPerm
+	}
+	if sa.SetGID && sa.GID != st.Gid && !id.inGroup(sa.GID) {
+		return nfs3.ErrPerm
+	}
+	return nfs3.OK
 }

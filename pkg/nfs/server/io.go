@@ -71,7 +71,9 @@ func (f fdReader) ReadAt(p []byte, off int64) (int, error) {
 // read is READ (RFC 1813 section 3.3.6). The data (at most MaxIO bytes)
 // is read into a pooled buffer and returned as the DDP-eligible result;
 // the buffer goes back to the pool after the transport sent it. As knfsd,
-// the owner may read whatever the mode.
+// the owner may read whatever the mode, and so may a caller with execute
+// permission (NFSD_MAY_READ_IF_EXEC: clients read the programs they run;
+// they check read permission at open themselves, with ACCESS).
 func (c *call) read(d *xdr.Decoder, b *sunrpc.Builder) error {
 	var a nfs3.ReadArgs
 	if err := a.Decode(d); err != nil {
@@ -87,7 +89,9 @@ func (c *call) read(d *xdr.Decoder, b *sunrpc.Builder) error {
 			st = nfs3.ErrIsDir
 		case o.st.Mode&unix.S_IFMT != unix.S_IFREG:
 			st = nfs3.ErrInval
-		case o.st.Uid != c.id.uid && !c.id.may(&o.st, mayRead):
+		case o.st.Uid != c.id.uid && !c.id.may(&o.st, mayRead) && !c.id.may(&o.st, mayExec):
+			// execute permission is enough: a client reads the
+			// program it runs (as knfsd's NFSD_MAY_READ_IF_EXEC)
 			st = nfs3.ErrAccess
 		}
 	}
