@@ -48,7 +48,7 @@ func wire2Cases() []wire2Case {
 			words(cat(w(9, 2, 8, 8, 0),
 				w(1, 0), hloo(segA), w(1, 0), hloo(segB), w(0), // rdma_call
 				w(1, 8), hloo(segC), w(0), // rdma_reads
-				w(0),                          // rdma_provisional_writes
+				w(0), // rdma_provisional_writes
 				w(1, 2), hloo(segC), hloo(segA))...)},
 		{"call-middle", h2(11, 8, HTypeCallMiddle, Header2{Remaining: 70000}),
 			words(11, 2, 8, 9, 70000)},

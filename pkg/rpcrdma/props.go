@@ -2,6 +2,7 @@ package rpcrdma
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/nfsrdma/nfsrdma-csi/pkg/xdr"
 )
@@ -165,6 +166,7 @@ func decodeProps(d *xdr.Decoder, dst []Prop) ([]Prop, error) {
 	if uint64(count)*8 > uint64(d.Remaining()) {
 		return dst, headerErr(ErrShort, off, "%d properties need at least %d bytes, %d left", count, count*8, d.Remaining())
 	}
+	dst = slices.Grow(dst[:0], int(count))
 	for i := 0; i < int(count); i++ {
 		off := PrefixLen + d.Offset()
 		if d.Remaining() < 8 {
