@@ -661,6 +661,10 @@ func (h *Header) decodeError2(d *xdr.Decoder) error {
 func Errcode2Of(err error) (code Errcode2, max uint32) {
 	var he *HeaderError
 	errors.As(err, &he)
+	var re *resourceError
+	if errors.As(err, &re) {
+		return re.e.Code, 0
+	}
 	switch {
 	case errors.Is(err, ErrVersMismatch):
 		return Err2VersMismatch, 0

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
@@ -37,6 +38,19 @@ type ClientOptions struct {
 	NoRemoteInvalidate bool
 	// Limits bound the reply headers we decode.
 	Limits Limits
+	// MaxVersion is the highest RPC-over-RDMA version to speak: 2 (the
+	// default) opens each connection with version 2 negotiation and falls
+	// back to version 1 when the responder answers ERR_VERS (the draft's
+	// section 4.3); 1 speaks version 1 only (RFC 8166) [2].
+	MaxVersion int
+	// Versions remembers, per responder address, that it speaks version
+	// 1 only, so that reconnections skip negotiation
+	// [DefaultVersionCache].
+	Versions *VersionCache
+	// HandshakeTimeout bounds the wait for the answer to the version 2
+	// negotiation message; without one the address is taken as version
+	// 1 only and Dial fails with ErrNoVersion2 [5s].
+	HandshakeTimeout time.Duration
 	// Metrics, when not nil, collects this connection's counters (shared
 	// among connections, e.g. across reconnects); nil gives the Client
 	// its own.
@@ -67,6 +81,19 @@ func (o *ClientOptions) fill() error {
 	o.MaxReply = xdr.RoundUp(o.MaxReply)
 	if o.IRD <= 0 {
 		o.IRD = 16
+	}
+	switch o.MaxVersion {
+	case 0:
+		o.MaxVersion = Version2
+	case Version, Version2:
+	default:
+		return fmt.Errorf("%w: RPC-over-RDMA version %d (1 or 2)", ErrInvalid, o.MaxVersion)
+	}
+	if o.Versions == nil {
+		o.Versions = DefaultVersionCache
+	}
+	if o.HandshakeTimeout <= 0 {
+		o.HandshakeTimeout = 5 * time.Second
 	}
 	if o.Metrics == nil {
 		o.Metrics = &ClientMetrics{}
@@ -102,6 +129,16 @@ type Client struct {
 	lim    Limits
 	remInv bool // we advertised Remote Invalidation
 
+	// vers is the connection's RPC-over-RDMA version (1 or 2), set by Dial.
+	vers uint32
+	// Version 2: the peer's transport properties (props; peerProps while
+	// CONNPROP_MIDDLE accumulates), and receives ever posted (posted):
+	// our rdma_credit is posted-1, one receive held back for an
+	// RDMA2_GRANT (the draft's section 4.2.1.1).
+	props     Properties
+	peerProps []Prop
+	posted    atomic.Uint32
+
 	sendMR, recvMR verbs.MR
 	slots          []slot
 	recvWRs        []verbs.RecvWR // one per receive buffer, prebuilt
@@ -112,6 +149,10 @@ type Client struct {
 	waiters []*creditWaiter // callers waiting for a credit, FIFO
 	inUse   int             // slots held (outstanding or abandoned or reply not released)
 	window  int             // min(Credits, last grant)
+	// Version 2 flow control (the draft's section 4.2.1): Sends posted
+	// (sent) and the responder's last rdma_credit (limit); a call may be
+	// sent while sent < limit (modulo 2^32).
+	sent, limit uint32
 	byXID   map[uint32]int  // outstanding calls
 	dead    bool
 	freed   bool // release ran: free slots give back their buffers at once
@@ -158,6 +199,7 @@ type slot struct {
 	decodeErr error
 	invKey    uint32 // STag the responder invalidated (Send With Invalidate), 0 if none
 
+	posted          bool     // the call's Send was posted
 	payMR, resMR    verbs.MR // caller memory registered for this call
 	longMR, replyMR verbs.MR // slot-owned chunk buffers, registered once
 	longOn, replyOn bool     // their STag is exposed for the current call
@@ -228,9 +270,17 @@ func Dial(ctx context.Context, dev verbs.Device, addr string, opts ClientOptions
 	}
 	c.peer, _ = parsePrivateData(c.info.PrivateData)
 	c.inline = inlineFor(local, c.peer, 1)
+	c.vers = Version
+	if opts.MaxVersion >= Version2 && !opts.Versions.Version1Only(addr) {
+		if err := c.negotiate(ctx, addr, local); err != nil {
+			return nil, err
+		}
+	}
 	if _, err := planCall(Message{}, Message{}, c.inline); err != nil {
 		return nil, err
 	}
+	c.opts.Logger.Info("rpcrdma: connected", "peer", addr, "version", c.vers, "inline_send", c.inline.Send, "inline_recv", c.inline.Recv)
+	c.m.version.Store(int64(c.vers))
 	c.m.connections.Add(1)
 	lctx, cancel := context.WithCancel(context.Background())
 	c.cancel = cancel
@@ -245,6 +295,20 @@ func Dial(ctx context.Context, dev verbs.Device, addr string, opts ClientOptions
 func (c *Client) Inline() Inline       { return c.inline }
 func (c *Client) Peer() PrivateData    { return c.peer }
 func (c *Client) Info() verbs.ConnInfo { return c.info }
+
+// Version returns the connection's RPC-over-RDMA version: 2 when the
+// responder answered the negotiation in version 2, else 1.
+func (c *Client) Version() int { return int(c.vers) }
+
+// Properties returns the responder's version 2 transport properties
+// (DefaultProperties() values for those it did not send); zero on a
+// version 1 connection.
+func (c *Client) Properties() Properties { return c.props }
+
+// advertised is our version 2 rdma_credit: receives ever posted, less the
+// one held back for an RDMA2_GRANT (the draft's section 4.2.1: received
+// messages plus receives posted, see the package doc's Version 2 section).
+func (c *Client) advertised() uint32 { return c.posted.Load() - 1 }
 
 // Credits returns the current credit window: min(Credits, the last grant).
 func (c *Client) Credits() int {
@@ -271,7 +335,11 @@ func Dialer(dev verbs.Device, addr string, opts ClientOptions) sunrpc.DialFunc {
 }
 
 func (c *Client) postRecv(i int) error {
-	return c.qp.PostRecv(&c.recvWRs[i])
+	err := c.qp.PostRecv(&c.recvWRs[i])
+	if err == nil {
+		c.posted.Add(1)
+	}
+	return err
 }
 
 // Done is closed when the connection is dead.
@@ -404,6 +472,10 @@ func (c *Client) handle(wc *verbs.WC) {
 		c.repost(idx)
 		return
 	}
+	if c.vers == Version2 && c.control2(msg) {
+		c.repost(idx)
+		return
+	}
 	xid := be.Uint32(msg)
 	c.mu.Lock()
 	si, ok := c.byXID[xid]
@@ -418,7 +490,11 @@ func (c *Client) handle(wc *verbs.WC) {
 		return
 	}
 	s := &c.slots[si]
-	s.hdrLen, s.decodeErr = s.rep.Decode(msg, &c.lim)
+	if c.vers == Version2 {
+		s.hdrLen, s.decodeErr = s.rep.Decode2(msg, &c.lim)
+	} else {
+		s.hdrLen, s.decodeErr = s.rep.Decode(msg, &c.lim)
+	}
 	s.recvIdx, s.recvLen = idx, len(msg)
 	s.invKey = 0
 	if wc.Flags&verbs.WCWithInv != 0 {
@@ -450,20 +526,65 @@ func (c *Client) repost(idx int) {
 	}
 }
 
-// grant applies a responder's rdma_credit: a grant of 0 counts as 1 (as
-// Linux xprtrdma, rpcrdma_update_cwnd), capped at Credits.
+// grant applies a responder's rdma_credit. Version 1: a grant of 0 counts
+// as 1 (as Linux xprtrdma, rpcrdma_update_cwnd), capped at Credits.
+// Version 2: the credit is the responder's limit on our Sends counted
+// since the connection began (the draft's section 4.2.1); the window is
+// what it leaves plus the calls outstanding, capped at Credits.
 func (c *Client) grant(g uint32) {
-	n := int(min(max(g, 1), uint32(c.opts.Credits)))
-	c.m.creditsGranted.Store(uint64(g))
 	c.mu.Lock()
-	c.window = n
+	if c.vers == Version2 {
+		// The window: Sends left plus the calls awaiting their reply.
+		c.limit = g
+		w := max(int(int32(g-c.sent))+len(c.byXID), 0)
+		c.window = min(w, c.opts.Credits)
+		c.m.creditsGranted.Store(uint64(w))
+	} else {
+		c.window = int(min(max(g, 1), uint32(c.opts.Credits)))
+		c.m.creditsGranted.Store(uint64(g))
+	}
 	c.wakeLocked()
 	c.mu.Unlock()
 }
 
+// control2 handles a version 2 message that answers no call: RDMA2_GRANT
+// updates the credit limit; RDMA2_CONNPROP_* after negotiation and
+// messages too short for the prefix are silently discarded. It reports
+// whether msg was such a message (its receive is then reposted).
+func (c *Client) control2(msg []byte) bool {
+	if len(msg) < PrefixLen {
+		c.m.badReplies.Add(1)
+		return true
+	}
+	switch HType(be.Uint32(msg[12:])) {
+	case HTypeGrant:
+		if be.Uint32(msg[4:]) == Version2 {
+			c.m.grants.Add(1)
+			c.grant(be.Uint32(msg[8:]))
+		}
+		return true
+	case HTypeConnPropMiddle, HTypeConnPropFinal:
+		return true
+	}
+	return false
+}
+
+// canTakeLocked tells whether a call may take a slot now: a free one and
+// a credit (version 1: fewer outstanding than the window; version 2: a
+// Send under the responder's limit).
+func (c *Client) canTakeLocked() bool {
+	if len(c.free) == 0 || c.inUse >= c.opts.Credits {
+		return false
+	}
+	if c.vers == Version2 {
+		return int32(c.limit-c.sent) > 0
+	}
+	return c.inUse < c.window
+}
+
 // wakeLocked hands free slots to waiters while the window allows.
 func (c *Client) wakeLocked() {
-	for len(c.waiters) > 0 && c.inUse < c.window && len(c.free) > 0 {
+	for len(c.waiters) > 0 && c.canTakeLocked() {
 		w := c.waiters[0]
 		copy(c.waiters, c.waiters[1:])
 		c.waiters[len(c.waiters)-1] = nil
@@ -477,6 +598,9 @@ func (c *Client) takeLocked() int {
 	i := c.free[len(c.free)-1]
 	c.free = c.free[:len(c.free)-1]
 	c.inUse++
+	if c.vers == Version2 {
+		c.sent++ // the call's Send; given back by unsend if it is not posted
+	}
 	c.m.creditsInUse.Add(1)
 	c.slots[i].state = slotBusy
 	return i
@@ -510,7 +634,7 @@ func (c *Client) acquire(ctx context.Context) (int, error) {
 		c.mu.Unlock()
 		return -1, c.err
 	}
-	if len(c.waiters) == 0 && c.inUse < c.window && len(c.free) > 0 {
+	if len(c.waiters) == 0 && c.canTakeLocked() {
 		i := c.takeLocked()
 		c.mu.Unlock()
 		return i, nil
@@ -529,6 +653,7 @@ func (c *Client) acquire(ctx context.Context) (int, error) {
 			return w.slot, nil
 		}
 		c.slots[w.slot].state = slotFree
+		c.unsendLocked()
 		c.putSlotLocked(w.slot)
 	} else {
 		for i, x := range c.waiters {
@@ -568,6 +693,9 @@ func (c *Client) RoundTrip(ctx context.Context, call *sunrpc.Call) (*sunrpc.Repl
 		c.mu.Lock()
 		delete(c.byXID, call.XID)
 		s.state = slotFree
+		if !s.posted {
+			c.unsendLocked()
+		}
 		c.putSlotLocked(si)
 		dead := c.dead
 		c.mu.Unlock()
@@ -583,6 +711,14 @@ func (c *Client) RoundTrip(ctx context.Context, call *sunrpc.Call) (*sunrpc.Repl
 		return nil, s.abandon(call, fmt.Errorf("rpcrdma: %w", ctx.Err()))
 	case <-c.done:
 		return nil, s.abandon(call, c.err)
+	}
+}
+
+// unsendLocked gives back the version 2 Send counted for a call that was
+// not posted.
+func (c *Client) unsendLocked() {
+	if c.vers == Version2 {
+		c.sent--
 	}
 }
 
@@ -641,9 +777,17 @@ func (s *slot) send(call *sunrpc.Call) error {
 		return err
 	}
 	h := &s.hdr
-	*h = Header{XID: call.XID, Vers: Version, Credits: uint32(c.opts.Credits), Proc: p.Proc,
+	*h = Header{XID: call.XID, Vers: c.vers, Credits: uint32(c.opts.Credits), Proc: p.Proc,
 		Reads: s.readSeg[:0], Writes: s.writes[:0], Reply: s.replySeg[:0]}
+	if c.vers == Version2 {
+		h.Credits = c.advertised()
+		h.HType = HTypeCallInline
+		if p.Proc == ProcNoMsg {
+			h.HType = HTypeCallExternal
+		}
+	}
 	s.invKey = 0
+	s.posted = false
 	switch p.Call {
 	case CallReadChunk:
 		mr, err := c.reg(m.Payload, verbs.AccessRemoteRead)
@@ -681,6 +825,9 @@ func (s *slot) send(call *sunrpc.Call) error {
 		}
 		s.replyOn = true
 		h.Reply = append(h.Reply, Segment{Handle: s.replyMR.RKey(), Length: uint32(p.ReplyLen), Offset: s.replyMR.Addr()})
+	}
+	if c.vers == Version2 && c.remInv {
+		h.InvHandle = soleHandle(h) // the draft's section 6.5
 	}
 	buf := c.sendMR.Bytes()[s.idx*c.opts.Inline:][:c.opts.Inline]
 	b, err := h.Encode(buf[:0])
@@ -720,6 +867,7 @@ func (s *slot) send(call *sunrpc.Call) error {
 	c.m.calls.Add(1)
 	s.sge[0] = c.sendMR.SGE(s.idx*c.opts.Inline, len(b))
 	s.wr = verbs.SendWR{ID: wrSend | uint64(s.idx), Opcode: verbs.WRSend, SGL: s.sge[:]}
+	s.posted = true
 	return c.qp.PostSend(&s.wr)
 }
 
@@ -759,6 +907,10 @@ func (s *slot) checkReply() error {
 		c.m.badReplies.Add(1)
 		return fmt.Errorf("rpcrdma: reply to XID %#x: %w", s.xid, s.decodeErr)
 	}
+	if s.rep.Vers == Version2 && s.rep.HType == HTypeError {
+		c.m.countError2(s.rep.Err.Code)
+		return &ErrorReply{XID: s.xid, Vers: Version2, Code2: s.rep.Err.Code, Err2: s.rep.Err}
+	}
 	if s.rep.Proc == ProcError {
 		if s.rep.Errcode == ErrcodeVers {
 			c.m.errVers.Add(1)
@@ -766,6 +918,10 @@ func (s *slot) checkReply() error {
 			c.m.errChunk.Add(1)
 		}
 		return &ErrorReply{XID: s.xid, Code: s.rep.Errcode, VersLow: s.rep.VersLow, VersHigh: s.rep.VersHigh}
+	}
+	if s.rep.Vers == Version2 && s.rep.HType != HTypeReplyInline && s.rep.HType != HTypeReplyExternal {
+		c.m.badReplies.Add(1)
+		return fmt.Errorf("rpcrdma: reply to XID %#x: %w: %v is not a reply", s.xid, ErrChunk, s.rep.HType)
 	}
 	if err := s.rep.CheckReply(&s.hdr); err != nil {
 		c.m.badReplies.Add(1)
@@ -861,4 +1017,37 @@ func (c *Client) KeepAlive(ctx context.Context, prog, vers uint32, interval, tim
 			return
 		}
 	}
+}
+
+// soleHandle returns the R_key of h's chunks when they all use one (0
+// otherwise): the handle a version 2 call offers for Remote Invalidation
+// (the draft's section 6.5). Linux svcrdma likewise invalidates only when
+// a call names a single R_key.
+func soleHandle(h *Header) uint32 {
+	var key uint32
+	see := func(k uint32) bool {
+		if key != 0 && k != key {
+			return false
+		}
+		key = k
+		return true
+	}
+	for _, r := range h.Reads {
+		if !see(r.Handle) {
+			return 0
+		}
+	}
+	for _, w := range h.Writes {
+		for _, s := range w {
+			if !see(s.Handle) {
+				return 0
+			}
+		}
+	}
+	for _, s := range h.Reply {
+		if !see(s.Handle) {
+			return 0
+		}
+	}
+	return key
 }

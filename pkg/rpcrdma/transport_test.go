@@ -376,9 +376,11 @@ func TestCreditExhaustion(t *testing.T) {
 	}
 }
 
+// TestRequesterErrChunk: version 1's ERR_CHUNK, a version 1 requester
+// against a server that also serves version 2.
 func TestRequesterErrChunk(t *testing.T) {
 	ts := startServer(t, ServerOptions{})
-	c, cm := newClient(t, ts, ClientOptions{})
+	c, cm := newClient(t, ts, ClientOptions{MaxVersion: 1})
 	ctx := tctx(t, 10*time.Second)
 	// 100000 bytes of result into a 5000-byte Write chunk: ERR_CHUNK.
 	_, _, err := call(ctx, c, pGive, nil, false, 100000, make([]byte, 5000), 256)
@@ -454,7 +456,7 @@ func (rp *rawPeer) exchange(t *testing.T, msg []byte) []byte {
 }
 
 func TestResponderErrors(t *testing.T) {
-	ts := startServer(t, ServerOptions{Credits: 4})
+	ts := startServer(t, ServerOptions{Credits: 4, MaxVersion: 1})
 	rp := dialRaw(t, ts.srv.Addr().String())
 	u32 := func(v ...uint32) []byte {
 		var b []byte
