@@ -57,7 +57,7 @@ type connCredits struct {
 	// called: a call arrived (version 2: until then, after the
 	// RDMA2_CONNPROP exchange, the machine is unknown and one receive is
 	// granted, so that a pod never starts with the default grant).
-	called atomic.Bool
+	called  atomic.Bool
 	machine atomic.Pointer[string]
 	named   bool // target comes from a machine grant
 }

@@ -72,7 +72,7 @@ type metrics struct {
 func (m *metrics) snapshot() Metrics {
 	return Metrics{
 		Connections: m.connections.Load(), Version: m.version.Load(), Version1Fallbacks: m.fallbacks.Load(),
-		Calls:       m.calls.Load(), Replies: m.replies.Load(), Retransmits: m.retransmits.Load(),
+		Calls: m.calls.Load(), Replies: m.replies.Load(), Retransmits: m.retransmits.Load(),
 		UnmatchedReplies: m.unmatched.Load(), BadReplies: m.badReplies.Load(),
 		CreditsGranted: m.creditsGranted.Load(), CreditsInUse: m.creditsInUse.Load(),
 		InlineMsgs: m.inlineMsgs.Load(), ReadChunks: m.readChunks.Load(), PositionZeroChunks: m.posZero.Load(),

@@ -153,9 +153,9 @@ type Client struct {
 	// (sent) and the responder's last rdma_credit (limit); a call may be
 	// sent while sent < limit (modulo 2^32).
 	sent, limit uint32
-	byXID   map[uint32]int  // outstanding calls
-	dead    bool
-	freed   bool // release ran: free slots give back their buffers at once
+	byXID       map[uint32]int // outstanding calls
+	dead        bool
+	freed       bool // release ran: free slots give back their buffers at once
 
 	done    chan struct{}
 	err     error // why the connection died; wraps sunrpc.ErrConnLost

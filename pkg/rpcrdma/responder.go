@@ -235,9 +235,9 @@ type srvConn struct {
 	propsMu   sync.Mutex
 	propsDone bool
 	props     Properties
-	peerProps []Prop // accumulated from RDMA2_CONNPROP_MIDDLE
-	recvSeq   uint32 // receives completed, counted by the completion goroutine
-	verbs  verbs.ConnInfo // what the provider negotiated at accept; under s.mu
+	peerProps []Prop         // accumulated from RDMA2_CONNPROP_MIDDLE
+	recvSeq   uint32         // receives completed, counted by the completion goroutine
+	verbs     verbs.ConnInfo // what the provider negotiated at accept; under s.mu
 
 	sendMR, recvMR verbs.MR
 	slots          []srvSlot
