@@ -665,6 +665,10 @@ func Errcode2Of(err error) (code Errcode2, max uint32) {
 	if errors.As(err, &re) {
 		return re.e.Code, 0
 	}
+	var se *systemError
+	if errors.As(err, &se) {
+		return Err2System, 0
+	}
 	switch {
 	case errors.Is(err, ErrVersMismatch):
 		return Err2VersMismatch, 0

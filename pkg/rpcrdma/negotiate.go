@@ -172,6 +172,7 @@ func (c *Client) negotiated(addr string, xid uint32, msg []byte, local PrivateDa
 		c.sent = 0
 		c.inline = inlineFor(local, c.peer, 1)
 		c.m.fallbacks.Add(1)
+		c.m.errVers.Add(1)
 		c.grant(be.Uint32(msg[8:]))
 		c.opts.Logger.Info("rpcrdma: responder speaks version 1 only", "peer", addr, "versions", fmt.Sprintf("%d..%d", lo, hi))
 		return true, nil

@@ -525,7 +525,9 @@ func (sl *srvSlot) pull(inline []byte) (raw, arg []byte, err error) {
 	}
 	total := readChunkLen(chunk)
 	if total > uint64(sl.c.s.opts.MaxCall) {
-		return nil, nil, fmt.Errorf("%w: Read chunk of %d bytes exceeds %d", ErrChunk, total, sl.c.s.opts.MaxCall)
+		// Refused before any RDMA Read (the draft's section 11.1.4):
+		// ERR_CHUNK in version 1, RDMA2_ERR_SYSTEM in version 2.
+		return nil, nil, &systemError{fmt.Errorf("%w: Read chunk of %d bytes exceeds %d", ErrChunk, total, sl.c.s.opts.MaxCall)}
 	}
 	if h.Proc == ProcMsg {
 		if err := h.CheckXID(inline); err != nil {

@@ -212,3 +212,11 @@ func resourceErr(rm Message, call *Header, err error) error {
 func (sl *srvSlot) callMiddle(ctx context.Context, d sunrpc.Dispatcher, msg []byte, hl int) {
 	sl.sendError(msg, errors.New("continuation not supported"))
 }
+
+// systemError is a call refused for a reason none of the other version 2
+// codes names: RDMA2_ERR_SYSTEM (the draft's section 7.4.1). Its cause
+// (ErrChunk) is the version 1 answer.
+type systemError struct{ cause error }
+
+func (e *systemError) Error() string { return e.cause.Error() }
+func (e *systemError) Unwrap() error { return e.cause }

@@ -1,0 +1,285 @@
+package rpcrdma
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/verbs"
+)
+
+// TestVersionPairings: our requester and responder in every pairing of
+// versions, over software iWARP: the version negotiated (the draft's
+// section 4.3), what each end reports, and calls of each kind on it.
+func TestVersionPairings(t *testing.T) {
+	for _, tc := range []struct {
+		client, server, want int
+	}{{2, 2, 2}, {2, 1, 1}, {1, 2, 1}, {1, 1, 1}} {
+		t.Run(fmt.Sprintf("client%d-server%d", tc.client, tc.server), func(t *testing.T) {
+			ts := startServer(t, ServerOptions{Credits: 8, MaxVersion: tc.server})
+			vc := &VersionCache{}
+			cm := &ClientMetrics{}
+			addr := ts.srv.Addr().String()
+			ctx := tctx(t, 20*time.Second)
+			c, err := Dial(ctx, newDev(), addr, ClientOptions{Credits: 8, MaxVersion: tc.client, Versions: vc, Metrics: cm})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			if c.Version() != tc.want {
+				t.Fatalf("negotiated version %d, want %d", c.Version(), tc.want)
+			}
+			if m := cm.Metrics(); m.Version != int64(tc.want) {
+				t.Fatalf("client metrics Version %d", m.Version)
+			}
+			rc, err := sunrpc.NewClient(func(context.Context) (sunrpc.ClientTransport, error) { return c, nil }, sunrpc.ClientOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer rc.Close()
+			if err := rc.Null(ctx, tProg, tVers); err != nil {
+				t.Fatal(err)
+			}
+			for _, n := range []int{100, 16 << 10} { // inline; a Position-zero Read chunk and a Reply chunk
+				arg := pattern(n, n)
+				got, _, err := call(ctx, rc, pEcho, arg, false, 0, nil, n+64)
+				if err != nil || !bytes.Equal(got, arg) {
+					t.Fatalf("echo of %d bytes: %d bytes back, %v", n, len(got), err)
+				}
+			}
+			n := 200000 // a Read chunk and a Write chunk
+			arg := pattern(n, 9)
+			if got, placed, err := call(ctx, rc, pEchoDDP, arg, true, 0, make([]byte, n), 512); err != nil || placed != n || !bytes.Equal(got, arg) {
+				t.Fatalf("DDP echo: placed %d, %v", placed, err)
+			}
+			cs := ts.srv.Connections()
+			if len(cs) != 1 || cs[0].Version != tc.want {
+				t.Fatalf("server connections %+v, want version %d", cs, tc.want)
+			}
+			fellBack := tc.client == 2 && tc.server == 1
+			if vc.Version1Only(addr) != fellBack {
+				t.Fatalf("version cache says version 1 only: %v", vc.Version1Only(addr))
+			}
+			if m := cm.Metrics(); (m.Version1Fallbacks == 1) != fellBack || (m.ErrVers == 1) != fellBack && tc.client == 2 {
+				t.Fatalf("client metrics %+v", m)
+			}
+			if !fellBack {
+				return
+			}
+			// A reconnection goes straight to version 1: no second
+			// negotiation (the draft's section 4.3.2), no ERR_VERS.
+			before := ts.srv.Metrics().ErrVers
+			c2, err := Dial(ctx, newDev(), addr, ClientOptions{Credits: 8, Versions: vc, Metrics: cm})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c2.Close()
+			if c2.Version() != 1 || ts.srv.Metrics().ErrVers != before || cm.Metrics().Version1Fallbacks != 1 {
+				t.Fatalf("reconnection: version %d, server ERR_VERS %d -> %d, fallbacks %d", c2.Version(), before, ts.srv.Metrics().ErrVers, cm.Metrics().Version1Fallbacks)
+			}
+		})
+	}
+}
+
+// TestVersion2Properties: the transport properties each end announced are
+// applied: the requester's inline thresholds follow the responder's
+// receive buffers and send size.
+func TestVersion2Properties(t *testing.T) {
+	ts := startServer(t, ServerOptions{Credits: 4, Inline: 8192})
+	ctx := tctx(t, 10*time.Second)
+	c, err := Dial(ctx, newDev(), ts.srv.Addr().String(), ClientOptions{Credits: 4, Inline: 16384, Versions: &VersionCache{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	p := c.Properties()
+	if c.Version() != 2 || p.SendSize != 8192 || p.RecvSize != 8192 || p.Reverse != ReverseNone || p.MaxSegs != DefaultMaxChunkSegments {
+		t.Fatalf("version %d, responder properties %+v", c.Version(), p)
+	}
+	if in := c.Inline(); in.Send != 8192 || in.Recv != 8192 || in.Vers != 2 {
+		t.Fatalf("inline thresholds %+v, want 8192 both ways", in)
+	}
+}
+
+// rawV2 is a raw version 2 peer: it negotiates, then sends what a test
+// gives and decodes what comes back.
+type rawV2 struct {
+	*rawPeer
+	t *testing.T
+}
+
+func dialV2(t *testing.T, addr string, first []byte) (*rawV2, []byte) {
+	rp := &rawV2{dialRaw(t, addr), t}
+	return rp, rp.exchange(t, first)
+}
+
+func connProp(xid uint32, props []Prop) []byte {
+	h := Header{XID: xid, Vers: 2, Credits: 3, Header2: Header2{HType: HTypeConnPropFinal, Props: props}}
+	b, err := h.Encode(nil)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+func decode2(t *testing.T, b []byte) Header {
+	t.Helper()
+	var h Header
+	if _, err := h.Decode2(b, nil); err != nil {
+		t.Fatalf("% x: %v", b, err)
+	}
+	return h
+}
+
+// TestVersion2ResponderErrors: malformed or unacceptable version 2
+// messages are answered with the RDMA2_ERROR the draft names (section 7),
+// rdma_xid and rdma_vers copied; the connection stays usable.
+func TestVersion2ResponderErrors(t *testing.T) {
+	ts := startServer(t, ServerOptions{Credits: 4, MaxCall: 1 << 20,
+		Limits: Limits{MaxWriteChunks: 2, MaxChunkSegments: 3}})
+	addr := ts.srv.Addr().String()
+	var pbuf [20]byte
+	good := DefaultProperties().AppendProps(nil, &pbuf)
+	rp, got := dialV2(t, addr, connProp(0x10, good))
+	if h := decode2(t, got); h.HType != HTypeConnPropFinal || h.XID != 0x10 || len(h.Props) < 5 {
+		t.Fatalf("answer to RDMA2_CONNPROP_FINAL: %+v", h)
+	}
+	nullCall := func(xid uint32) []uint32 { return w(xid, 0, 2, tProg, tVers, 0, 0, 0, 0, 0) }
+	for _, c := range []struct {
+		name string
+		msg  []byte
+		want Error2
+		vers uint32
+	}{
+		{"unknown-htype", words(0x21, 2, 3, 3), Error2{Code: Err2InvalHType}, 2},
+		{"reply-htype", words(0x22, 2, 3, uint32(HTypeReplyInline), 0), Error2{Code: Err2InvalHType}, 2},
+		{"bad-xdr", words(0x23, 2, 3, 10, 0, 2, 0, 0), Error2{Code: Err2BadXDR}, 2},
+		{"xid-differs", words(cat(w(0x24, 2, 3, 10, 0, 0, 0, 0), nullCall(0x25))...), Error2{Code: Err2BadXDR}, 2},
+		{"connprop-after-final", connProp(0x26, good), Error2{Code: Err2InvalCont}, 2},
+		{"version-1-on-version-2", words(cat(w(0x27, 1, 3, 0, 0, 0, 0), nullCall(0x27))...), Error2{Code: Err2VersMismatch}, 1},
+		{"version-3", words(0x28, 3, 3, 10, 0, 0, 0, 0), Error2{Code: Err2Vers, VersLow: 1, VersHigh: 2}, 3},
+		{"two-read-chunks", words(cat(w(0x29, 2, 3, 10, 0), w(1, 4), hloo(segA), w(1, 8), hloo(segB), w(0, 0, 0), nullCall(0x29))...), Error2{Code: Err2ReadChunks, MaxChunks: 1}, 2},
+		{"three-write-chunks", words(cat(w(0x2a, 2, 3, 10, 0, 0), w(1, 0, 1, 0, 1, 0, 0), w(0), nullCall(0x2a))...), Error2{Code: Err2WriteChunks, MaxChunks: 2}, 2},
+		{"four-segments", words(cat(w(0x2b, 2, 3, 10, 0, 0, 1, 4), hloo(segA), hloo(segA), hloo(segA), hloo(segA), w(0, 0), nullCall(0x2b))...), Error2{Code: Err2Segments, MaxSegments: 3}, 2},
+		{"read-chunk-past-max-call", words(cat(w(0x2c, 2, 3, 10, 0, 1, 40), hloo(Segment{Handle: 1, Length: 2 << 20}), w(0, 0, 0), nullCall(0x2c))...), Error2{Code: Err2System}, 2},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got := rp.exchange(t, c.msg)
+			h := decode2(t, fixVers(got))
+			if h.HType != HTypeError || h.XID != be.Uint32(c.msg) || be.Uint32(got[4:]) != c.vers || h.Err != c.want {
+				t.Fatalf("answer % x: %+v, want %+v with rdma_vers %d", got, h.Err, c.want, c.vers)
+			}
+		})
+	}
+	// And a good call still works.
+	got = rp.exchange(t, words(cat(w(0x30, 2, 3, 10, 0, 0, 0, 0), nullCall(0x30))...))
+	if h := decode2(t, got); h.HType != HTypeReplyInline || h.XID != 0x30 {
+		t.Fatalf("reply %+v", h)
+	}
+	// A bad property value in the first message: RDMA2_ERR_BAD_PROPVAL,
+	// and nothing applied; a good FINAL afterwards is accepted.
+	rp2, got := dialV2(t, addr, connProp(0x40, []Prop{{Which: PropRecvSize, Data: []byte{0, 1}}}))
+	if h := decode2(t, got); h.HType != HTypeError || h.Err.Code != Err2BadPropVal || h.XID != 0x40 {
+		t.Fatalf("answer to a bad property: %+v", h)
+	}
+	if h := decode2(t, rp2.exchange(t, connProp(0x41, good))); h.HType != HTypeConnPropFinal {
+		t.Fatalf("answer to a good RDMA2_CONNPROP_FINAL: %+v", h)
+	}
+	m := ts.srv.Metrics()
+	for _, code := range []Errcode2{Err2InvalHType, Err2BadXDR, Err2InvalCont, Err2VersMismatch, Err2Vers, Err2ReadChunks, Err2WriteChunks, Err2Segments, Err2System, Err2BadPropVal} {
+		if m.Errors2[code] == 0 {
+			t.Errorf("%v not counted: %v", code, m.Errors2)
+		}
+	}
+}
+
+// fixVers makes an RDMA2_ERROR that echoes another rdma_vers decodable.
+func fixVers(b []byte) []byte {
+	b = append([]byte(nil), b...)
+	if len(b) >= 8 {
+		be.PutUint32(b[4:], 2)
+	}
+	return b
+}
+
+// TestVersion2RequesterErrors: the requester understands the resource
+// errors a version 2 responder sends for a reply that does not fit
+// (the draft's sections 6.6.4, 7.3.4, 7.3.5), and the connection stays
+// usable.
+func TestVersion2RequesterErrors(t *testing.T) {
+	ts := startServer(t, ServerOptions{})
+	c, cm := newClient(t, ts, ClientOptions{})
+	ctx := tctx(t, 10*time.Second)
+	_, _, err := call(ctx, c, pGive, nil, false, 100000, make([]byte, 5000), 256)
+	var er *ErrorReply
+	if !errors.As(err, &er) || er.Vers != 2 || er.Code2 != Err2WriteResource || er.Err2.ChunkIndex != 1 || er.Err2.LengthNeeded != 100000 || !errors.Is(err, ErrChunk) {
+		t.Fatalf("error %v, want RDMA2_ERR_WRITE_RESOURCE for chunk 1, 100000 bytes", err)
+	}
+	if _, _, err = call(ctx, c, pLong, nil, false, 8000, nil, 100); !errors.As(err, &er) || er.Code2 != Err2ReplyResource || er.Err2.LengthNeeded < 8000 {
+		t.Fatalf("error %v, want RDMA2_ERR_REPLY_RESOURCE", err)
+	}
+	if got, _, err := call(ctx, c, pEcho, []byte("ok"), false, 0, nil, 256); err != nil || string(got) != "ok" {
+		t.Fatal(got, err)
+	}
+	if m := cm.Metrics(); m.Errors2[Err2WriteResource] != 1 || m.Errors2[Err2ReplyResource] != 1 || m.Registrations != 0 || m.CreditsInUse != 0 {
+		t.Fatalf("client metrics %+v", m)
+	}
+}
+
+// TestErrorReplyIs: each RDMA2_ERR_* a requester receives matches the
+// sentinel of its kind.
+func TestErrorReplyIs(t *testing.T) {
+	for code, want := range map[Errcode2]error{
+		Err2Vers: ErrVers, Err2BadXDR: ErrChunk, Err2BadPropVal: ErrPropVal, Err2InvalHType: ErrHType, Err2InvalCont: ErrCont,
+		Err2ReadChunks: ErrReadChunks, Err2WriteChunks: ErrWriteChunks, Err2Segments: ErrSegments,
+		Err2WriteResource: ErrChunk, Err2ReplyResource: ErrChunk, Err2VersMismatch: ErrVersMismatch,
+	} {
+		e := &ErrorReply{Vers: 2, Code2: code}
+		if !errors.Is(e, want) || e.Error() == "" {
+			t.Errorf("%v does not match %v", code, want)
+		}
+	}
+	if e := (&ErrorReply{Vers: 2, Code2: Err2System}); errors.Is(e, ErrChunk) || errors.Is(e, ErrVers) {
+		t.Error("RDMA2_ERR_SYSTEM matches a sentinel")
+	}
+}
+
+// TestVersion2CreditsEnforced: a version 2 requester that sends past the
+// rdma_credit it was given loses its connection, as a version 1 requester
+// sending past its grant finds no receive.
+func TestVersion2CreditsEnforced(t *testing.T) {
+	ts := startServer(t, ServerOptions{Credits: 4, Grant: 2})
+	ts.delay.Store(int64(300 * time.Millisecond))
+	var pbuf [20]byte
+	rp, got := dialV2(t, ts.srv.Addr().String(), connProp(1, DefaultProperties().AppendProps(nil, &pbuf)))
+	h := decode2(t, got)
+	// Before its first call a connection is granted 1: with the
+	// negotiation message, 2 Sends.
+	if h.Credits != 2 {
+		t.Fatalf("credit after the negotiation %d, want 2", h.Credits)
+	}
+	// Two calls: the second lands in the receive kept for an
+	// RDMA2_GRANT, past the credit. (Receives for both replies: it is
+	// the responder that must end the connection.)
+	for i := uint64(2); i < 4; i++ {
+		if err := rp.qp.PostRecv(&verbs.RecvWR{ID: i, SGL: []verbs.SGE{rp.rb.SGE(0, 4096)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := uint32(0); i < 2; i++ {
+		msg := words(cat(w(0x100+i, 2, 3, 10, 0, 0, 0, 0), w(0x100+i, 0, 2, tProg, tVers, pCount, 0, 0, 0, 0))...)
+		copy(rp.sb.Bytes()[256*i:], msg)
+		if err := rp.qp.PostSend(&verbs.SendWR{Opcode: verbs.WRSend, SGL: []verbs.SGE{rp.sb.SGE(int(256*i), len(msg))}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case <-rp.qp.Done():
+	case <-time.After(2 * time.Second):
+		t.Fatal("the connection survived Sends past its credit")
+	}
+}
