@@ -42,6 +42,9 @@ type Metrics struct {
 	// Grants: RDMA2_GRANT messages sent (responder) or received
 	// (requester).
 	Grants uint64
+	// Continued: calls sent (requester) or received (responder) in
+	// Continued format, as several Sends (the draft's section 6.6.2).
+	Continued uint64
 	// SendWithInvalidate: replies sent (responder) or received (requester)
 	// with Send With Invalidate (RFC 8797 Remote Invalidation).
 	SendWithInvalidate uint64
@@ -65,7 +68,7 @@ type metrics struct {
 	inlineBytes, readChunkBytes, writeChunkBytes, replyChunkBytes atomic.Uint64
 	errVers, errChunk, sendInv                                    atomic.Uint64
 	errors2                                                       [len(errcodes2Index)]atomic.Uint64
-	grants                                                        atomic.Uint64
+	grants, continued                                             atomic.Uint64
 	registrations, registeredBytes                                atomic.Int64
 }
 
@@ -81,7 +84,7 @@ func (m *metrics) snapshot() Metrics {
 		WriteChunkBytes: m.writeChunkBytes.Load(), ReplyChunkBytes: m.replyChunkBytes.Load(),
 		ErrVers: m.errVers.Load(), ErrChunk: m.errChunk.Load(), SendWithInvalidate: m.sendInv.Load(),
 		Registrations: m.registrations.Load(), RegisteredBytes: m.registeredBytes.Load(),
-		Errors2: m.errors2Snapshot(), Grants: m.grants.Load(),
+		Errors2: m.errors2Snapshot(), Grants: m.grants.Load(), Continued: m.continued.Load(),
 	}
 }
 

@@ -33,6 +33,10 @@ type ClientOptions struct {
 	// our Read chunks [16]; at least 1. ORD is the RDMA Reads we may issue
 	// (a requester issues none) [0].
 	IRD, ORD int
+	// NoContinuation stops a version 2 connection from sending a call
+	// too large for one Send as several (message continuation, the
+	// draft's section 6.6.2): it goes in a Call chunk, as in version 1.
+	NoContinuation bool
 	// NoRemoteInvalidate stops us from advertising Remote Invalidation
 	// (RFC 8797): the responder then replies with plain Sends.
 	NoRemoteInvalidate bool
@@ -144,6 +148,10 @@ type Client struct {
 	recvWRs        []verbs.RecvWR // one per receive buffer, prebuilt
 	recvSGEs       []verbs.SGE
 
+	// sendMu serializes the posting of version 2 calls, so that the
+	// Sends of a continued call are not interleaved with others.
+	sendMu sync.Mutex
+
 	mu      sync.Mutex
 	free    []int           // free slot indexes
 	waiters []*creditWaiter // callers waiting for a credit, FIFO
@@ -200,6 +208,11 @@ type slot struct {
 	invKey    uint32 // STag the responder invalidated (Send With Invalidate), 0 if none
 
 	posted          bool     // the call's Send was posted
+	extraSends      int      // version 2 Sends reserved beyond the first (continuation)
+	stream          []byte   // a continued call's Payload stream
+	contMR          verbs.MR // slot-owned: the Sends of a continued call
+	contWRs         []verbs.SendWR
+	contSGEs        []verbs.SGE
 	payMR, resMR    verbs.MR // caller memory registered for this call
 	longMR, replyMR verbs.MR // slot-owned chunk buffers, registered once
 	longOn, replyOn bool     // their STag is exposed for the current call
@@ -695,6 +708,7 @@ func (c *Client) RoundTrip(ctx context.Context, call *sunrpc.Call) (*sunrpc.Repl
 		s.state = slotFree
 		if !s.posted {
 			c.unsendLocked()
+			c.sent -= uint32(s.extraSends)
 		}
 		c.putSlotLocked(si)
 		dead := c.dead
@@ -788,6 +802,25 @@ func (s *slot) send(call *sunrpc.Call) error {
 	}
 	s.invKey = 0
 	s.posted = false
+	s.extraSends = 0
+	var sends, mid int // > 1: a continued call (the draft's section 6.6.2)
+	if p.Call == CallLong && c.vers == Version2 && !c.opts.NoContinuation {
+		// Continuation rather than a Call chunk, when it takes at most
+		// MaxContinuation Sends and the responder's credits allow them
+		// now. The final header is at most the plan's, less the Read
+		// list (the reply's chunks are the same).
+		sends, mid = contPlan(m.Len(), p.HeaderMax, c.inline.Send)
+		c.mu.Lock()
+		if sends <= 1 || sends > MaxContinuation || !c.reserveSendsLocked(sends-1) {
+			sends = 0
+		}
+		c.mu.Unlock()
+		if sends > 1 {
+			s.extraSends = sends - 1
+			p.Call, p.Proc = CallInline, ProcMsg
+			h.HType, h.Proc = HTypeCallInline, ProcMsg
+		}
+	}
 	switch p.Call {
 	case CallReadChunk:
 		mr, err := c.reg(m.Payload, verbs.AccessRemoteRead)
@@ -829,6 +862,14 @@ func (s *slot) send(call *sunrpc.Call) error {
 	if c.vers == Version2 && c.remInv {
 		h.InvHandle = soleHandle(h) // the draft's section 6.5
 	}
+	if sends > 1 {
+		s.xid = call.XID
+		if err := s.register(call.XID); err != nil {
+			return err
+		}
+		c.m.calls.Add(1)
+		return s.sendContinued(m, h, sends, mid)
+	}
 	buf := c.sendMR.Bytes()[s.idx*c.opts.Inline:][:c.opts.Inline]
 	b, err := h.Encode(buf[:0])
 	if err != nil {
@@ -847,12 +888,29 @@ func (s *slot) send(call *sunrpc.Call) error {
 	}
 	c.m.inlineBytes.Add(uint64(len(b)))
 	s.xid = call.XID
+	if err := s.register(call.XID); err != nil {
+		return err
+	}
+	c.m.calls.Add(1)
+	s.sge[0] = c.sendMR.SGE(s.idx*c.opts.Inline, len(b))
+	s.wr = verbs.SendWR{ID: wrSend | uint64(s.idx), Opcode: verbs.WRSend, SGL: s.sge[:]}
+	if c.vers == Version2 {
+		c.sendMu.Lock()
+		defer c.sendMu.Unlock()
+	}
+	s.posted = true
+	return c.qp.PostSend(&s.wr)
+}
+
+// register records the call xid of slot s as outstanding, for its reply.
+func (s *slot) register(xid uint32) error {
+	c := s.c
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	if c.dead {
-		c.mu.Unlock()
 		return c.err
 	}
-	if _, dup := c.byXID[call.XID]; dup {
+	if _, dup := c.byXID[xid]; dup {
 		// A retransmission on this connection (sunrpc RetryPolicy.Timeout)
 		// while the first transmission is outstanding: its reply would
 		// echo the first transmission's chunks. As Linux xprtrdma
@@ -860,15 +918,11 @@ func (s *slot) send(call *sunrpc.Call) error {
 		// new connection.
 		c.mu.Unlock()
 		c.fail(errRetransmit)
+		c.mu.Lock()
 		return c.err
 	}
-	c.byXID[call.XID] = s.idx
-	c.mu.Unlock()
-	c.m.calls.Add(1)
-	s.sge[0] = c.sendMR.SGE(s.idx*c.opts.Inline, len(b))
-	s.wr = verbs.SendWR{ID: wrSend | uint64(s.idx), Opcode: verbs.WRSend, SGL: s.sge[:]}
-	s.posted = true
-	return c.qp.PostSend(&s.wr)
+	c.byXID[xid] = s.idx
+	return nil
 }
 
 // finish checks the reply against the call's chunks and returns it, after

@@ -237,6 +237,7 @@ type srvConn struct {
 	props     Properties
 	peerProps []Prop         // accumulated from RDMA2_CONNPROP_MIDDLE
 	recvSeq   uint32         // receives completed, counted by the completion goroutine
+	asm       reassembly     // a continued call being received (completion goroutine)
 	verbs     verbs.ConnInfo // what the provider negotiated at accept; under s.mu
 
 	sendMR, recvMR verbs.MR
@@ -250,12 +251,19 @@ type srvConn struct {
 
 // srvSlot processes the call that arrived in receive buffer idx.
 type srvSlot struct {
-	c        *srvConn
-	idx      int
-	work     chan int      // byte length of a received call
-	seq      uint32        // version 2: the message's number on the connection, from 1
-	readDone chan struct{} // RDMA Read completed
-	sendDone chan struct{} // reply Send completed
+	c    *srvConn
+	idx  int
+	work chan int // byte length of a received call
+	seq  uint32   // version 2: the message's number on the connection, from 1
+	// Version 2 continuation, set by reassemble: asm holds the parts of
+	// the call before this message (assembled), or contErr tells that
+	// this message broke a continuation (RDMA2_ERR_INVAL_CONT).
+	asm       []byte
+	assembled bool
+	contErr   bool
+	asmLast   uint32        // the last RDMA2_CALL_MIDDLE's rdma_remaining
+	readDone  chan struct{} // RDMA Read completed
+	sendDone  chan struct{} // reply Send completed
 
 	hdr, rep Header
 	req      sunrpc.Request
@@ -425,6 +433,9 @@ func (c *srvConn) complete(wc *verbs.WC) bool {
 		c.received()
 		c.recvSeq++
 		sl.seq = c.recvSeq
+		if c.vers.Load() == Version2 && c.reassemble(sl, int(wc.ByteLen)) {
+			return true // a part of a continued call, kept; its receive reposted
+		}
 		sl.work <- int(wc.ByteLen) // the slot is idle: its receive was posted
 	case wrRead:
 		sl.readDone <- struct{}{}
@@ -488,7 +499,16 @@ func (sl *srvSlot) serve(ctx context.Context, d sunrpc.Dispatcher, msg []byte, h
 	}
 	s.mu.Unlock()
 
-	raw, arg, err := sl.pull(msg[hl:])
+	inline := msg[hl:]
+	if sl.assembled {
+		if uint32(len(inline)) != sl.asmLast {
+			sl.sendError(msg, fmt.Errorf("%w: the final part has %d bytes, rdma_remaining said %d", ErrCont, len(inline), sl.asmLast))
+			return
+		}
+		sl.asm = append(sl.asm, inline...)
+		inline = sl.asm
+	}
+	raw, arg, err := sl.pull(inline)
 	if err != nil {
 		if errors.Is(err, sunrpc.ErrConnLost) {
 			return

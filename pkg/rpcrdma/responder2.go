@@ -35,6 +35,10 @@ func (c *srvConn) version(msg []byte) uint32 {
 func (sl *srvSlot) handle2(ctx context.Context, d sunrpc.Dispatcher, msg []byte) {
 	c, s := sl.c, sl.c.s
 	h := &sl.hdr
+	if sl.contErr {
+		sl.sendError(msg, fmt.Errorf("%w: message %d breaks the continuation in progress", ErrCont, sl.seq))
+		return
+	}
 	hl, err := h.Decode2(msg, &s.opts.Limits)
 	if err != nil {
 		switch {
@@ -72,7 +76,9 @@ func (sl *srvSlot) handle2(ctx context.Context, d sunrpc.Dispatcher, msg []byte)
 		// requester answers nothing we sent: discarded.
 		c.finish(sl.idx, nil, nil)
 	case HTypeCallMiddle:
-		sl.callMiddle(ctx, d, msg, hl)
+		// reassemble keeps those that continue a call; this one starts
+		// a call larger than MaxCall.
+		sl.sendError(msg, fmt.Errorf("%w: continued call larger than %d bytes", ErrCont, s.opts.MaxCall))
 	default:
 		// Replies: we send no reverse-direction calls (RDMA2_PROPID_BRS
 		// none), so we support no reply header type.
@@ -206,11 +212,6 @@ func resourceErr(rm Message, call *Header, err error) error {
 		return &resourceError{e: Error2{Code: Err2ReplyResource, LengthNeeded: uint32(rm.Head + rm.Tail)}, cause: err}
 	}
 	return &resourceError{e: Error2{Code: Err2ReplyResource, LengthNeeded: uint32(rm.Len())}, cause: err}
-}
-
-// callMiddle is not yet supported.
-func (sl *srvSlot) callMiddle(ctx context.Context, d sunrpc.Dispatcher, msg []byte, hl int) {
-	sl.sendError(msg, errors.New("continuation not supported"))
 }
 
 // systemError is a call refused for a reason none of the other version 2

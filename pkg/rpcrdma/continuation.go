@@ -1,0 +1,171 @@
+package rpcrdma
+
+import (
+	"fmt"
+
+	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/verbs"
+)
+
+// Message continuation (draft-ietf-nfsv4-rpcrdma-version-two section
+// 6.6.2): on a version 2 connection a call too large for one Send is sent
+// as RDMA2_CALL_MIDDLE Sends followed by one RDMA2_CALL_INLINE, each
+// carrying the next part of the Payload stream, instead of a Call chunk
+// the responder would pull with RDMA Reads. The responder reassembles the
+// parts in the order they arrive (completion order), apart from its
+// workers.
+
+// MaxContinuation is the most Sends a requester spends on one continued
+// call; a call that needs more goes in a Call chunk (Special format).
+const MaxContinuation = 16
+
+// contPlan sizes the continuation of a Payload stream of total bytes
+// behind a final header of hl bytes, with Sends of at most send bytes:
+// the number of Sends and what each middle carries (a multiple of 4).
+func contPlan(total, hl, send int) (sends, mid int) {
+	mid = (send - Middle2Len) &^ 3
+	last := (send - hl) &^ 3
+	if mid <= 0 || last < 0 {
+		return 0, 0
+	}
+	if total <= last {
+		return 1, mid
+	}
+	return 1 + (total-last+mid-1)/mid, mid
+}
+
+// reserveSendsLocked takes n more version 2 Sends under the responder's
+// limit, if it allows them now.
+func (c *Client) reserveSendsLocked(n int) bool {
+	if int32(c.limit-c.sent) < int32(n) {
+		return false
+	}
+	c.sent += uint32(n)
+	return true
+}
+
+// sendContinued sends the call of slot s, whose final header h (an
+// RDMA2_CALL_INLINE with the reply's chunks) is built, as sends Sends
+// (contPlan): the Payload stream is laid out in the slot's continuation
+// region, each part behind its header, and the Sends are posted
+// together under sendMu so that no other message comes between them
+// (the draft's section 4.1). The responder's credits for the sends-1
+// extra Sends were reserved.
+func (s *slot) sendContinued(m *sunrpc.Message, h *Header, sends, mid int) error {
+	c := s.c
+	in := c.inline.Send
+	s.stream = m.AppendTo(s.stream[:0])
+	if err := s.ensure(&s.contMR, sends*in, 0); err != nil {
+		return err
+	}
+	if cap(s.contWRs) < sends {
+		s.contWRs, s.contSGEs = make([]verbs.SendWR, sends), make([]verbs.SGE, sends)
+	}
+	s.contWRs, s.contSGEs = s.contWRs[:sends], s.contSGEs[:sends]
+	region := s.contMR.Bytes()
+	rest := s.stream
+	for i := range sends {
+		buf := region[i*in : i*in : (i+1)*in]
+		var b []byte
+		var err error
+		if i < sends-1 {
+			// Full parts, but never the whole rest: the final part is
+			// not empty, and fits behind its header (contPlan).
+			part := rest[:min(mid, (len(rest)-4)&^3)]
+			rest = rest[len(part):]
+			mh := Header{XID: h.XID, Vers: Version2, Credits: c.advertised(), Header2: Header2{HType: HTypeCallMiddle, Remaining: uint32(len(rest))}}
+			if b, err = mh.Encode(buf); err == nil {
+				b = append(b, part...)
+			}
+		} else {
+			h.Credits = c.advertised()
+			if b, err = h.Encode(buf); err == nil {
+				b = append(b, rest...)
+			}
+		}
+		if err != nil {
+			return err
+		}
+		if len(b) > in {
+			return fmt.Errorf("%w: continued call fragment of %d bytes exceeds the inline threshold %d", ErrInvalid, len(b), in)
+		}
+		s.contSGEs[i] = s.contMR.SGE(i*in, len(b))
+		s.contWRs[i] = verbs.SendWR{ID: wrSend | uint64(s.idx), Opcode: verbs.WRSend, SGL: s.contSGEs[i : i+1 : i+1]}
+	}
+	c.m.continued.Add(1)
+	c.m.inlineBytes.Add(uint64(len(s.stream)))
+	c.sendMu.Lock()
+	defer c.sendMu.Unlock()
+	s.posted = true
+	for i := range s.contWRs {
+		if err := c.qp.PostSend(&s.contWRs[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// reassembly is a continued call a responder connection is receiving:
+// the parts so far (buf) of the call xid, and what its last
+// RDMA2_CALL_MIDDLE said remains.
+type reassembly struct {
+	active    bool
+	xid       uint32
+	remaining uint32
+	buf       []byte
+}
+
+// reassemble looks at the message of n bytes just received into slot
+// sl's buffer, in the completion goroutine (so parts are taken in the
+// order they arrived). An RDMA2_CALL_MIDDLE that continues the call in
+// progress, or starts one, is appended to c.asm and its receive reposted
+// at once: reassemble reports true, and no worker sees it. The
+// RDMA2_CALL_INLINE that ends the call takes the parts (sl.asm,
+// sl.assembled) to its worker. A message that breaks a continuation (a
+// part of another call, a remaining count that does not follow, another
+// header type) ends it, and its worker answers RDMA2_ERR_INVAL_CONT
+// (sl.contErr; the draft's sections 6.3.6 and 7.1.4). A call larger than
+// MaxCall breaks it too. Messages that do not decode are left to the
+// worker.
+func (c *srvConn) reassemble(sl *srvSlot, n int) bool {
+	a := &c.asm
+	sl.assembled, sl.contErr = false, false
+	msg := c.recvMR.Bytes()[sl.idx*c.s.opts.Inline:][:n]
+	if len(msg) < Middle2Len || be.Uint32(msg[4:]) != Version2 {
+		if a.active && len(msg) >= PrefixLen {
+			a.active, sl.contErr = false, true
+		}
+		return false
+	}
+	xid, t := be.Uint32(msg), HType(be.Uint32(msg[12:]))
+	switch {
+	case t == HTypeCallMiddle:
+		part := msg[Middle2Len:]
+		rem := be.Uint32(msg[PrefixLen:])
+		if !c.withinCredit(sl.seq) {
+			return false // the worker ends the connection
+		}
+		total := uint64(rem) + uint64(len(part))
+		if a.active && (xid != a.xid || total != uint64(a.remaining)) || !a.active && total > uint64(c.s.opts.MaxCall) {
+			a.active, sl.contErr = false, true
+			return false
+		}
+		if !a.active {
+			a.active, a.xid, a.buf = true, xid, a.buf[:0]
+		}
+		a.buf = append(a.buf, part...)
+		a.remaining = rem
+		c.finish(sl.idx, nil, nil)
+		return true
+	case a.active:
+		a.active = false
+		if t == HTypeCallInline && xid == a.xid {
+			sl.asm, a.buf = a.buf, sl.asm[:0]
+			sl.assembled, sl.asmLast = true, a.remaining
+			c.s.m.continued.Add(1)
+		} else {
+			sl.contErr = true
+		}
+	}
+	return false
+}
