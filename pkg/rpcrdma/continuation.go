@@ -162,10 +162,196 @@ func (c *srvConn) reassemble(sl *srvSlot, n int) bool {
 		if t == HTypeCallInline && xid == a.xid {
 			sl.asm, a.buf = a.buf, sl.asm[:0]
 			sl.assembled, sl.asmLast = true, a.remaining
-			c.s.m.continued.Add(1)
 		} else {
 			sl.contErr = true
 		}
 	}
 	return false
+}
+
+// replyContinued sends the reply m (sizes rm) to the version 2 call in
+// sl.hdr as RDMA2_REPLY_MIDDLE Sends and a final RDMA2_REPLY_INLINE,
+// when the chunks the call provided cannot carry it (the draft's section
+// 6.6.4): its DDP-eligible result, if any, still goes into the first
+// Write chunk, which must hold it. It reports false, having sent nothing,
+// when continuation cannot be used: the result does not fit the Write
+// chunk, the reply needs more than MaxContinuation Sends, or the
+// requester's credits do not cover them (its receives, less one for each
+// reply still owed to its other calls); the caller then answers
+// RDMA2_ERR_WRITE_RESOURCE or _REPLY_RESOURCE.
+func (sl *srvSlot) replyContinued(m *sunrpc.Message, rm Message) bool {
+	c, s := sl.c, sl.c.s
+	call := &sl.hdr
+	write := rm.DDP && len(call.Writes) > 0 && len(call.Writes[0]) > 0
+	if write && uint64(rm.Payload) > chunkLen(call.Writes[0]) {
+		return false
+	}
+	p := ReplyPlan{Proc: ProcMsg, Write: write}
+	if write {
+		p.WriteLen = rm.Payload
+	}
+	sl.rep.BuildReply(call, p, 1)
+	sl.rep.Vers, sl.rep.HType, sl.rep.Reply, sl.rep.HasReply = Version2, HTypeReplyInline, sl.rep.Reply[:0], false
+	in := int(c.inline.Load())
+	sends, mid := contPlan(rm.Len(), sl.rep.Len(), in)
+	if sends < 2 || sends > MaxContinuation || in > s.opts.Inline || !c.peerCovers(sends) {
+		s.opts.Logger.Debug("rpcrdma: reply not continued", "sends", sends, "inline", in, "peerLimit", c.cred.peerLimit.Load(), "sent", c.cred.sent, "working", c.cred.working.Load())
+		return false
+	}
+	var payMR verbs.MR
+	defer func() { s.dereg(payMR) }()
+	if write && rm.Payload > 0 {
+		var err error
+		if payMR, err = s.reg(c.pd, m.Payload, 0); err != nil {
+			c.qp.Close()
+			return true
+		}
+		if !sl.write(call.Writes[0], payMR, 0, rm.Payload) {
+			return true
+		}
+		s.m.writeChunks.Add(1)
+		s.m.writeChunkBytes.Add(uint64(rm.Payload))
+	}
+	sl.stream = appendStream(sl.stream[:0], m, !write)
+	if sl.contMR == nil || sl.contMR.Len() < sends*in {
+		s.dereg(sl.contMR)
+		var err error
+		if sl.contMR, err = s.reg(c.pd, make([]byte, MaxContinuation*s.opts.Inline), 0); err != nil {
+			c.qp.Close()
+			return true
+		}
+	}
+	if cap(sl.contWRs) < sends {
+		sl.contWRs, sl.contSGEs, sl.contMsgs = make([]verbs.SendWR, MaxContinuation), make([]verbs.SGE, MaxContinuation), make([][]byte, MaxContinuation)
+	}
+	wrs, sges, msgs := sl.contWRs[:sends], sl.contSGEs[:sends], sl.contMsgs[:sends]
+	region := sl.contMR.Bytes()
+	rest := sl.stream
+	for i := range sends {
+		buf := region[i*in : i*in : (i+1)*in]
+		var b []byte
+		var err error
+		if i < sends-1 {
+			part := rest[:min(mid, (len(rest)-4)&^3)]
+			rest = rest[len(part):]
+			mh := Header{XID: call.XID, Vers: Version2, Credits: 1, Header2: Header2{HType: HTypeReplyMiddle, Remaining: uint32(len(rest))}}
+			if b, err = mh.Encode(buf); err == nil {
+				b = append(b, part...)
+			}
+		} else if b, err = sl.rep.Encode(buf); err == nil {
+			b = append(b, rest...)
+		}
+		if err != nil || len(b) > in {
+			c.qp.Close()
+			return true
+		}
+		msgs[i] = b
+		sges[i] = sl.contMR.SGE(i*in, len(b))
+		wrs[i] = verbs.SendWR{ID: wrSend | uint64(sl.idx), Opcode: verbs.WRSend, SGL: sges[i : i+1 : i+1]}
+	}
+	// Only the last is signaled and waited for: the Sends complete in
+	// order.
+	wrs[sends-1].Flags = verbs.SendSignaled
+	s.m.replies.Add(1)
+	s.m.continued.Add(1)
+	s.m.inlineBytes.Add(uint64(len(sl.stream)))
+	if c.finishMany(sl.idx, msgs, wrs) {
+		_ = c.wait(sl.sendDone)
+	}
+	return true
+}
+
+// peerCovers tells whether the requester's last rdma_credit leaves room
+// for n Sends beyond one reply to each call in process.
+func (c *srvConn) peerCovers(n int) bool {
+	cc := &c.cred
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	return c.peerCoversLocked(n)
+}
+
+func (c *srvConn) peerCoversLocked(n int) bool {
+	cc := &c.cred
+	avail := int64(int32(cc.peerLimit.Load() - cc.sent))
+	return avail-cc.working.Load() >= int64(n-1)
+}
+
+// finishMany is finish for the several Sends of a continued reply: they
+// are posted together, under the lock every reply is posted under, so
+// that no other message comes between them, each carrying the credit. It
+// reports false, posting nothing, when the requester's credit no longer
+// covers them (the connection is then closed: the reply is lost, as when
+// a Send fails).
+func (c *srvConn) finishMany(idx int, msgs [][]byte, wrs []verbs.SendWR) bool {
+	cc := &c.cred
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	cc.held--
+	cc.working.Add(-1)
+	cc.idle = append(cc.idle, idx)
+	if !c.fillLocked() {
+		return false
+	}
+	if !c.peerCoversLocked(len(wrs)) {
+		c.qp.Close()
+		return false
+	}
+	for i := range wrs {
+		be.PutUint32(msgs[i][creditOffset:], c.creditLocked())
+		cc.sent++
+		if c.qp.PostSend(&wrs[i]) != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// replyMiddle takes an RDMA2_REPLY_MIDDLE (in the completion goroutine,
+// so in arrival order): its part is appended to the reassembly of its
+// call's reply, whose slot keeps waiting, and its receive is reposted. A
+// part whose rdma_remaining does not follow the previous one's marks the
+// reply bad (ErrCont when it completes). It reports whether msg was such
+// a message.
+func (c *Client) replyMiddle(msg []byte) bool {
+	if len(msg) < Middle2Len || HType(be.Uint32(msg[12:])) != HTypeReplyMiddle || be.Uint32(msg[4:]) != Version2 {
+		return false
+	}
+	xid, rem, part := be.Uint32(msg), be.Uint32(msg[PrefixLen:]), msg[Middle2Len:]
+	c.mu.Lock()
+	si, ok := c.byXID[xid]
+	c.mu.Unlock()
+	if !ok {
+		c.m.unmatched.Add(1)
+		return true
+	}
+	s := &c.slots[si]
+	if !s.contActive {
+		s.contActive, s.asm = true, s.asm[:0]
+	} else if uint64(rem)+uint64(len(part)) != uint64(s.asmRem) {
+		s.asmRem = ^uint32(0) // never matches: the reply fails with ErrCont
+		return true
+	}
+	if len(s.asm)+len(part) > MaxContinuation*c.opts.Inline {
+		s.asmRem = ^uint32(0)
+		return true
+	}
+	s.asm = append(s.asm, part...)
+	s.asmRem = rem
+	return true
+}
+
+// endContinued completes the reassembly of slot s's reply with its
+// final message msg, decoded into s.rep: an RDMA2_REPLY_INLINE whose
+// part is what the last RDMA2_REPLY_MIDDLE said remained.
+func (s *slot) endContinued(msg []byte) {
+	s.contActive = false
+	if s.decodeErr != nil {
+		return
+	}
+	if s.rep.HType != HTypeReplyInline || uint64(len(msg)-s.hdrLen) != uint64(s.asmRem) {
+		s.decodeErr = fmt.Errorf("%w: %v ends a continued reply with %d bytes, %d expected", ErrCont, s.rep.HType, len(msg)-s.hdrLen, s.asmRem)
+		return
+	}
+	s.asm = append(s.asm, msg[s.hdrLen:]...)
+	s.assembled = true
 }

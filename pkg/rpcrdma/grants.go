@@ -54,6 +54,11 @@ type connCredits struct {
 	// rdma_credit is posts-1 (the draft's section 4.2.1; see the package
 	// doc's Version 2 section).
 	posts uint32
+	// sent counts the messages Sent; peerLimit is the latest rdma_credit
+	// of a version 2 requester (its receives posted, less one): a
+	// continued reply is Sent only within it.
+	sent      uint32
+	peerLimit atomic.Uint32
 	// called: a call arrived (version 2: until then, after the
 	// RDMA2_CONNPROP exchange, the machine is unknown and one receive is
 	// granted, so that a pod never starts with the default grant).
@@ -263,6 +268,7 @@ func (c *srvConn) finish(idx int, msg []byte, wr *verbs.SendWR) bool {
 		return false
 	}
 	be.PutUint32(msg[creditOffset:], c.creditLocked())
+	cc.sent++
 	return c.qp.PostSend(wr) == nil
 }
 

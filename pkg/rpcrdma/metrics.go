@@ -42,8 +42,9 @@ type Metrics struct {
 	// Grants: RDMA2_GRANT messages sent (responder) or received
 	// (requester).
 	Grants uint64
-	// Continued: calls sent (requester) or received (responder) in
-	// Continued format, as several Sends (the draft's section 6.6.2).
+	// Continued: messages in Continued format, as several Sends (the
+	// draft's section 6.6.2): calls sent and replies received
+	// (requester), calls received and replies sent (responder).
 	Continued uint64
 	// SendWithInvalidate: replies sent (responder) or received (requester)
 	// with Send With Invalidate (RFC 8797 Remote Invalidation).

@@ -207,15 +207,21 @@ type slot struct {
 	decodeErr error
 	invKey    uint32 // STag the responder invalidated (Send With Invalidate), 0 if none
 
-	posted          bool     // the call's Send was posted
-	extraSends      int      // version 2 Sends reserved beyond the first (continuation)
-	stream          []byte   // a continued call's Payload stream
-	contMR          verbs.MR // slot-owned: the Sends of a continued call
-	contWRs         []verbs.SendWR
-	contSGEs        []verbs.SGE
-	payMR, resMR    verbs.MR // caller memory registered for this call
-	longMR, replyMR verbs.MR // slot-owned chunk buffers, registered once
-	longOn, replyOn bool     // their STag is exposed for the current call
+	posted     bool // the call's Send was posted
+	extraSends int  // version 2 Sends reserved beyond the first (continuation)
+	// A continued reply being received (the completion goroutine):
+	// its parts so far in asm, what the last RDMA2_REPLY_MIDDLE said
+	// remains; assembled once the final part is in asm too.
+	contActive, assembled bool
+	asmRem                uint32
+	asm                   []byte
+	stream                []byte   // a continued call's Payload stream
+	contMR                verbs.MR // slot-owned: the Sends of a continued call
+	contWRs               []verbs.SendWR
+	contSGEs              []verbs.SGE
+	payMR, resMR          verbs.MR // caller memory registered for this call
+	longMR, replyMR       verbs.MR // slot-owned chunk buffers, registered once
+	longOn, replyOn       bool     // their STag is exposed for the current call
 
 	reply sunrpc.Reply
 	wr    verbs.SendWR // the call's Send
@@ -245,25 +251,37 @@ func Dial(ctx context.Context, dev verbs.Device, addr string, opts ClientOptions
 		return nil, err
 	}
 	n := opts.Credits
-	if c.cq, err = dev.CreateCQ(4*n + 16); err != nil {
+	// Receives: one per credit, and, when version 2 may be spoken,
+	// MaxContinuation more for the parts of a continued reply.
+	nrecv := n
+	if opts.MaxVersion >= Version2 {
+		nrecv += MaxContinuation
+	}
+	if c.cq, err = dev.CreateCQ(4*n + 16 + nrecv - n); err != nil {
 		return nil, err
 	}
 	c.cqd = cqDrain{cq: c.cq, complete: c.complete}
-	if c.qp, err = c.pd.CreateQP(verbs.QPAttr{SendCQ: c.cq, RecvCQ: c.cq, MaxSendWR: 3*n + 4, MaxRecvWR: n, MaxSGE: 4}); err != nil {
+	if c.qp, err = c.pd.CreateQP(verbs.QPAttr{SendCQ: c.cq, RecvCQ: c.cq, MaxSendWR: 3*n + 4 + MaxContinuation, MaxRecvWR: nrecv, MaxSGE: 4}); err != nil {
 		return nil, err
 	}
 	if c.sendMR, err = c.reg(make([]byte, n*opts.Inline), 0); err != nil {
 		return nil, err
 	}
-	if c.recvMR, err = c.reg(make([]byte, n*opts.Inline), verbs.AccessLocalWrite); err != nil {
+	if c.recvMR, err = c.reg(make([]byte, nrecv*opts.Inline), verbs.AccessLocalWrite); err != nil {
 		return nil, err
 	}
 	c.slots = make([]slot, n)
 	c.free = make([]int, 0, n)
-	c.recvWRs, c.recvSGEs = make([]verbs.RecvWR, n), make([]verbs.SGE, n)
-	for i := range c.slots {
+	c.recvWRs, c.recvSGEs = make([]verbs.RecvWR, nrecv), make([]verbs.SGE, nrecv)
+	for i := range c.recvWRs {
 		c.recvSGEs[i] = c.recvMR.SGE(i*opts.Inline, opts.Inline)
 		c.recvWRs[i] = verbs.RecvWR{ID: wrRecv | uint64(i), SGL: c.recvSGEs[i : i+1 : i+1]}
+		if i >= n {
+			if err := c.postRecv(i); err != nil {
+				return nil, err
+			}
+			continue
+		}
 		s := &c.slots[i]
 		s.c, s.idx = c, i
 		s.done, s.inv = make(chan struct{}, 1), make(chan struct{}, 1)
@@ -476,7 +494,7 @@ func (c *Client) handle(wc *verbs.WC) {
 	default:
 		return
 	}
-	if idx >= len(c.slots) {
+	if idx >= len(c.recvWRs) {
 		return
 	}
 	msg := c.recvMR.Bytes()[idx*c.opts.Inline:][:wc.ByteLen]
@@ -485,7 +503,7 @@ func (c *Client) handle(wc *verbs.WC) {
 		c.repost(idx)
 		return
 	}
-	if c.vers == Version2 && c.control2(msg) {
+	if c.vers == Version2 && (c.control2(msg) || c.replyMiddle(msg)) {
 		c.repost(idx)
 		return
 	}
@@ -505,6 +523,9 @@ func (c *Client) handle(wc *verbs.WC) {
 	s := &c.slots[si]
 	if c.vers == Version2 {
 		s.hdrLen, s.decodeErr = s.rep.Decode2(msg, &c.lim)
+		if s.contActive {
+			s.endContinued(msg)
+		}
 	} else {
 		s.hdrLen, s.decodeErr = s.rep.Decode(msg, &c.lim)
 	}
@@ -803,6 +824,7 @@ func (s *slot) send(call *sunrpc.Call) error {
 	s.invKey = 0
 	s.posted = false
 	s.extraSends = 0
+	s.contActive, s.assembled = false, false
 	var sends, mid int // > 1: a continued call (the draft's section 6.6.2)
 	if p.Call == CallLong && c.vers == Version2 && !c.opts.NoContinuation {
 		// Continuation rather than a Call chunk, when it takes at most
@@ -949,6 +971,9 @@ func (s *slot) finish(call *sunrpc.Call) (*sunrpc.Reply, error) {
 		r.Body = s.replyMR.Bytes()[:n]
 		c.m.replyChunks.Add(1)
 		c.m.replyChunkBytes.Add(uint64(n))
+	} else if s.assembled {
+		r.Body = s.asm
+		c.m.continued.Add(1)
 	} else {
 		r.Body = c.recvMR.Bytes()[s.recvIdx*c.opts.Inline:][s.hdrLen:s.recvLen]
 	}

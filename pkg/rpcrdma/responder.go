@@ -261,9 +261,16 @@ type srvSlot struct {
 	asm       []byte
 	assembled bool
 	contErr   bool
-	asmLast   uint32        // the last RDMA2_CALL_MIDDLE's rdma_remaining
-	readDone  chan struct{} // RDMA Read completed
-	sendDone  chan struct{} // reply Send completed
+	asmLast   uint32 // the last RDMA2_CALL_MIDDLE's rdma_remaining
+	// A continued reply: its Payload stream, and its Sends in a
+	// slot-owned region.
+	stream   []byte
+	contMR   verbs.MR
+	contWRs  []verbs.SendWR
+	contSGEs []verbs.SGE
+	contMsgs [][]byte
+	readDone chan struct{} // RDMA Read completed
+	sendDone chan struct{} // reply Send completed
 
 	hdr, rep Header
 	req      sunrpc.Request
@@ -371,6 +378,7 @@ func (c *srvConn) release() {
 	for i := range c.slots {
 		s.dereg(c.slots[i].readMR)
 		s.dereg(c.slots[i].streamMR)
+		s.dereg(c.slots[i].contMR)
 	}
 	s.dereg(c.sendMR)
 	s.dereg(c.recvMR)
@@ -507,6 +515,7 @@ func (sl *srvSlot) serve(ctx context.Context, d sunrpc.Dispatcher, msg []byte, h
 		}
 		sl.asm = append(sl.asm, inline...)
 		inline = sl.asm
+		s.m.continued.Add(1)
 	}
 	raw, arg, err := sl.pull(inline)
 	if err != nil {
@@ -657,6 +666,11 @@ func (sl *srvSlot) reply(msg []byte) {
 	if err != nil {
 		if errors.Is(err, ErrChunk) {
 			if sl.hdr.Vers == Version2 {
+				// The draft's section 6.6.4: Message Continuation
+				// when the chunks provided are not adequate.
+				if sl.replyContinued(&m, rm) {
+					return
+				}
 				err = resourceErr(rm, &sl.hdr, err)
 			}
 			sl.sendError(msg, err)

@@ -57,6 +57,7 @@ func (sl *srvSlot) handle2(ctx context.Context, d sunrpc.Dispatcher, msg []byte)
 		c.finish(sl.idx, nil, nil)
 		return
 	}
+	c.cred.peerLimit.Store(h.Credits)
 	if !c.withinCredit(sl.seq) {
 		// Sent past our rdma_credit: as a version 1 requester sending
 		// past its grant finds no receive, the connection ends.

@@ -169,6 +169,9 @@ func startServer(t testing.TB, opts ServerOptions) *testSrv {
 	ts.rpc = sunrpc.NewServer(nil)
 	ts.rpc.Register(tProg, tVers, ts.handlers())
 	var err error
+	if opts.Logger == nil {
+		opts.Logger = testLogger(t)
+	}
 	ts.srv, err = Listen(context.Background(), newDev(), "127.0.0.1:0", opts)
 	if err != nil {
 		t.Fatal(err)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -219,13 +220,20 @@ func TestVersion2RequesterErrors(t *testing.T) {
 	if !errors.As(err, &er) || er.Vers != 2 || er.Code2 != Err2WriteResource || er.Err2.ChunkIndex != 1 || er.Err2.LengthNeeded != 100000 || !errors.Is(err, ErrChunk) {
 		t.Fatalf("error %v, want RDMA2_ERR_WRITE_RESOURCE for chunk 1, 100000 bytes", err)
 	}
-	if _, _, err = call(ctx, c, pLong, nil, false, 8000, nil, 100); !errors.As(err, &er) || er.Code2 != Err2ReplyResource || er.Err2.LengthNeeded < 8000 {
+	// A reply larger than the requester expected (no Reply chunk): sent
+	// in Continued format when it takes at most MaxContinuation Sends,
+	// else RDMA2_ERR_REPLY_RESOURCE with the length needed.
+	got, _, err := call(ctx, c, pLong, nil, false, 8000, nil, 100)
+	if err != nil || !bytes.Equal(got, pattern(8000, 5)) {
+		t.Fatalf("continued reply: %d bytes, %v", len(got), err)
+	}
+	if _, _, err = call(ctx, c, pLong, nil, false, 100000, nil, 100); !errors.As(err, &er) || er.Code2 != Err2ReplyResource || er.Err2.LengthNeeded < 100000 {
 		t.Fatalf("error %v, want RDMA2_ERR_REPLY_RESOURCE", err)
 	}
 	if got, _, err := call(ctx, c, pEcho, []byte("ok"), false, 0, nil, 256); err != nil || string(got) != "ok" {
 		t.Fatal(got, err)
 	}
-	if m := cm.Metrics(); m.Errors2[Err2WriteResource] != 1 || m.Errors2[Err2ReplyResource] != 1 || m.Registrations != 0 || m.CreditsInUse != 0 {
+	if m := cm.Metrics(); m.Errors2[Err2WriteResource] != 1 || m.Errors2[Err2ReplyResource] != 1 || m.Continued != 1 || m.Registrations != 0 || m.CreditsInUse != 0 {
 		t.Fatalf("client metrics %+v", m)
 	}
 }
@@ -281,5 +289,109 @@ func TestVersion2CreditsEnforced(t *testing.T) {
 	case <-rp.qp.Done():
 	case <-time.After(2 * time.Second):
 		t.Fatal("the connection survived Sends past its credit")
+	}
+}
+
+// TestVersion2Continuation: calls and replies larger than the inline
+// threshold travel as several Sends (the draft's section 6.6.2) when no
+// chunk carries them, sizes around the fragment boundaries, many at once
+// (the parts of different messages never interleave), with the data
+// checked; NoContinuation sends the same calls in Call chunks.
+func TestVersion2Continuation(t *testing.T) {
+	ts := startServer(t, ServerOptions{Credits: 16})
+	c, cm := newClient(t, ts, ClientOptions{Credits: 16})
+	ctx := tctx(t, 30*time.Second)
+	sizes := []int{4000, 4073, 4096, 8150, 8200, 20000, 40000, 60000}
+	var wg sync.WaitGroup
+	errs := make(chan error, 8*len(sizes))
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for _, n := range sizes {
+				arg := pattern(n, g+n)
+				// Call continued (no Call chunk); the reply comes in the
+				// Reply chunk offered (MaxReplySize n+64).
+				got, _, err := call(ctx, c, pEcho, arg, false, 0, nil, n+64)
+				if err != nil || !bytes.Equal(got, arg) {
+					errs <- fmt.Errorf("echo %d: %d bytes, %v", n, len(got), err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	// Replies continued: no Reply chunk offered (MaxReplySize 100), one
+	// at a time (continued replies are sent only within the requester's
+	// credits; past them, RDMA2_ERR_REPLY_RESOURCE).
+	for _, n := range sizes {
+		got, _, err := call(ctx, c, pLong, nil, false, uint32(n), nil, 100)
+		if err != nil || !bytes.Equal(got, pattern(n, 5)) {
+			t.Fatalf("long reply %d: %d bytes, %v", n, len(got), err)
+		}
+	}
+	m, sm := cm.Metrics(), ts.srv.Metrics()
+	t.Logf("client %+v", m)
+	// Calls whose Sends the responder's credits did not cover at once
+	// went in Call chunks (PositionZeroChunks).
+	if m.Continued <= uint64(len(sizes)) || sm.Continued == 0 || m.BadReplies != 0 || m.CreditsInUse != 0 || m.Registrations != 0 {
+		t.Fatalf("client %+v\nserver %+v", m, sm)
+	}
+	// Without continuation, the same call goes in a Call chunk.
+	c1, cm1 := newClient(t, ts, ClientOptions{Credits: 16, NoContinuation: true})
+	arg := pattern(20000, 1)
+	if got, _, err := call(ctx, c1, pEcho, arg, false, 0, nil, 20064); err != nil || !bytes.Equal(got, arg) {
+		t.Fatal(err)
+	}
+	if m := cm1.Metrics(); m.PositionZeroChunks != 1 || m.Continued != 0 {
+		t.Fatalf("NoContinuation: %+v", m)
+	}
+}
+
+// TestVersion2ContinuationErrors: a continuation broken by another
+// message, or whose parts do not add up, is answered with
+// RDMA2_ERR_INVAL_CONT (the draft's sections 6.3.6 and 7.1.4), and a
+// good continued call on the same connection works.
+func TestVersion2ContinuationErrors(t *testing.T) {
+	ts := startServer(t, ServerOptions{Credits: 8})
+	var pbuf [20]byte
+	rp, _ := dialV2(t, ts.srv.Addr().String(), connProp(1, DefaultProperties().AppendProps(nil, &pbuf)))
+	null := w(0, 0, 2, tProg, tVers, 0, 0, 0, 0, 0)
+	nullCall := func(xid uint32) []uint32 { n := append([]uint32(nil), null...); n[0] = xid; return n }
+	send := func(msg []byte) {
+		copy(rp.sb.Bytes(), msg)
+		if err := rp.qp.PostSend(&verbs.SendWR{Opcode: verbs.WRSend, SGL: []verbs.SGE{rp.sb.SGE(0, len(msg))}}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(20 * time.Millisecond) // the raw peer reuses its one send buffer
+	}
+	// A first call is needed for more than one receive (see grants.go).
+	if h := decode2(t, rp.exchange(t, words(cat(w(0x50, 2, 3, 10, 0, 0, 0, 0), nullCall(0x50))...))); h.HType != HTypeReplyInline {
+		t.Fatalf("%+v", h)
+	}
+	// MIDDLE of call 0x60 (first 5 words), then a message of call 0x61.
+	send(words(cat(w(0x60, 2, 3, 9, 20), nullCall(0x60)[:5])...))
+	got := rp.exchange(t, words(cat(w(0x61, 2, 3, 10, 0, 0, 0, 0), nullCall(0x61))...))
+	if h := decode2(t, got); h.HType != HTypeError || h.Err.Code != Err2InvalCont || h.XID != 0x61 {
+		t.Fatalf("interrupted continuation answered %+v", h)
+	}
+	// MIDDLE says 20 bytes remain; the final part has 8.
+	send(words(cat(w(0x62, 2, 3, 9, 20), nullCall(0x62)[:5])...))
+	got = rp.exchange(t, words(cat(w(0x62, 2, 3, 10, 0, 0, 0, 0), nullCall(0x62)[5:7])...))
+	if h := decode2(t, got); h.HType != HTypeError || h.Err.Code != Err2InvalCont || h.XID != 0x62 {
+		t.Fatalf("short final part answered %+v", h)
+	}
+	// A good one: 5 words, then 5.
+	send(words(cat(w(0x63, 2, 3, 9, 20), nullCall(0x63)[:5])...))
+	got = rp.exchange(t, words(cat(w(0x63, 2, 3, 10, 0, 0, 0, 0), nullCall(0x63)[5:])...))
+	if h := decode2(t, got); h.HType != HTypeReplyInline || h.XID != 0x63 {
+		t.Fatalf("continued NULL answered %+v", h)
+	}
+	if m := ts.srv.Metrics(); m.Continued != 1 || m.Errors2[Err2InvalCont] != 2 {
+		t.Fatalf("server %+v", m)
 	}
 }
