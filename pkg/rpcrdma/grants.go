@@ -200,7 +200,11 @@ func (s *Server) rebalanceLocked() {
 	total := 0
 	for i, c := range conns {
 		c.cred.mu.Lock()
+		raised := grants[i] > c.cred.grant
 		c.cred.grant = grants[i]
+		if raised {
+			c.sendGrantLocked()
+		}
 		c.cred.mu.Unlock()
 		total += grants[i]
 	}
@@ -332,5 +336,33 @@ func (s *Server) removeConn(c *srvConn) {
 	if _, ok := s.conns[c]; ok {
 		delete(s.conns, c)
 		s.retargetLocked()
+	}
+}
+
+// sendGrantLocked tells a version 2 requester at once that its grant rose
+// (the draft's section 4.2.1.1: RDMA2_GRANT, rdma_xid 0): it posts the
+// receives of the new grant and Sends the credit. Without it the credit
+// would reach the requester with the next reply, as in version 1, after a
+// call waited for it. One RDMA2_GRANT is in flight at a time, from the
+// connection's own buffer; while one is, the next reply carries the
+// credit instead. c.cred.mu is held.
+func (c *srvConn) sendGrantLocked() {
+	cc := &c.cred
+	if c.vers.Load() != Version2 || !cc.called.Load() || c.grantMR == nil || !c.grantIdle.CompareAndSwap(true, false) {
+		return
+	}
+	if !c.fillLocked() {
+		return
+	}
+	b := c.grantMR.Bytes()[:PrefixLen]
+	be.PutUint32(b, 0)
+	be.PutUint32(b[4:], Version2)
+	be.PutUint32(b[8:], c.creditLocked())
+	be.PutUint32(b[12:], uint32(HTypeGrant))
+	c.grantSGE[0] = c.grantMR.SGE(0, PrefixLen)
+	c.grantWR = verbs.SendWR{ID: wrGrant, Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGL: c.grantSGE[:]}
+	cc.sent++
+	if c.qp.PostSend(&c.grantWR) == nil {
+		c.s.m.grants.Add(1)
 	}
 }

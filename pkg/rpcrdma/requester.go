@@ -115,6 +115,7 @@ const (
 	wrInv
 	wrRead
 	wrWrite
+	wrGrant           // a responder's RDMA2_GRANT
 	wrKindMask uint64 = 0xff << 56
 )
 

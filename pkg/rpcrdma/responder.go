@@ -235,9 +235,14 @@ type srvConn struct {
 	propsMu   sync.Mutex
 	propsDone bool
 	props     Properties
-	peerProps []Prop         // accumulated from RDMA2_CONNPROP_MIDDLE
-	recvSeq   uint32         // receives completed, counted by the completion goroutine
-	asm       reassembly     // a continued call being received (completion goroutine)
+	peerProps []Prop     // accumulated from RDMA2_CONNPROP_MIDDLE
+	recvSeq   uint32     // receives completed, counted by the completion goroutine
+	asm       reassembly // a continued call being received (completion goroutine)
+	// RDMA2_GRANT: its buffer, and whether no GRANT is in flight.
+	grantMR   verbs.MR
+	grantSGE  [1]verbs.SGE
+	grantWR   verbs.SendWR
+	grantIdle atomic.Bool
 	verbs     verbs.ConnInfo // what the provider negotiated at accept; under s.mu
 
 	sendMR, recvMR verbs.MR
@@ -321,6 +326,10 @@ func (s *Server) newConn(ctx context.Context, req verbs.ConnRequest) (*srvConn, 
 	if c.recvMR, err = s.reg(c.pd, make([]byte, n*o.Inline), verbs.AccessLocalWrite); err != nil {
 		return nil, err
 	}
+	if c.grantMR, err = s.reg(c.pd, make([]byte, PrefixLen), 0); err != nil {
+		return nil, err
+	}
+	c.grantIdle.Store(true)
 	c.slots = make([]srvSlot, n)
 	c.recvWRs, c.recvSGEs = make([]verbs.RecvWR, n), make([]verbs.SGE, n)
 	for i := range c.slots {
@@ -382,6 +391,7 @@ func (c *srvConn) release() {
 	}
 	s.dereg(c.sendMR)
 	s.dereg(c.recvMR)
+	s.dereg(c.grantMR)
 	if c.cq != nil {
 		c.cq.Close()
 	}
@@ -432,6 +442,10 @@ func (c *srvConn) complete(wc *verbs.WC) bool {
 		return false
 	}
 	idx := int(wc.ID &^ wrKindMask)
+	if wc.ID&wrKindMask == wrGrant {
+		c.grantIdle.Store(true)
+		return true
+	}
 	if idx >= len(c.slots) {
 		return true
 	}

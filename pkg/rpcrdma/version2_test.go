@@ -395,3 +395,49 @@ func TestVersion2ContinuationErrors(t *testing.T) {
 		t.Fatalf("server %+v", m)
 	}
 }
+
+// TestVersion2Grant: a raised grant reaches a version 2 requester at once
+// in an RDMA2_GRANT (the draft's section 4.2.1.1), while its calls are in
+// process: with a grant of 1 and four slow calls, raising the grant to 4
+// lets the three waiting calls go before the first is answered (in
+// version 1 they would wait for that reply to carry the grant).
+func TestVersion2Grant(t *testing.T) {
+	ts := startServer(t, ServerOptions{Credits: 8, Grant: 1})
+	c, cm := newClient(t, ts, ClientOptions{Credits: 8})
+	ctx := tctx(t, 20*time.Second)
+	if err := c.Null(ctx, tProg, tVers); err != nil { // the first call: the connection's grant applies
+		t.Fatal(err)
+	}
+	ts.delay.Store(int64(400 * time.Millisecond))
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs <- c.Call(ctx, sunrpc.CallSpec{Prog: tProg, Vers: tVers, Proc: pCount, MaxReplySize: 256})
+		}()
+	}
+	time.Sleep(100 * time.Millisecond)
+	if n := ts.inflight.Load(); n != 1 {
+		t.Fatalf("%d calls in process with a grant of 1", n)
+	}
+	ts.srv.SetGrant(4)
+	deadline := time.Now().Add(250 * time.Millisecond) // before the first call is answered
+	for ts.inflight.Load() < 4 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if n := ts.inflight.Load(); n != 4 {
+		t.Fatalf("%d calls in process after the grant rose to 4, before any reply", n)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if m, sm := cm.Metrics(), ts.srv.Metrics(); m.Grants == 0 || sm.Grants == 0 || m.CreditsGranted != 4 {
+		t.Fatalf("client %+v\nserver %+v", m, sm)
+	}
+}
