@@ -385,13 +385,20 @@ func TestVersion2ContinuationErrors(t *testing.T) {
 	if h := decode2(t, got); h.HType != HTypeError || h.Err.Code != Err2InvalCont || h.XID != 0x62 {
 		t.Fatalf("short final part answered %+v", h)
 	}
+	// Two MIDDLEs whose rdma_remaining do not follow: 20 bytes remain
+	// after the first, the second carries 8 and says 4 remain.
+	send(words(cat(w(0x64, 2, 3, 9, 20), nullCall(0x64)[:5])...))
+	got = rp.exchange(t, words(cat(w(0x64, 2, 3, 9, 4), nullCall(0x64)[5:7])...))
+	if h := decode2(t, got); h.HType != HTypeError || h.Err.Code != Err2InvalCont || h.XID != 0x64 {
+		t.Fatalf("inconsistent rdma_remaining answered %+v", h)
+	}
 	// A good one: 5 words, then 5.
 	send(words(cat(w(0x63, 2, 3, 9, 20), nullCall(0x63)[:5])...))
 	got = rp.exchange(t, words(cat(w(0x63, 2, 3, 10, 0, 0, 0, 0), nullCall(0x63)[5:])...))
 	if h := decode2(t, got); h.HType != HTypeReplyInline || h.XID != 0x63 {
 		t.Fatalf("continued NULL answered %+v", h)
 	}
-	if m := ts.srv.Metrics(); m.Continued != 1 || m.Errors2[Err2InvalCont] != 2 {
+	if m := ts.srv.Metrics(); m.Continued != 1 || m.Errors2[Err2InvalCont] != 3 {
 		t.Fatalf("server %+v", m)
 	}
 }
