@@ -111,7 +111,8 @@ type ReadSegment struct {
 }
 
 // Header is an RPC-over-RDMA version 1 transport header (RFC 8166 section
-// 4.1.2, struct rdma_msg).
+// 4.1.2, struct rdma_msg), or, with Vers 2, a version 2 one (header2.go:
+// its HType and fields in the embedded Header2).
 //
 // A Header is meant to be reused: Decode truncates its slices and refills
 // them, allocating only when a message has more segments than any before

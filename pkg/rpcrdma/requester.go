@@ -119,8 +119,9 @@ const (
 	wrKindMask uint64 = 0xff << 56
 )
 
-// Client is the requester end of one RPC-over-RDMA v1 connection (RFC 8166
-// section 3): a sunrpc.ClientTransport. It is safe for concurrent use.
+// Client is the requester end of one RPC-over-RDMA connection, version 1
+// (RFC 8166 section 3) or version 2 as negotiated at Dial (the draft's
+// section 4.3): a sunrpc.ClientTransport. It is safe for concurrent use.
 type Client struct {
 	cqd    cqDrain
 	opts   ClientOptions
@@ -233,8 +234,13 @@ type slot struct {
 // Dial connects to the RPC-over-RDMA responder at addr ("host:port", NFS
 // uses 20049) on dev and returns the requester end (RFC 8166 section 3,
 // RFC 8797 private data). Its receives are posted before the connection
-// request. Errors: the device's (ErrRejected, timeouts), ErrInvalid for
-// bad options.
+// request. Unless opts.MaxVersion is 1 or opts.Versions knows addr as
+// version 1 only, it then negotiates the version (the draft's section 4.3,
+// negotiate.go): version 2 with our responders, version 1 (after ERR_VERS)
+// with the others. Errors: the device's (ErrRejected, timeouts),
+// ErrInvalid for bad options, ErrNoVersion2 when the negotiation got no
+// answer, an *ErrorReply when it got an RDMA2_ERROR, ErrPropVal for the
+// responder's bad properties.
 func Dial(ctx context.Context, dev verbs.Device, addr string, opts ClientOptions) (*Client, error) {
 	if err := opts.fill(); err != nil {
 		return nil, err

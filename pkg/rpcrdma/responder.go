@@ -89,8 +89,10 @@ func (o *ServerOptions) fill() error {
 	return nil
 }
 
-// Server is an RPC-over-RDMA v1 responder (RFC 8166 section 3) listening
-// on one address.
+// Server is an RPC-over-RDMA responder listening on one address: version
+// 1 (RFC 8166 section 3) and, unless ServerOptions.MaxVersion is 1,
+// version 2 (the draft), each connection in the version of its first
+// message.
 type Server struct {
 	dev  verbs.Device
 	ln   verbs.Listener
