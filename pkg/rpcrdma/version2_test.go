@@ -448,3 +448,38 @@ func TestVersion2Grant(t *testing.T) {
 		t.Fatalf("client %+v\nserver %+v", m, sm)
 	}
 }
+
+// TestVersion2ConnPropMiddle: properties split over RDMA2_CONNPROP_MIDDLE
+// and RDMA2_CONNPROP_FINAL accumulate (the draft's section 6.3.3): only
+// the FINAL is answered, and the requester's receive buffer size from the
+// MIDDLE sets the responder's send threshold; an unknown property is
+// skipped.
+func TestVersion2ConnPropMiddle(t *testing.T) {
+	ts := startServer(t, ServerOptions{Credits: 4, Inline: 16384})
+	rp := &rawV2{dialRaw(t, ts.srv.Addr().String()), t}
+	mid := Header{XID: 1, Vers: 2, Credits: 3, Header2: Header2{HType: HTypeConnPropMiddle,
+		Props: []Prop{{Which: PropRecvSize, Data: words(16384)}, {Which: 77, Data: []byte("future")}}}}
+	b, err := mid.Encode(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	copy(rp.sb.Bytes(), b)
+	if err := rp.qp.PostSend(&verbs.SendWR{Opcode: verbs.WRSend, SGL: []verbs.SGE{rp.sb.SGE(0, len(b))}}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(20 * time.Millisecond)
+	got := rp.exchange(t, connProp(2, []Prop{{Which: PropSendSize, Data: words(16384)}}))
+	if h := decode2(t, got); h.HType != HTypeConnPropFinal || h.XID != 2 {
+		t.Fatalf("answer %+v", h)
+	}
+	if in := ts.srv.Connections()[0]; in.Version != 2 {
+		t.Fatalf("%+v", in)
+	}
+	ts.srv.mu.Lock()
+	defer ts.srv.mu.Unlock()
+	for sc := range ts.srv.conns {
+		if n := sc.inline.Load(); n != 16384 {
+			t.Fatalf("responder's send threshold %d, want the MIDDLE's receive buffer size 16384", n)
+		}
+	}
+}
