@@ -29,6 +29,7 @@ func newServerCmd() *cobra.Command {
 		nfsPort, mntPort, rdmaPrt int
 		credits, defCredits       int
 		creditsBudget             int
+		rdmaVersion               int
 		adminListen, adminTokenF  string
 		stateDir, snapshotDir     string
 	)
@@ -48,6 +49,10 @@ CSI controller through the admin API, per AUTH_SYS machine name NODE/NS/POD),
 else --default-credits; the grants of all connections share --credits-budget
 receives (max-min fair). Only the credits granted are posted as receives, so a
 client that sends more calls than granted is disconnected (RFC 8166 3.3.1).
+Each RDMA connection speaks the RPC-over-RDMA version of its first message:
+version 2 (draft-ietf-nfsv4-rpcrdma-version-two) with our clients, version 1
+with Linux and other clients; --rdma-version 1 serves version 1 only (version 2
+is answered ERR_VERS and the client falls back).
 
 With --admin-listen, the admin API the CSI controller uses (HTTP + JSON, bearer
 token from --admin-token-file, required) is served on its own address: it
@@ -159,7 +164,7 @@ the controller: handles obtained through it bypass volume quotas and lists.`,
 				n++
 				go func() {
 					addr := net.JoinHostPort(listen, strconv.Itoa(rdmaPrt))
-					errc <- srv.ServeRDMA(ctx, siw.NewDevice(siw.Config{}), addr, rpcrdma.ServerOptions{Credits: credits, Grant: defCredits, Budget: creditsBudget})
+					errc <- srv.ServeRDMA(ctx, siw.NewDevice(siw.Config{}), addr, rpcrdma.ServerOptions{Credits: credits, Grant: defCredits, Budget: creditsBudget, MaxVersion: rdmaVersion})
 				}()
 			}
 			var first error
@@ -185,6 +190,7 @@ the controller: handles obtained through it bypass volume quotas and lists.`,
 	f.IntVar(&credits, "credits", 32, "RPC-over-RDMA receive buffers per connection: the most credits a connection can be granted")
 	f.IntVar(&defCredits, "default-credits", 0, "RPC-over-RDMA credits granted to a connection whose AUTH_SYS machine has no grant from the admin API (0: --credits)")
 	f.IntVar(&creditsBudget, "credits-budget", 0, "RPC-over-RDMA receives posted over all connections, shared max-min fair (0: no bound)")
+	f.IntVar(&rdmaVersion, "rdma-version", 2, "highest RPC-over-RDMA version served: 2 (version 1 or 2, as each client opens) or 1 (version 1 only)")
 	f.StringVar(&adminListen, "admin-listen", "", "HOST:PORT of the admin API (HTTP, bearer token); empty: off")
 	f.StringVar(&adminTokenF, "admin-token-file", "", "file holding the admin API's bearer token (required with --admin-listen)")
 	f.StringVar(&stateDir, "state-dir", "/var/lib/nfsrdma-server", "directory of the volume registry (volumes, quotas, client lists, snapshots); empty: in memory only. Without --admin-listen, the default is used only if it holds a registry")

@@ -1,6 +1,8 @@
 package metrics
 
 import (
+	"strconv"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/nfsrdma/nfsrdma-csi/pkg/rpcrdma"
@@ -9,7 +11,8 @@ import (
 // ConnectionCollector exports the credits of each RPC-over-RDMA connection
 // of a responder (rpcrdma.Server.Connections), read at scrape time, one
 // series per connection labelled with its AUTH_SYS machine name (the pod's
-// mount: "NODE/NAMESPACE/POD") and peer address:
+// mount: "NODE/NAMESPACE/POD"), peer address and RPC-over-RDMA version
+// ("1", "2", or "0" before the connection's first message):
 //
 //   - nfsrdma_rpcrdma_connection_credits_granted: the credits its replies
 //     carry (RFC 8166 section 3.3.1), after the receive budget;
@@ -29,7 +32,7 @@ type ConnectionCollector struct {
 // RDMAConnections).
 func NewConnectionCollector(conns func() []rpcrdma.ConnInfo) *ConnectionCollector {
 	d := func(name, help string, labels ...string) *prometheus.Desc {
-		return prometheus.NewDesc(prometheus.BuildFQName(Namespace, "rpcrdma", name), help, append([]string{"machine", "peer"}, labels...), nil)
+		return prometheus.NewDesc(prometheus.BuildFQName(Namespace, "rpcrdma", name), help, append([]string{"machine", "peer", "version"}, labels...), nil)
 	}
 	return &ConnectionCollector{
 		conns:     conns,
@@ -51,7 +54,7 @@ func (c *ConnectionCollector) Describe(ch chan<- *prometheus.Desc) {
 func (c *ConnectionCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, ci := range c.conns() {
 		g := func(d *prometheus.Desc, v int, extra ...string) {
-			ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, float64(v), append([]string{ci.Machine, ci.Peer}, extra...)...)
+			ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, float64(v), append([]string{ci.Machine, ci.Peer, strconv.Itoa(ci.Version)}, extra...)...)
 		}
 		named := "false"
 		if ci.Named {

@@ -32,8 +32,14 @@ const (
 //   - nfsrdma_rpcrdma_bytes_total{kind}: RPC bytes by how they moved:
 //     "inline" (in Sends), "read" (RDMA Read of Read chunks), "write" (RDMA
 //     Write into Write chunks), "reply" (into Reply chunks);
-//   - nfsrdma_rpcrdma_errors_total{code="ERR_VERS"|"ERR_CHUNK"}:
-//     RDMA_ERROR replies sent (responder) or received (requester);
+//   - nfsrdma_rpcrdma_errors_total{code="ERR_VERS"|"ERR_CHUNK"|"RDMA2_ERR_*"}:
+//     RDMA_ERROR and RDMA2_ERROR replies sent (responder) or received
+//     (requester); RDMA2_ERR_VERS is counted as ERR_VERS;
+//   - nfsrdma_rpcrdma_version: requester: the RPC-over-RDMA version of its
+//     latest connection (gauge; 1 after a fallback from version 2);
+//     nfsrdma_rpcrdma_version1_fallbacks_total: connections that fell
+//     back to version 1; nfsrdma_rpcrdma_grants_total: RDMA2_GRANT
+//     messages received;
 //   - nfsrdma_rpcrdma_send_with_invalidate_total: replies sent or received
 //     with Send With Invalidate;
 //   - nfsrdma_rpcrdma_registrations: per-call memory registrations alive
@@ -44,6 +50,7 @@ type TransportCollector struct {
 
 	connections, creditsGranted, creditsInUse, registrations, registeredBytes *prometheus.Desc
 	calls, replies, retransmits, dropped, chunks, bytes, errors, sendInv      *prometheus.Desc
+	version, fallbacks, grants                                                *prometheus.Desc
 }
 
 // NewTransportCollector returns a collector of the snapshots metrics
@@ -75,13 +82,17 @@ func NewTransportCollector(role string, metrics func() rpcrdma.Metrics, constLab
 		sendInv:         d("send_with_invalidate_total", "Replies sent (responder) or received (requester) with Send With Invalidate."),
 		registrations:   d("registrations", "Per-call memory registrations alive now."),
 		registeredBytes: d("registered_bytes", "Memory registered for RDMA, in bytes: buffer pools, chunk buffers and per-call registrations."),
+		version:         d("version", "Requester: the RPC-over-RDMA version of the latest connection (1 or 2; 0 before any)."),
+		fallbacks:       d("version1_fallbacks_total", "Requester: connections on which the server answered version 2 with ERR_VERS and version 1 was used."),
+		grants:          d("grants_total", "RDMA2_GRANT messages received (requester) or sent (responder)."),
 	}
 }
 
 // Describe implements prometheus.Collector.
 func (c *TransportCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.connections, c.calls, c.replies, c.retransmits, c.dropped,
-		c.creditsGranted, c.creditsInUse, c.chunks, c.bytes, c.errors, c.sendInv, c.registrations, c.registeredBytes} {
+		c.creditsGranted, c.creditsInUse, c.chunks, c.bytes, c.errors, c.sendInv, c.registrations, c.registeredBytes,
+		c.version, c.fallbacks, c.grants} {
 		ch <- d
 	}
 }
@@ -114,6 +125,14 @@ func (c *TransportCollector) Collect(ch chan<- prometheus.Metric) {
 	n(c.bytes, m.ReplyChunkBytes, "reply")
 	n(c.errors, m.ErrVers, "ERR_VERS")
 	n(c.errors, m.ErrChunk, "ERR_CHUNK")
+	for code, v := range m.Errors2 {
+		if code != rpcrdma.Err2Vers {
+			n(c.errors, v, code.String())
+		}
+	}
+	g(c.version, float64(m.Version))
+	n(c.fallbacks, m.Version1Fallbacks)
+	n(c.grants, m.Grants)
 	n(c.sendInv, m.SendWithInvalidate)
 	g(c.registrations, float64(m.Registrations))
 	g(c.registeredBytes, float64(m.RegisteredBytes))

@@ -110,6 +110,9 @@ func TestTransportCollector(t *testing.T) {
 	if v := mustValue(t, f0, "nfsrdma_rpcrdma_credits_granted", req); v != 8 {
 		t.Errorf("requester credits granted %v, want 8", v)
 	}
+	if v := mustValue(t, f0, "nfsrdma_rpcrdma_version", req); v != 2 {
+		t.Errorf("requester version %v, want 2 (negotiated with our responder)", v)
+	}
 	if v := mustValue(t, f0, "nfsrdma_rpcrdma_credits_in_use", req); v != 0 {
 		t.Errorf("credits in use %v", v)
 	}
@@ -118,13 +121,13 @@ func TestTransportCollector(t *testing.T) {
 	}
 	// Per connection: the machine name is "" (the Null call has AUTH_NONE).
 	peer := srv.Connections()[0].Peer
-	if v := mustValue(t, f0, "nfsrdma_rpcrdma_connection_credits_granted", l("machine", "", "peer", peer)); v != 8 {
+	if v := mustValue(t, f0, "nfsrdma_rpcrdma_connection_credits_granted", l("machine", "", "peer", peer, "version", "2")); v != 8 {
 		t.Errorf("connection credits granted %v, want 8", v)
 	}
-	if v := mustValue(t, f0, "nfsrdma_rpcrdma_connection_receives_posted", l("machine", "", "peer", peer)); v != 8 {
+	if v := mustValue(t, f0, "nfsrdma_rpcrdma_connection_receives_posted", l("machine", "", "peer", peer, "version", "2")); v != 8 {
 		t.Errorf("connection receives posted %v, want 8", v)
 	}
-	if v := mustValue(t, f0, "nfsrdma_rpcrdma_connection_credits_target", l("machine", "", "peer", peer, "named", "false")); v != 8 {
+	if v := mustValue(t, f0, "nfsrdma_rpcrdma_connection_credits_target", l("machine", "", "peer", peer, "version", "2", "named", "false")); v != 8 {
 		t.Errorf("connection credits target %v, want 8", v)
 	}
 	calls0 := mustValue(t, f0, "nfsrdma_rpcrdma_calls_total", req)

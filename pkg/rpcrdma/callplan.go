@@ -74,6 +74,19 @@ type Inline struct {
 	// MaxSegs is the most segments the registration puts in one chunk;
 	// it sizes the largest transport header. 0 means DefaultMaxSegs.
 	MaxSegs int
+	// Vers is the connection's RPC-over-RDMA version (0 means 1): a
+	// version 2 call header is 8 bytes longer than version 1's (the
+	// draft's rdma_inv_handle, and RDMA2_CALL_EXTERNAL's second Read
+	// list).
+	Vers int
+}
+
+// callHdrExtra is what a call header of in's version adds to version 1's.
+func (in Inline) callHdrExtra() int {
+	if in.Vers == Version2 {
+		return 8
+	}
+	return 0
 }
 
 // inlineFor returns the Inline of a connection on which we sent local and
@@ -224,13 +237,13 @@ func planCall(call, reply Message, in Inline) (CallPlan, error) {
 	if n > DefaultMaxChunkSegments {
 		return CallPlan{}, fmt.Errorf("%w: MaxSegs %d above %d", ErrInvalid, n, DefaultMaxChunkSegments)
 	}
-	if in.Send < maxCallHdr(n) || in.Recv < maxReplyHdr(n) {
+	if in.Send < maxCallHdr(n)+in.callHdrExtra() || in.Recv < maxReplyHdr(n) {
 		return CallPlan{}, fmt.Errorf("%w: inline thresholds send %d, recv %d too small for headers with %d-segment chunks (%d, %d bytes)",
-			ErrInvalid, in.Send, in.Recv, n, maxCallHdr(n), maxReplyHdr(n))
+			ErrInvalid, in.Send, in.Recv, n, maxCallHdr(n)+in.callHdrExtra(), maxReplyHdr(n))
 	}
 
 	var p CallPlan
-	hdr := MinHeaderLen // the call's header without a Read list
+	hdr := MinHeaderLen + in.callHdrExtra() // the call's header without a Read list
 	switch {
 	case MinHeaderLen+reply.Len() <= in.Recv:
 		p.Reply = ReplyInline

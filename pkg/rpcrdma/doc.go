@@ -1,11 +1,16 @@
 // Package rpcrdma implements the wire codec and the pure decision logic of
-// RPC-over-RDMA version 1 (RFC 8166), the transport that carries ONC RPC
-// (RFC 5531) and so NFSv3 (RFC 1813, bound by RFC 8267) over RDMA.
+// RPC-over-RDMA version 1 (RFC 8166) and version 2
+// (draft-ietf-nfsv4-rpcrdma-version-two, "the draft"), the transport that
+// carries ONC RPC (RFC 5531) and so NFSv3 (RFC 1813, bound by RFC 8267)
+// over RDMA.
 //
 // The codec and planners hold no connection state and perform no I/O:
 //
 //   - header.go: the transport header (RFC 8166 section 4): Header, Segment,
 //     ReadSegment, Header.Encode, Header.Decode with Limits.
+//   - header2.go, props.go: version 2 headers (Header.Decode2; Encode of a
+//     Header with Vers 2) and transport properties (the draft's sections
+//     5, 6 and 8).
 //   - errreply.go: the RDMA_ERROR a responder sends for a header it could
 //     not decode (RFC 8166 section 4.5).
 //   - privdata.go: the RDMA-CM private data of RFC 8797 (magic 0xf6ab0e18)
@@ -45,4 +50,95 @@
 // count before checking it against the bytes present and the configured
 // Limits, and reuse the caller's slices so that the steady state does not
 // allocate.
+//
+// # Version 2
+//
+// Our requester and responder speak version 2 to each other and version 1
+// to everyone else (negotiate.go, responder2.go, continuation.go). Version
+// 2 shares chunks, registration, the planners and the per-machine credit
+// grants with version 1. What the draft leaves open was decided so:
+//
+//   - Negotiation (section 4.3). The requester's first message is an
+//     RDMA2_CONNPROP_FINAL with its properties (about 80 bytes, under the
+//     version 1 default of 1024), under a random nonzero rdma_xid, which
+//     the responder's own RDMA2_CONNPROP_FINAL echoes. A version 1
+//     responder answers RDMA_ERROR ERR_VERS (Linux knfsd does; its words
+//     are those of RDMA2_ERROR RDMA2_ERR_VERS): the connection goes on in
+//     version 1 and the address is remembered in a VersionCache for an
+//     hour, so reconnections do not negotiate again. No answer within
+//     ClientOptions.HandshakeTimeout (5 s) is taken as version 1 too (Dial
+//     fails with ErrNoVersion2; the next Dial uses version 1). RFC 8797
+//     private data is sent on every connection. The responder speaks the
+//     version of the first message it receives of a version it serves; a
+//     version 1 message on a version 2 connection is answered
+//     RDMA2_ERR_VERS_MISMATCH, a version 2 message on a version 1
+//     connection ERR_VERS.
+//   - The header prefix is 16 bytes (rpcrdma_common); section 7 says 20
+//     octets, but an RDMA2_GRANT is 16. Shorter messages are silently
+//     discarded. The *_EXTERNAL and *_MIDDLE descriptions that say "Reply"
+//     for a Call, or "Call" for a Reply, are read as their own direction.
+//   - Properties (section 5). Each uint32 property must be exactly 4
+//     bytes, a reverse-direction level at most RDMA2_RVRSDIR_GENL, sizes at
+//     least 1024: otherwise RDMA2_ERR_BAD_PROPVAL and none applied. Nonzero
+//     XDR padding or more than MaxProps properties is RDMA2_ERR_BAD_XDR.
+//     Unknown properties are skipped, so extensions add properties without
+//     a new header type. We announce our buffer size as both sizes, our
+//     decoder's segments per chunk as RDMA2_PROPID_RCSIZ, MaxMessageLen as
+//     the segment size and no reverse-direction support; the Host Auth
+//     Message is carried, not interpreted. Our send threshold is the
+//     smaller of our send size and the peer's RDMA2_PROPID_RBSIZ, our
+//     receive threshold the smaller of our buffers and its
+//     RDMA2_PROPID_SBSIZ. A CONNPROP after the FINAL is
+//     RDMA2_ERR_INVAL_CONT.
+//   - Credits (section 4.2.1). rdma_credit is the messages received plus
+//     the receives advertised (the draft says messages sent, which differs
+//     as soon as a message is continued): receives ever posted, less one
+//     kept posted for an RDMA2_GRANT. A sender posts while its Sends stay
+//     under the last rdma_credit received (modulo 2^32); the first message
+//     goes under the initial credit of 1. The responder posts its grant
+//     (grants.go) plus that one receive, advertises posts -
+//     max(1, held - grant) (so a lower grant shrinks the requester's
+//     window at once, as in version 1), and closes a connection whose
+//     requester sends past the highest credit it advertised, as a version
+//     1 requester past its grant finds no receive. Until the first call
+//     (the RDMA2_CONNPROP exchange) a connection is granted 1, since its
+//     AUTH_SYS machine is not known yet. RDMA2_GRANT is understood by the
+//     requester; the responder sends none (its replies carry credits) and
+//     ignores the requester's (our replies answer calls that have a
+//     receive waiting).
+//   - Continuation (section 6.6.2). A call too large for one Send that is
+//     not reduced enough by a Read chunk goes as RDMA2_CALL_MIDDLE parts
+//     and a final RDMA2_CALL_INLINE when it takes at most MaxContinuation
+//     (16) Sends and the responder's credits cover them now; otherwise in
+//     a Call chunk, as version 1 (ClientOptions.NoContinuation forces
+//     that). Parts are multiples of 4 bytes; the final part is never
+//     empty; the Sends of one message are posted together, so no other
+//     message comes between them. The responder reassembles in completion
+//     order, reposting each part's receive at once; a part of another
+//     call, an rdma_remaining that does not follow, or a call larger than
+//     ServerOptions.MaxCall is RDMA2_ERR_INVAL_CONT.
+//   - Reply format (section 6.6.4). Inline when it fits; the Reply chunk
+//     when one was provided and the reply does not fit inline (a MUST); a
+//     DDP-eligible result into the first Write chunk. When those are not
+//     adequate (no Reply chunk or a small one, as when the requester
+//     underestimated the reply), the reply is continued if the requester's
+//     last credit covers its Sends beyond one reply per call in process;
+//     the requester keeps MaxContinuation receives beyond its credits for
+//     those parts. Else RDMA2_ERR_REPLY_RESOURCE (length needed), or
+//     RDMA2_ERR_WRITE_RESOURCE (chunk 1, length needed) for a result
+//     larger than the Write chunk.
+//   - Errors (section 7). Read chunks beyond one: RDMA2_ERR_READ_CHUNKS
+//     with 1; limits of Limits: RDMA2_ERR_WRITE_CHUNKS and
+//     RDMA2_ERR_SEGMENTS with the limit; a Read chunk larger than MaxCall:
+//     RDMA2_ERR_SYSTEM (refused before any RDMA Read); a reply header type
+//     received by the responder: RDMA2_ERR_INVAL_HTYPE (no reverse
+//     direction). An RDMA2_ERROR is never answered.
+//   - Remote Invalidation (section 6.5). The requester sets
+//     rdma_inv_handle when all its chunks use one R_key (unless
+//     NoRemoteInvalidate); the responder uses Send With Invalidate only
+//     when rdma_inv_handle names a handle of that call.
+//
+// The two extension drafts (responder-provided Read chunks, send-based
+// DDP) are not implemented; they fit as properties (props.go skips what it
+// does not know) and header types.
 package rpcrdma

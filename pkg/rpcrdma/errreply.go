@@ -65,3 +65,18 @@ func appendErrorReply(dst, msg []byte, err error, credits uint32) []byte {
 	}
 	return be.AppendUint32(dst, uint32(ErrcodeChunk))
 }
+
+// appendError2 appends an RDMA2_ERROR header (the draft, section 7):
+// rdma_xid and rdma_vers as given (those of the message answered),
+// rdma_credit credits, rdma_htype RDMA2_ERROR and e. It does not allocate
+// when dst has Error2MaxLen bytes of spare capacity.
+func appendError2(dst []byte, xid, vers, credits uint32, e Error2) []byte {
+	h := Header{XID: xid, Vers: Version2, Credits: credits, Header2: Header2{HType: HTypeError, Err: e}}
+	n := len(dst)
+	dst, err := h.encode2(dst)
+	if err != nil {
+		return dst
+	}
+	be.PutUint32(dst[n+4:], vers)
+	return dst
+}

@@ -50,6 +50,19 @@ type connCredits struct {
 	// for the Send that finish posts under mu.
 	working atomic.Int64
 	idle    []int // slots whose receive is not posted (LIFO)
+	// posts counts the receives ever posted: a version 2 connection's
+	// rdma_credit is posts-1 (the draft's section 4.2.1; see the package
+	// doc's Version 2 section).
+	posts uint32
+	// sent counts the messages Sent; peerLimit is the latest rdma_credit
+	// of a version 2 requester (its receives posted, less one): a
+	// continued reply is Sent only within it.
+	sent      uint32
+	peerLimit atomic.Uint32
+	// called: a call arrived (version 2: until then, after the
+	// RDMA2_CONNPROP exchange, the machine is unknown and one receive is
+	// granted, so that a pod never starts with the default grant).
+	called  atomic.Bool
 	machine atomic.Pointer[string]
 	named   bool // target comes from a machine grant
 }
@@ -66,8 +79,14 @@ type ConnInfo struct {
 	Target int
 	Named  bool
 	// Grant is what replies carry (credits), Posted the receives posted,
-	// InProcess the calls received and not yet answered.
+	// InProcess the calls received and not yet answered. On a version 2
+	// connection Grant is the calls it may have outstanding; its
+	// rdma_credit counts Sends since the connection began, and one
+	// receive more than Grant is posted for an RDMA2_GRANT.
 	Grant, Posted, InProcess int
+	// Version is the connection's RPC-over-RDMA version: 1 or 2, 0 before
+	// its first message.
+	Version int
 	// Verbs is what the verbs provider negotiated when the connection was
 	// accepted (for software iWARP the MPA revision, CRC, markers, ULPDU
 	// at setup; IRD and ORD), without the private data; zero until the
@@ -109,7 +128,7 @@ func (s *Server) Connections() []ConnInfo {
 		cc := &c.cred
 		cc.mu.Lock()
 		working := int(cc.working.Load())
-		ci := ConnInfo{Peer: c.peerAddr(), Target: cc.target, Named: cc.named, Grant: cc.grant, Posted: cc.held - working, InProcess: working, Verbs: c.verbs}
+		ci := ConnInfo{Peer: c.peerAddr(), Target: cc.target, Named: cc.named, Grant: cc.grant, Posted: max(cc.held-working-c.reserveLocked(), 0), InProcess: working, Verbs: c.verbs, Version: int(c.vers.Load())}
 		cc.mu.Unlock()
 		if m := cc.machine.Load(); m != nil {
 			ci.Machine = *m
@@ -181,7 +200,11 @@ func (s *Server) rebalanceLocked() {
 	total := 0
 	for i, c := range conns {
 		c.cred.mu.Lock()
+		raised := grants[i] > c.cred.grant
 		c.cred.grant = grants[i]
+		if raised {
+			c.sendGrantLocked()
+		}
 		c.cred.mu.Unlock()
 		total += grants[i]
 	}
@@ -248,7 +271,8 @@ func (c *srvConn) finish(idx int, msg []byte, wr *verbs.SendWR) bool {
 	if msg == nil {
 		return false
 	}
-	be.PutUint32(msg[creditOffset:], uint32(cc.grant))
+	be.PutUint32(msg[creditOffset:], c.creditLocked())
+	cc.sent++
 	return c.qp.PostSend(wr) == nil
 }
 
@@ -256,7 +280,8 @@ func (c *srvConn) finish(idx int, msg []byte, wr *verbs.SendWR) bool {
 // grant. It reports false, and closes the QP, when a post fails.
 func (c *srvConn) fillLocked() bool {
 	cc := &c.cred
-	for cc.held < cc.grant && len(cc.idle) > 0 {
+	want := c.grantLocked() + c.reserveLocked()
+	for cc.held < want && len(cc.idle) > 0 {
 		i := cc.idle[len(cc.idle)-1]
 		if err := c.postRecv(i); err != nil {
 			c.qp.Close()
@@ -264,8 +289,44 @@ func (c *srvConn) fillLocked() bool {
 		}
 		cc.idle = cc.idle[:len(cc.idle)-1]
 		cc.held++
+		cc.posts++
 	}
 	return true
+}
+
+// creditLocked is the rdma_credit of the next message c sends: version
+// 1, the grant (RFC 8166 section 3.3.1); version 2, messages received
+// plus the receives it advertises (the draft's section 4.2.1): those
+// posted, less the one kept for an RDMA2_GRANT, and no more than the
+// grant less the calls in process. posts - held is the messages received
+// and not in process, so that is posts - max(1, held - grant): after a
+// lower grant, receives posted under the higher one are not advertised,
+// and the requester's window shrinks at once, as in version 1.
+func (c *srvConn) creditLocked() uint32 {
+	cc := &c.cred
+	if c.vers.Load() == Version2 {
+		return cc.posts - uint32(max(1, cc.held-c.grantLocked()))
+	}
+	return uint32(cc.grant)
+}
+
+// grantLocked is the calls c may have outstanding now: its grant, or 1
+// on a version 2 connection before its first call.
+func (c *srvConn) grantLocked() int {
+	if !c.cred.called.Load() && c.vers.Load() == Version2 {
+		return 1
+	}
+	return c.cred.grant
+}
+
+// reserveLocked is the receive a version 2 connection keeps posted beyond
+// its grant for an RDMA2_GRANT (the draft's section 4.2.1.1); 0 for
+// version 1.
+func (c *srvConn) reserveLocked() int {
+	if c.vers.Load() == Version2 {
+		return 1
+	}
+	return 0
 }
 
 // removeConn forgets c and gives its share of the budget back.
@@ -275,5 +336,33 @@ func (s *Server) removeConn(c *srvConn) {
 	if _, ok := s.conns[c]; ok {
 		delete(s.conns, c)
 		s.retargetLocked()
+	}
+}
+
+// sendGrantLocked tells a version 2 requester at once that its grant rose
+// (the draft's section 4.2.1.1: RDMA2_GRANT, rdma_xid 0): it posts the
+// receives of the new grant and Sends the credit. Without it the credit
+// would reach the requester with the next reply, as in version 1, after a
+// call waited for it. One RDMA2_GRANT is in flight at a time, from the
+// connection's own buffer; while one is, the next reply carries the
+// credit instead. c.cred.mu is held.
+func (c *srvConn) sendGrantLocked() {
+	cc := &c.cred
+	if c.vers.Load() != Version2 || !cc.called.Load() || c.grantMR == nil || !c.grantIdle.CompareAndSwap(true, false) {
+		return
+	}
+	if !c.fillLocked() {
+		return
+	}
+	b := c.grantMR.Bytes()[:PrefixLen]
+	be.PutUint32(b, 0)
+	be.PutUint32(b[4:], Version2)
+	be.PutUint32(b[8:], c.creditLocked())
+	be.PutUint32(b[12:], uint32(HTypeGrant))
+	c.grantSGE[0] = c.grantMR.SGE(0, PrefixLen)
+	c.grantWR = verbs.SendWR{ID: wrGrant, Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGL: c.grantSGE[:]}
+	cc.sent++
+	if c.qp.PostSend(&c.grantWR) == nil {
+		c.s.m.grants.Add(1)
 	}
 }

@@ -88,7 +88,7 @@ func machineClient(t *testing.T, ts *testSrv, name string) (*sunrpc.Client, *Cli
 	if name != "" {
 		auth = &sunrpc.AuthSysParams{MachineName: name}
 	}
-	c, err := sunrpc.NewClient(Dialer(newDev(), ts.srv.Addr().String(), ClientOptions{Credits: 32, Metrics: m}),
+	c, err := sunrpc.NewClient(Dialer(newDev(), ts.srv.Addr().String(), ClientOptions{Credits: 32, Metrics: m, MaxVersion: pinVersion}),
 		sunrpc.ClientOptions{AuthSys: auth})
 	if err != nil {
 		t.Fatal(err)
@@ -131,7 +131,9 @@ func settled(t *testing.T, s *Server) []ConnInfo {
 	}
 }
 
-func TestMachineGrants(t *testing.T) {
+func TestMachineGrants(t *testing.T) { forVersions(t, testMachineGrants) }
+
+func testMachineGrants(t *testing.T) {
 	ts := startServer(t, ServerOptions{Credits: 32, Grant: 16})
 	ctx := tctx(t, 20*time.Second)
 	ts.srv.SetMachineGrants(map[string]int{"node1/default/pod-a": 4, "node1/default/pod-b": 8, "other": 100})
@@ -210,7 +212,9 @@ func TestMachineGrants(t *testing.T) {
 	}
 }
 
-func TestReceiveBudget(t *testing.T) {
+func TestReceiveBudget(t *testing.T) { forVersions(t, testReceiveBudget) }
+
+func testReceiveBudget(t *testing.T) {
 	ts := startServer(t, ServerOptions{Credits: 16, Grant: 8, Budget: 12})
 	ctx := tctx(t, 20*time.Second)
 	var clients []*sunrpc.Client

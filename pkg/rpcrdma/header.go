@@ -111,7 +111,8 @@ type ReadSegment struct {
 }
 
 // Header is an RPC-over-RDMA version 1 transport header (RFC 8166 section
-// 4.1.2, struct rdma_msg).
+// 4.1.2, struct rdma_msg), or, with Vers 2, a version 2 one (header2.go:
+// its HType and fields in the embedded Header2).
 //
 // A Header is meant to be reused: Decode truncates its slices and refills
 // them, allocating only when a message has more segments than any before
@@ -140,11 +141,16 @@ type Header struct {
 	Errcode  Errcode
 	VersLow  uint32 // ERR_VERS: lowest version the sender supports
 	VersHigh uint32 // ERR_VERS: highest version the sender supports
+
+	// Version 2 only (Vers 2, header2.go): rdma_htype and the fields of
+	// the header types; Proc is then the version 1 procedure HType
+	// stands for.
+	Header2
 }
 
 // Reset clears h, keeping the capacity of its slices.
 func (h *Header) Reset() {
-	*h = Header{Reads: h.Reads[:0], Writes: h.Writes[:0], Reply: h.Reply[:0]}
+	*h = Header{Reads: h.Reads[:0], Writes: h.Writes[:0], Reply: h.Reply[:0], Header2: Header2{Props: h.Props[:0]}}
 }
 
 func (h *Header) hasReply() bool { return h.HasReply || len(h.Reply) > 0 }
@@ -243,6 +249,9 @@ func (h *Header) PositionZero() []ReadSegment {
 
 // Len returns the length in bytes of h's encoding.
 func (h *Header) Len() int {
+	if h.Vers == Version2 {
+		return h.len2()
+	}
 	switch h.Proc {
 	case ProcMsg, ProcNoMsg:
 		n := MinHeaderLen + ReadSegmentLen*len(h.Reads)
@@ -336,7 +345,12 @@ func appendSegments(b []byte, segs []Segment) []byte {
 // an RDMA_NOMSG with neither a Position Zero Read chunk nor a Reply chunk
 // (section 4.2.4). Everything Encode writes, Decode accepts (with limits
 // large enough).
+//
+// A Header with Vers 2 is encoded as version 2 (encode2, header2.go).
 func (h *Header) Encode(dst []byte) ([]byte, error) {
+	if h.Vers == Version2 {
+		return h.encode2(dst)
+	}
 	if err := h.check(); err != nil {
 		return dst, err
 	}

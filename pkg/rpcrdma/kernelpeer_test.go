@@ -169,3 +169,48 @@ func TestKnfsdNullViaRequester(t *testing.T) {
 		t.Fatalf("metrics %+v, window %d", m, cli.Credits())
 	}
 }
+
+// TestKnfsdVersionFallback: our requester opens with version 2 (the
+// draft's section 4.3); Linux knfsd, which speaks version 1 only, answers
+// ERR_VERS, and the connection continues in version 1: NFSv3 NULL calls
+// complete on it. A second connection to the same address goes straight
+// to version 1, without negotiating again.
+func TestKnfsdVersionFallback(t *testing.T) {
+	env := kernelpeer.Env(t, "KP_NFSRDMA_PORT")
+	defer func() {
+		time.Sleep(300 * time.Millisecond)
+		kernelpeer.Check(t)
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	addr := env["KP_HOST"] + ":" + env["KP_NFSRDMA_PORT"]
+	vc := &VersionCache{}
+	cm := &ClientMetrics{}
+	for i := range 2 {
+		// knfsd's listen backlog is 1: one connection at a time.
+		cli, err := Dial(ctx, siw.NewDevice(siw.Config{}), addr, ClientOptions{Credits: 32, Versions: vc, Metrics: cm})
+		if err != nil {
+			t.Fatal("connect to knfsd:", err)
+		}
+		m := cm.Metrics()
+		t.Logf("connection %d: version %d, inline %+v, credits %d, metrics %+v", i+1, cli.Version(), cli.Inline(), cli.Credits(), m)
+		if cli.Version() != 1 || m.Version != 1 || m.Version1Fallbacks != 1 || !vc.Version1Only(addr) {
+			t.Fatalf("connection %d: version %d, fallbacks %d, remembered %v: want version 1 after one ERR_VERS",
+				i+1, cli.Version(), m.Version1Fallbacks, vc.Version1Only(addr))
+		}
+		for j := range 10 {
+			xid := uint32(0x5000 + 100*i + j)
+			var e xdr.Encoder
+			for _, v := range []uint32{xid, 0, 2, 100003, 3, 0, 0, 0, 0, 0} {
+				e.Uint32(v)
+			}
+			r, err := cli.RoundTrip(ctx, &sunrpc.Call{XID: xid, Msg: sunrpc.Message{Head: e.Bytes()}, MaxReplySize: 256})
+			if err != nil {
+				t.Fatalf("NULL %d on connection %d: %v", j, i+1, err)
+			}
+			r.Release()
+		}
+		cli.Close()
+		time.Sleep(200 * time.Millisecond) // knfsd tears the connection down
+	}
+}

@@ -9,6 +9,13 @@ import (
 // all its connections). Counters only grow; gauges (marked) go up and down.
 type Metrics struct {
 	Connections int64 // gauge: connections open
+	// Version is a gauge: the RPC-over-RDMA version of the latest
+	// connection (requester: as negotiated; 0 before any).
+	Version int64
+	// Version1Fallbacks: requester: connections on which the responder
+	// answered version 2 with ERR_VERS and version 1 was used (the
+	// draft's section 4.3.2).
+	Version1Fallbacks uint64
 
 	Calls            uint64 // calls sent (requester) or received (responder)
 	Replies          uint64 // replies received (requester) or sent (responder)
@@ -28,6 +35,17 @@ type Metrics struct {
 	// RDMA_ERROR replies sent (responder) or received (requester),
 	// ERR_VERS and ERR_CHUNK (RFC 8166 section 4.5).
 	ErrVers, ErrChunk uint64
+	// Errors2 counts RDMA2_ERROR messages sent (responder) or received
+	// (requester) by rdma_err (the draft's section 7); RDMA2_ERR_VERS
+	// and ERR_VERS are both counted in ErrVers too.
+	Errors2 map[Errcode2]uint64
+	// Grants: RDMA2_GRANT messages sent (responder) or received
+	// (requester).
+	Grants uint64
+	// Continued: messages in Continued format, as several Sends (the
+	// draft's section 6.6.2): calls sent and replies received
+	// (requester), calls received and replies sent (responder).
+	Continued uint64
 	// SendWithInvalidate: replies sent (responder) or received (requester)
 	// with Send With Invalidate (RFC 8797 Remote Invalidation).
 	SendWithInvalidate uint64
@@ -42,20 +60,23 @@ type Metrics struct {
 }
 
 type metrics struct {
-	connections                                                   atomic.Int64
+	connections, version                                          atomic.Int64
+	fallbacks                                                     atomic.Uint64
 	calls, replies, retransmits, unmatched, badReplies            atomic.Uint64
 	creditsGranted                                                atomic.Uint64
 	creditsInUse                                                  atomic.Int64
 	inlineMsgs, readChunks, posZero, writeChunks, replyChunks     atomic.Uint64
 	inlineBytes, readChunkBytes, writeChunkBytes, replyChunkBytes atomic.Uint64
 	errVers, errChunk, sendInv                                    atomic.Uint64
+	errors2                                                       [len(errcodes2Index)]atomic.Uint64
+	grants, continued                                             atomic.Uint64
 	registrations, registeredBytes                                atomic.Int64
 }
 
 func (m *metrics) snapshot() Metrics {
 	return Metrics{
-		Connections: m.connections.Load(),
-		Calls:       m.calls.Load(), Replies: m.replies.Load(), Retransmits: m.retransmits.Load(),
+		Connections: m.connections.Load(), Version: m.version.Load(), Version1Fallbacks: m.fallbacks.Load(),
+		Calls: m.calls.Load(), Replies: m.replies.Load(), Retransmits: m.retransmits.Load(),
 		UnmatchedReplies: m.unmatched.Load(), BadReplies: m.badReplies.Load(),
 		CreditsGranted: m.creditsGranted.Load(), CreditsInUse: m.creditsInUse.Load(),
 		InlineMsgs: m.inlineMsgs.Load(), ReadChunks: m.readChunks.Load(), PositionZeroChunks: m.posZero.Load(),
@@ -64,7 +85,37 @@ func (m *metrics) snapshot() Metrics {
 		WriteChunkBytes: m.writeChunkBytes.Load(), ReplyChunkBytes: m.replyChunkBytes.Load(),
 		ErrVers: m.errVers.Load(), ErrChunk: m.errChunk.Load(), SendWithInvalidate: m.sendInv.Load(),
 		Registrations: m.registrations.Load(), RegisteredBytes: m.registeredBytes.Load(),
+		Errors2: m.errors2Snapshot(), Grants: m.grants.Load(), Continued: m.continued.Load(),
 	}
+}
+
+// errcodes2Index maps each Errcode2 to its counter.
+var errcodes2Index = [...]Errcode2{Err2Vers, Err2BadXDR, Err2BadPropVal, Err2InvalHType, Err2InvalCont, Err2ReadChunks,
+	Err2WriteChunks, Err2Segments, Err2WriteResource, Err2ReplyResource, Err2VersMismatch, Err2System}
+
+// countError2 counts an RDMA2_ERROR of code c.
+func (m *metrics) countError2(c Errcode2) {
+	for i, x := range errcodes2Index {
+		if x == c {
+			m.errors2[i].Add(1)
+		}
+	}
+	if c == Err2Vers {
+		m.errVers.Add(1)
+	}
+}
+
+func (m *metrics) errors2Snapshot() map[Errcode2]uint64 {
+	var out map[Errcode2]uint64
+	for i := range m.errors2 {
+		if n := m.errors2[i].Load(); n > 0 {
+			if out == nil {
+				out = map[Errcode2]uint64{}
+			}
+			out[errcodes2Index[i]] = n
+		}
+	}
+	return out
 }
 
 // ErrorReply is an RDMA_ERROR received in reply to a call (RFC 8166
@@ -75,17 +126,60 @@ type ErrorReply struct {
 	Code     Errcode
 	VersLow  uint32 // ERR_VERS only
 	VersHigh uint32 // ERR_VERS only
+
+	// Vers is 2 for an RDMA2_ERROR (the draft, section 7); Code2 is its
+	// rdma_err and Err2 its whole body; Code is then unused.
+	Vers  uint32
+	Code2 Errcode2
+	Err2  Error2
 }
 
 func (e *ErrorReply) Error() string {
+	if e.Vers == Version2 {
+		switch e.Code2 {
+		case Err2Vers:
+			return fmt.Sprintf("rpcrdma: RDMA2_ERROR %v (versions %d..%d) for XID %#x", e.Code2, e.Err2.VersLow, e.Err2.VersHigh, e.XID)
+		case Err2WriteResource:
+			return fmt.Sprintf("rpcrdma: RDMA2_ERROR %v (Write chunk %d needs %d bytes) for XID %#x", e.Code2, e.Err2.ChunkIndex, e.Err2.LengthNeeded, e.XID)
+		case Err2ReplyResource:
+			return fmt.Sprintf("rpcrdma: RDMA2_ERROR %v (Reply chunk needs %d bytes) for XID %#x", e.Code2, e.Err2.LengthNeeded, e.XID)
+		}
+		return fmt.Sprintf("rpcrdma: RDMA2_ERROR %v for XID %#x", e.Code2, e.XID)
+	}
 	if e.Code == ErrcodeVers {
 		return fmt.Sprintf("rpcrdma: RDMA_ERROR %v (versions %d..%d) for XID %#x", e.Code, e.VersLow, e.VersHigh, e.XID)
 	}
 	return fmt.Sprintf("rpcrdma: RDMA_ERROR %v for XID %#x", e.Code, e.XID)
 }
 
-// Is matches ErrVers for ERR_VERS and ErrChunk for ERR_CHUNK.
+// Is matches ErrVers for ERR_VERS and ErrChunk for ERR_CHUNK; for an
+// RDMA2_ERROR, the sentinel Errcode2Of maps to its code (ErrChunk for
+// RDMA2_ERR_BAD_XDR, RDMA2_ERR_WRITE_RESOURCE and RDMA2_ERR_REPLY_RESOURCE
+// too, as version 1's ERR_CHUNK covers them; nothing for RDMA2_ERR_SYSTEM).
 func (e *ErrorReply) Is(target error) bool {
+	if e.Vers == Version2 {
+		switch e.Code2 {
+		case Err2Vers:
+			return target == ErrVers
+		case Err2BadXDR, Err2WriteResource, Err2ReplyResource:
+			return target == ErrChunk
+		case Err2BadPropVal:
+			return target == ErrPropVal
+		case Err2InvalHType:
+			return target == ErrHType
+		case Err2InvalCont:
+			return target == ErrCont
+		case Err2VersMismatch:
+			return target == ErrVersMismatch
+		case Err2ReadChunks:
+			return target == ErrReadChunks || target == ErrChunk
+		case Err2WriteChunks:
+			return target == ErrWriteChunks || target == ErrChunk
+		case Err2Segments:
+			return target == ErrSegments || target == ErrChunk
+		}
+		return false
+	}
 	switch e.Code {
 	case ErrcodeVers:
 		return target == ErrVers

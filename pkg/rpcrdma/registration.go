@@ -54,7 +54,8 @@ func (s *slot) dropCallerRegs() {
 func (s *slot) deregOwned() {
 	s.c.dereg(s.longMR)
 	s.c.dereg(s.replyMR)
-	s.longMR, s.replyMR = nil, nil
+	s.c.dereg(s.contMR)
+	s.longMR, s.replyMR, s.contMR = nil, nil, nil
 }
 
 func (s *slot) dropRegs() {

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
@@ -32,11 +33,28 @@ type ClientOptions struct {
 	// our Read chunks [16]; at least 1. ORD is the RDMA Reads we may issue
 	// (a requester issues none) [0].
 	IRD, ORD int
+	// NoContinuation stops a version 2 connection from sending a call
+	// too large for one Send as several (message continuation, the
+	// draft's section 6.6.2): it goes in a Call chunk, as in version 1.
+	NoContinuation bool
 	// NoRemoteInvalidate stops us from advertising Remote Invalidation
 	// (RFC 8797): the responder then replies with plain Sends.
 	NoRemoteInvalidate bool
 	// Limits bound the reply headers we decode.
 	Limits Limits
+	// MaxVersion is the highest RPC-over-RDMA version to speak: 2 (the
+	// default) opens each connection with version 2 negotiation and falls
+	// back to version 1 when the responder answers ERR_VERS (the draft's
+	// section 4.3); 1 speaks version 1 only (RFC 8166) [2].
+	MaxVersion int
+	// Versions remembers, per responder address, that it speaks version
+	// 1 only, so that reconnections skip negotiation
+	// [DefaultVersionCache].
+	Versions *VersionCache
+	// HandshakeTimeout bounds the wait for the answer to the version 2
+	// negotiation message; without one the address is taken as version
+	// 1 only and Dial fails with ErrNoVersion2 [5s].
+	HandshakeTimeout time.Duration
 	// Metrics, when not nil, collects this connection's counters (shared
 	// among connections, e.g. across reconnects); nil gives the Client
 	// its own.
@@ -68,6 +86,19 @@ func (o *ClientOptions) fill() error {
 	if o.IRD <= 0 {
 		o.IRD = 16
 	}
+	switch o.MaxVersion {
+	case 0:
+		o.MaxVersion = Version2
+	case Version, Version2:
+	default:
+		return fmt.Errorf("%w: RPC-over-RDMA version %d (1 or 2)", ErrInvalid, o.MaxVersion)
+	}
+	if o.Versions == nil {
+		o.Versions = DefaultVersionCache
+	}
+	if o.HandshakeTimeout <= 0 {
+		o.HandshakeTimeout = 5 * time.Second
+	}
 	if o.Metrics == nil {
 		o.Metrics = &ClientMetrics{}
 	}
@@ -84,11 +115,13 @@ const (
 	wrInv
 	wrRead
 	wrWrite
+	wrGrant           // a responder's RDMA2_GRANT
 	wrKindMask uint64 = 0xff << 56
 )
 
-// Client is the requester end of one RPC-over-RDMA v1 connection (RFC 8166
-// section 3): a sunrpc.ClientTransport. It is safe for concurrent use.
+// Client is the requester end of one RPC-over-RDMA connection, version 1
+// (RFC 8166 section 3) or version 2 as negotiated at Dial (the draft's
+// section 4.3): a sunrpc.ClientTransport. It is safe for concurrent use.
 type Client struct {
 	cqd    cqDrain
 	opts   ClientOptions
@@ -102,19 +135,37 @@ type Client struct {
 	lim    Limits
 	remInv bool // we advertised Remote Invalidation
 
+	// vers is the connection's RPC-over-RDMA version (1 or 2), set by Dial.
+	vers uint32
+	// Version 2: the peer's transport properties (props; peerProps while
+	// CONNPROP_MIDDLE accumulates), and receives ever posted (posted):
+	// our rdma_credit is posted-1, one receive held back for an
+	// RDMA2_GRANT (the draft's section 4.2.1.1).
+	props     Properties
+	peerProps []Prop
+	posted    atomic.Uint32
+
 	sendMR, recvMR verbs.MR
 	slots          []slot
 	recvWRs        []verbs.RecvWR // one per receive buffer, prebuilt
 	recvSGEs       []verbs.SGE
+
+	// sendMu serializes the posting of version 2 calls, so that the
+	// Sends of a continued call are not interleaved with others.
+	sendMu sync.Mutex
 
 	mu      sync.Mutex
 	free    []int           // free slot indexes
 	waiters []*creditWaiter // callers waiting for a credit, FIFO
 	inUse   int             // slots held (outstanding or abandoned or reply not released)
 	window  int             // min(Credits, last grant)
-	byXID   map[uint32]int  // outstanding calls
-	dead    bool
-	freed   bool // release ran: free slots give back their buffers at once
+	// Version 2 flow control (the draft's section 4.2.1): Sends posted
+	// (sent) and the responder's last rdma_credit (limit); a call may be
+	// sent while sent < limit (modulo 2^32).
+	sent, limit uint32
+	byXID       map[uint32]int // outstanding calls
+	dead        bool
+	freed       bool // release ran: free slots give back their buffers at once
 
 	done    chan struct{}
 	err     error // why the connection died; wraps sunrpc.ErrConnLost
@@ -158,9 +209,21 @@ type slot struct {
 	decodeErr error
 	invKey    uint32 // STag the responder invalidated (Send With Invalidate), 0 if none
 
-	payMR, resMR    verbs.MR // caller memory registered for this call
-	longMR, replyMR verbs.MR // slot-owned chunk buffers, registered once
-	longOn, replyOn bool     // their STag is exposed for the current call
+	posted     bool // the call's Send was posted
+	extraSends int  // version 2 Sends reserved beyond the first (continuation)
+	// A continued reply being received (the completion goroutine):
+	// its parts so far in asm, what the last RDMA2_REPLY_MIDDLE said
+	// remains; assembled once the final part is in asm too.
+	contActive, assembled bool
+	asmRem                uint32
+	asm                   []byte
+	stream                []byte   // a continued call's Payload stream
+	contMR                verbs.MR // slot-owned: the Sends of a continued call
+	contWRs               []verbs.SendWR
+	contSGEs              []verbs.SGE
+	payMR, resMR          verbs.MR // caller memory registered for this call
+	longMR, replyMR       verbs.MR // slot-owned chunk buffers, registered once
+	longOn, replyOn       bool     // their STag is exposed for the current call
 
 	reply sunrpc.Reply
 	wr    verbs.SendWR // the call's Send
@@ -171,8 +234,13 @@ type slot struct {
 // Dial connects to the RPC-over-RDMA responder at addr ("host:port", NFS
 // uses 20049) on dev and returns the requester end (RFC 8166 section 3,
 // RFC 8797 private data). Its receives are posted before the connection
-// request. Errors: the device's (ErrRejected, timeouts), ErrInvalid for
-// bad options.
+// request. Unless opts.MaxVersion is 1 or opts.Versions knows addr as
+// version 1 only, it then negotiates the version (the draft's section 4.3,
+// negotiate.go): version 2 with our responders, version 1 (after ERR_VERS)
+// with the others. Errors: the device's (ErrRejected, timeouts),
+// ErrInvalid for bad options, ErrNoVersion2 when the negotiation got no
+// answer, an *ErrorReply when it got an RDMA2_ERROR, ErrPropVal for the
+// responder's bad properties.
 func Dial(ctx context.Context, dev verbs.Device, addr string, opts ClientOptions) (*Client, error) {
 	if err := opts.fill(); err != nil {
 		return nil, err
@@ -190,25 +258,37 @@ func Dial(ctx context.Context, dev verbs.Device, addr string, opts ClientOptions
 		return nil, err
 	}
 	n := opts.Credits
-	if c.cq, err = dev.CreateCQ(4*n + 16); err != nil {
+	// Receives: one per credit, and, when version 2 may be spoken,
+	// MaxContinuation more for the parts of a continued reply.
+	nrecv := n
+	if opts.MaxVersion >= Version2 {
+		nrecv += MaxContinuation
+	}
+	if c.cq, err = dev.CreateCQ(4*n + 16 + nrecv - n); err != nil {
 		return nil, err
 	}
 	c.cqd = cqDrain{cq: c.cq, complete: c.complete}
-	if c.qp, err = c.pd.CreateQP(verbs.QPAttr{SendCQ: c.cq, RecvCQ: c.cq, MaxSendWR: 3*n + 4, MaxRecvWR: n, MaxSGE: 4}); err != nil {
+	if c.qp, err = c.pd.CreateQP(verbs.QPAttr{SendCQ: c.cq, RecvCQ: c.cq, MaxSendWR: 3*n + 4 + MaxContinuation, MaxRecvWR: nrecv, MaxSGE: 4}); err != nil {
 		return nil, err
 	}
 	if c.sendMR, err = c.reg(make([]byte, n*opts.Inline), 0); err != nil {
 		return nil, err
 	}
-	if c.recvMR, err = c.reg(make([]byte, n*opts.Inline), verbs.AccessLocalWrite); err != nil {
+	if c.recvMR, err = c.reg(make([]byte, nrecv*opts.Inline), verbs.AccessLocalWrite); err != nil {
 		return nil, err
 	}
 	c.slots = make([]slot, n)
 	c.free = make([]int, 0, n)
-	c.recvWRs, c.recvSGEs = make([]verbs.RecvWR, n), make([]verbs.SGE, n)
-	for i := range c.slots {
+	c.recvWRs, c.recvSGEs = make([]verbs.RecvWR, nrecv), make([]verbs.SGE, nrecv)
+	for i := range c.recvWRs {
 		c.recvSGEs[i] = c.recvMR.SGE(i*opts.Inline, opts.Inline)
 		c.recvWRs[i] = verbs.RecvWR{ID: wrRecv | uint64(i), SGL: c.recvSGEs[i : i+1 : i+1]}
+		if i >= n {
+			if err := c.postRecv(i); err != nil {
+				return nil, err
+			}
+			continue
+		}
 		s := &c.slots[i]
 		s.c, s.idx = c, i
 		s.done, s.inv = make(chan struct{}, 1), make(chan struct{}, 1)
@@ -228,9 +308,17 @@ func Dial(ctx context.Context, dev verbs.Device, addr string, opts ClientOptions
 	}
 	c.peer, _ = parsePrivateData(c.info.PrivateData)
 	c.inline = inlineFor(local, c.peer, 1)
+	c.vers = Version
+	if opts.MaxVersion >= Version2 && !opts.Versions.Version1Only(addr) {
+		if err := c.negotiate(ctx, addr, local); err != nil {
+			return nil, err
+		}
+	}
 	if _, err := planCall(Message{}, Message{}, c.inline); err != nil {
 		return nil, err
 	}
+	c.opts.Logger.Info("rpcrdma: connected", "peer", addr, "version", c.vers, "inline_send", c.inline.Send, "inline_recv", c.inline.Recv)
+	c.m.version.Store(int64(c.vers))
 	c.m.connections.Add(1)
 	lctx, cancel := context.WithCancel(context.Background())
 	c.cancel = cancel
@@ -245,6 +333,20 @@ func Dial(ctx context.Context, dev verbs.Device, addr string, opts ClientOptions
 func (c *Client) Inline() Inline       { return c.inline }
 func (c *Client) Peer() PrivateData    { return c.peer }
 func (c *Client) Info() verbs.ConnInfo { return c.info }
+
+// Version returns the connection's RPC-over-RDMA version: 2 when the
+// responder answered the negotiation in version 2, else 1.
+func (c *Client) Version() int { return int(c.vers) }
+
+// Properties returns the responder's version 2 transport properties
+// (DefaultProperties() values for those it did not send); zero on a
+// version 1 connection.
+func (c *Client) Properties() Properties { return c.props }
+
+// advertised is our version 2 rdma_credit: receives ever posted, less the
+// one held back for an RDMA2_GRANT (the draft's section 4.2.1: received
+// messages plus receives posted, see the package doc's Version 2 section).
+func (c *Client) advertised() uint32 { return c.posted.Load() - 1 }
 
 // Credits returns the current credit window: min(Credits, the last grant).
 func (c *Client) Credits() int {
@@ -271,7 +373,11 @@ func Dialer(dev verbs.Device, addr string, opts ClientOptions) sunrpc.DialFunc {
 }
 
 func (c *Client) postRecv(i int) error {
-	return c.qp.PostRecv(&c.recvWRs[i])
+	err := c.qp.PostRecv(&c.recvWRs[i])
+	if err == nil {
+		c.posted.Add(1)
+	}
+	return err
 }
 
 // Done is closed when the connection is dead.
@@ -395,12 +501,16 @@ func (c *Client) handle(wc *verbs.WC) {
 	default:
 		return
 	}
-	if idx >= len(c.slots) {
+	if idx >= len(c.recvWRs) {
 		return
 	}
 	msg := c.recvMR.Bytes()[idx*c.opts.Inline:][:wc.ByteLen]
 	if len(msg) < 4 {
 		c.m.badReplies.Add(1)
+		c.repost(idx)
+		return
+	}
+	if c.vers == Version2 && (c.control2(msg) || c.replyMiddle(msg)) {
 		c.repost(idx)
 		return
 	}
@@ -418,7 +528,14 @@ func (c *Client) handle(wc *verbs.WC) {
 		return
 	}
 	s := &c.slots[si]
-	s.hdrLen, s.decodeErr = s.rep.Decode(msg, &c.lim)
+	if c.vers == Version2 {
+		s.hdrLen, s.decodeErr = s.rep.Decode2(msg, &c.lim)
+		if s.contActive {
+			s.endContinued(msg)
+		}
+	} else {
+		s.hdrLen, s.decodeErr = s.rep.Decode(msg, &c.lim)
+	}
 	s.recvIdx, s.recvLen = idx, len(msg)
 	s.invKey = 0
 	if wc.Flags&verbs.WCWithInv != 0 {
@@ -450,20 +567,65 @@ func (c *Client) repost(idx int) {
 	}
 }
 
-// grant applies a responder's rdma_credit: a grant of 0 counts as 1 (as
-// Linux xprtrdma, rpcrdma_update_cwnd), capped at Credits.
+// grant applies a responder's rdma_credit. Version 1: a grant of 0 counts
+// as 1 (as Linux xprtrdma, rpcrdma_update_cwnd), capped at Credits.
+// Version 2: the credit is the responder's limit on our Sends counted
+// since the connection began (the draft's section 4.2.1); the window is
+// what it leaves plus the calls outstanding, capped at Credits.
 func (c *Client) grant(g uint32) {
-	n := int(min(max(g, 1), uint32(c.opts.Credits)))
-	c.m.creditsGranted.Store(uint64(g))
 	c.mu.Lock()
-	c.window = n
+	if c.vers == Version2 {
+		// The window: Sends left plus the calls awaiting their reply.
+		c.limit = g
+		w := max(int(int32(g-c.sent))+len(c.byXID), 0)
+		c.window = min(w, c.opts.Credits)
+		c.m.creditsGranted.Store(uint64(w))
+	} else {
+		c.window = int(min(max(g, 1), uint32(c.opts.Credits)))
+		c.m.creditsGranted.Store(uint64(g))
+	}
 	c.wakeLocked()
 	c.mu.Unlock()
 }
 
+// control2 handles a version 2 message that answers no call: RDMA2_GRANT
+// updates the credit limit; RDMA2_CONNPROP_* after negotiation and
+// messages too short for the prefix are silently discarded. It reports
+// whether msg was such a message (its receive is then reposted).
+func (c *Client) control2(msg []byte) bool {
+	if len(msg) < PrefixLen {
+		c.m.badReplies.Add(1)
+		return true
+	}
+	switch HType(be.Uint32(msg[12:])) {
+	case HTypeGrant:
+		if be.Uint32(msg[4:]) == Version2 {
+			c.m.grants.Add(1)
+			c.grant(be.Uint32(msg[8:]))
+		}
+		return true
+	case HTypeConnPropMiddle, HTypeConnPropFinal:
+		return true
+	}
+	return false
+}
+
+// canTakeLocked tells whether a call may take a slot now: a free one and
+// a credit (version 1: fewer outstanding than the window; version 2: a
+// Send under the responder's limit).
+func (c *Client) canTakeLocked() bool {
+	if len(c.free) == 0 || c.inUse >= c.opts.Credits {
+		return false
+	}
+	if c.vers == Version2 {
+		return int32(c.limit-c.sent) > 0
+	}
+	return c.inUse < c.window
+}
+
 // wakeLocked hands free slots to waiters while the window allows.
 func (c *Client) wakeLocked() {
-	for len(c.waiters) > 0 && c.inUse < c.window && len(c.free) > 0 {
+	for len(c.waiters) > 0 && c.canTakeLocked() {
 		w := c.waiters[0]
 		copy(c.waiters, c.waiters[1:])
 		c.waiters[len(c.waiters)-1] = nil
@@ -477,6 +639,9 @@ func (c *Client) takeLocked() int {
 	i := c.free[len(c.free)-1]
 	c.free = c.free[:len(c.free)-1]
 	c.inUse++
+	if c.vers == Version2 {
+		c.sent++ // the call's Send; given back by unsend if it is not posted
+	}
 	c.m.creditsInUse.Add(1)
 	c.slots[i].state = slotBusy
 	return i
@@ -510,7 +675,7 @@ func (c *Client) acquire(ctx context.Context) (int, error) {
 		c.mu.Unlock()
 		return -1, c.err
 	}
-	if len(c.waiters) == 0 && c.inUse < c.window && len(c.free) > 0 {
+	if len(c.waiters) == 0 && c.canTakeLocked() {
 		i := c.takeLocked()
 		c.mu.Unlock()
 		return i, nil
@@ -529,6 +694,7 @@ func (c *Client) acquire(ctx context.Context) (int, error) {
 			return w.slot, nil
 		}
 		c.slots[w.slot].state = slotFree
+		c.unsendLocked()
 		c.putSlotLocked(w.slot)
 	} else {
 		for i, x := range c.waiters {
@@ -568,6 +734,10 @@ func (c *Client) RoundTrip(ctx context.Context, call *sunrpc.Call) (*sunrpc.Repl
 		c.mu.Lock()
 		delete(c.byXID, call.XID)
 		s.state = slotFree
+		if !s.posted {
+			c.unsendLocked()
+			c.sent -= uint32(s.extraSends)
+		}
 		c.putSlotLocked(si)
 		dead := c.dead
 		c.mu.Unlock()
@@ -583,6 +753,14 @@ func (c *Client) RoundTrip(ctx context.Context, call *sunrpc.Call) (*sunrpc.Repl
 		return nil, s.abandon(call, fmt.Errorf("rpcrdma: %w", ctx.Err()))
 	case <-c.done:
 		return nil, s.abandon(call, c.err)
+	}
+}
+
+// unsendLocked gives back the version 2 Send counted for a call that was
+// not posted.
+func (c *Client) unsendLocked() {
+	if c.vers == Version2 {
+		c.sent--
 	}
 }
 
@@ -641,9 +819,37 @@ func (s *slot) send(call *sunrpc.Call) error {
 		return err
 	}
 	h := &s.hdr
-	*h = Header{XID: call.XID, Vers: Version, Credits: uint32(c.opts.Credits), Proc: p.Proc,
+	*h = Header{XID: call.XID, Vers: c.vers, Credits: uint32(c.opts.Credits), Proc: p.Proc,
 		Reads: s.readSeg[:0], Writes: s.writes[:0], Reply: s.replySeg[:0]}
+	if c.vers == Version2 {
+		h.Credits = c.advertised()
+		h.HType = HTypeCallInline
+		if p.Proc == ProcNoMsg {
+			h.HType = HTypeCallExternal
+		}
+	}
 	s.invKey = 0
+	s.posted = false
+	s.extraSends = 0
+	s.contActive, s.assembled = false, false
+	var sends, mid int // > 1: a continued call (the draft's section 6.6.2)
+	if p.Call == CallLong && c.vers == Version2 && !c.opts.NoContinuation {
+		// Continuation rather than a Call chunk, when it takes at most
+		// MaxContinuation Sends and the responder's credits allow them
+		// now. The final header is at most the plan's, less the Read
+		// list (the reply's chunks are the same).
+		sends, mid = contPlan(m.Len(), p.HeaderMax, c.inline.Send)
+		c.mu.Lock()
+		if sends <= 1 || sends > MaxContinuation || !c.reserveSendsLocked(sends-1) {
+			sends = 0
+		}
+		c.mu.Unlock()
+		if sends > 1 {
+			s.extraSends = sends - 1
+			p.Call, p.Proc = CallInline, ProcMsg
+			h.HType, h.Proc = HTypeCallInline, ProcMsg
+		}
+	}
 	switch p.Call {
 	case CallReadChunk:
 		mr, err := c.reg(m.Payload, verbs.AccessRemoteRead)
@@ -682,6 +888,17 @@ func (s *slot) send(call *sunrpc.Call) error {
 		s.replyOn = true
 		h.Reply = append(h.Reply, Segment{Handle: s.replyMR.RKey(), Length: uint32(p.ReplyLen), Offset: s.replyMR.Addr()})
 	}
+	if c.vers == Version2 && c.remInv {
+		h.InvHandle = soleHandle(h) // the draft's section 6.5
+	}
+	if sends > 1 {
+		s.xid = call.XID
+		if err := s.register(call.XID); err != nil {
+			return err
+		}
+		c.m.calls.Add(1)
+		return s.sendContinued(m, h, sends, mid)
+	}
 	buf := c.sendMR.Bytes()[s.idx*c.opts.Inline:][:c.opts.Inline]
 	b, err := h.Encode(buf[:0])
 	if err != nil {
@@ -700,12 +917,29 @@ func (s *slot) send(call *sunrpc.Call) error {
 	}
 	c.m.inlineBytes.Add(uint64(len(b)))
 	s.xid = call.XID
+	if err := s.register(call.XID); err != nil {
+		return err
+	}
+	c.m.calls.Add(1)
+	s.sge[0] = c.sendMR.SGE(s.idx*c.opts.Inline, len(b))
+	s.wr = verbs.SendWR{ID: wrSend | uint64(s.idx), Opcode: verbs.WRSend, SGL: s.sge[:]}
+	if c.vers == Version2 {
+		c.sendMu.Lock()
+		defer c.sendMu.Unlock()
+	}
+	s.posted = true
+	return c.qp.PostSend(&s.wr)
+}
+
+// register records the call xid of slot s as outstanding, for its reply.
+func (s *slot) register(xid uint32) error {
+	c := s.c
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	if c.dead {
-		c.mu.Unlock()
 		return c.err
 	}
-	if _, dup := c.byXID[call.XID]; dup {
+	if _, dup := c.byXID[xid]; dup {
 		// A retransmission on this connection (sunrpc RetryPolicy.Timeout)
 		// while the first transmission is outstanding: its reply would
 		// echo the first transmission's chunks. As Linux xprtrdma
@@ -713,14 +947,11 @@ func (s *slot) send(call *sunrpc.Call) error {
 		// new connection.
 		c.mu.Unlock()
 		c.fail(errRetransmit)
+		c.mu.Lock()
 		return c.err
 	}
-	c.byXID[call.XID] = s.idx
-	c.mu.Unlock()
-	c.m.calls.Add(1)
-	s.sge[0] = c.sendMR.SGE(s.idx*c.opts.Inline, len(b))
-	s.wr = verbs.SendWR{ID: wrSend | uint64(s.idx), Opcode: verbs.WRSend, SGL: s.sge[:]}
-	return c.qp.PostSend(&s.wr)
+	c.byXID[xid] = s.idx
+	return nil
 }
 
 // finish checks the reply against the call's chunks and returns it, after
@@ -747,6 +978,9 @@ func (s *slot) finish(call *sunrpc.Call) (*sunrpc.Reply, error) {
 		r.Body = s.replyMR.Bytes()[:n]
 		c.m.replyChunks.Add(1)
 		c.m.replyChunkBytes.Add(uint64(n))
+	} else if s.assembled {
+		r.Body = s.asm
+		c.m.continued.Add(1)
 	} else {
 		r.Body = c.recvMR.Bytes()[s.recvIdx*c.opts.Inline:][s.hdrLen:s.recvLen]
 	}
@@ -759,6 +993,10 @@ func (s *slot) checkReply() error {
 		c.m.badReplies.Add(1)
 		return fmt.Errorf("rpcrdma: reply to XID %#x: %w", s.xid, s.decodeErr)
 	}
+	if s.rep.Vers == Version2 && s.rep.HType == HTypeError {
+		c.m.countError2(s.rep.Err.Code)
+		return &ErrorReply{XID: s.xid, Vers: Version2, Code2: s.rep.Err.Code, Err2: s.rep.Err}
+	}
 	if s.rep.Proc == ProcError {
 		if s.rep.Errcode == ErrcodeVers {
 			c.m.errVers.Add(1)
@@ -766,6 +1004,10 @@ func (s *slot) checkReply() error {
 			c.m.errChunk.Add(1)
 		}
 		return &ErrorReply{XID: s.xid, Code: s.rep.Errcode, VersLow: s.rep.VersLow, VersHigh: s.rep.VersHigh}
+	}
+	if s.rep.Vers == Version2 && s.rep.HType != HTypeReplyInline && s.rep.HType != HTypeReplyExternal {
+		c.m.badReplies.Add(1)
+		return fmt.Errorf("rpcrdma: reply to XID %#x: %w: %v is not a reply", s.xid, ErrChunk, s.rep.HType)
 	}
 	if err := s.rep.CheckReply(&s.hdr); err != nil {
 		c.m.badReplies.Add(1)
@@ -861,4 +1103,37 @@ func (c *Client) KeepAlive(ctx context.Context, prog, vers uint32, interval, tim
 			return
 		}
 	}
+}
+
+// soleHandle returns the R_key of h's chunks when they all use one (0
+// otherwise): the handle a version 2 call offers for Remote Invalidation
+// (the draft's section 6.5). Linux svcrdma likewise invalidates only when
+// a call names a single R_key.
+func soleHandle(h *Header) uint32 {
+	var key uint32
+	see := func(k uint32) bool {
+		if key != 0 && k != key {
+			return false
+		}
+		key = k
+		return true
+	}
+	for _, r := range h.Reads {
+		if !see(r.Handle) {
+			return 0
+		}
+	}
+	for _, w := range h.Writes {
+		for _, s := range w {
+			if !see(s.Handle) {
+				return 0
+			}
+		}
+	}
+	for _, s := range h.Reply {
+		if !see(s.Handle) {
+			return 0
+		}
+	}
+	return key
 }

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 
 	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/verbs"
@@ -44,7 +45,13 @@ type ServerOptions struct {
 	MaxCall int
 	// Limits bound the call headers we decode (RFC 8166 section 4.5.2).
 	Limits Limits
-	Logger *slog.Logger
+	// MaxVersion is the highest RPC-over-RDMA version served: 2 (the
+	// default) serves each connection in the version of the first
+	// message it receives, 1 or 2 (the draft's section 4.3.3); 1 serves
+	// version 1 only and answers version 2 with ERR_VERS (RFC 8166
+	// section 4.5.1) [2].
+	MaxVersion int
+	Logger     *slog.Logger
 }
 
 func (o *ServerOptions) fill() error {
@@ -69,14 +76,23 @@ func (o *ServerOptions) fill() error {
 	if o.MaxCall <= 0 {
 		o.MaxCall = 1<<20 + 64<<10
 	}
+	switch o.MaxVersion {
+	case 0:
+		o.MaxVersion = Version2
+	case Version, Version2:
+	default:
+		return fmt.Errorf("%w: RPC-over-RDMA version %d (1 or 2)", ErrInvalid, o.MaxVersion)
+	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	return nil
 }
 
-// Server is an RPC-over-RDMA v1 responder (RFC 8166 section 3) listening
-// on one address.
+// Server is an RPC-over-RDMA responder listening on one address: version
+// 1 (RFC 8166 section 3) and, unless ServerOptions.MaxVersion is 1,
+// version 2 (the draft), each connection in the version of its first
+// message.
 type Server struct {
 	dev  verbs.Device
 	ln   verbs.Listener
@@ -209,9 +225,27 @@ type srvConn struct {
 	qp     verbs.QP
 	peer   PrivateData
 	peerOK bool
-	inline int // the requester's receive size: our send threshold
+	// inline is the requester's receive size: our send threshold (RFC
+	// 8797 private data; version 2: its RDMA2_PROPID_RBSIZ).
+	inline atomic.Int64
 	addr   net.Addr
-	verbs  verbs.ConnInfo // what the provider negotiated at accept; under s.mu
+	// vers is the connection's version: 0 until the first message of a
+	// version served arrives, then 1 or 2 (the draft's section 4.3.3).
+	vers atomic.Uint32
+	// Version 2 transport properties: propsDone once the requester's
+	// RDMA2_CONNPROP_FINAL was processed; props what it announced.
+	propsMu   sync.Mutex
+	propsDone bool
+	props     Properties
+	peerProps []Prop     // accumulated from RDMA2_CONNPROP_MIDDLE
+	recvSeq   uint32     // receives completed, counted by the completion goroutine
+	asm       reassembly // a continued call being received (completion goroutine)
+	// RDMA2_GRANT: its buffer, and whether no GRANT is in flight.
+	grantMR   verbs.MR
+	grantSGE  [1]verbs.SGE
+	grantWR   verbs.SendWR
+	grantIdle atomic.Bool
+	verbs     verbs.ConnInfo // what the provider negotiated at accept; under s.mu
 
 	sendMR, recvMR verbs.MR
 	slots          []srvSlot
@@ -224,9 +258,24 @@ type srvConn struct {
 
 // srvSlot processes the call that arrived in receive buffer idx.
 type srvSlot struct {
-	c        *srvConn
-	idx      int
-	work     chan int      // byte length of a received call
+	c    *srvConn
+	idx  int
+	work chan int // byte length of a received call
+	seq  uint32   // version 2: the message's number on the connection, from 1
+	// Version 2 continuation, set by reassemble: asm holds the parts of
+	// the call before this message (assembled), or contErr tells that
+	// this message broke a continuation (RDMA2_ERR_INVAL_CONT).
+	asm       []byte
+	assembled bool
+	contErr   bool
+	asmLast   uint32 // the last RDMA2_CALL_MIDDLE's rdma_remaining
+	// A continued reply: its Payload stream, and its Sends in a
+	// slot-owned region.
+	stream   []byte
+	contMR   verbs.MR
+	contWRs  []verbs.SendWR
+	contSGEs []verbs.SGE
+	contMsgs [][]byte
 	readDone chan struct{} // RDMA Read completed
 	sendDone chan struct{} // reply Send completed
 
@@ -234,6 +283,7 @@ type srvSlot struct {
 	req      sunrpc.Request
 	b        sunrpc.Builder
 	bbuf     []byte
+	msg      []byte   // the message being handled, in its receive buffer
 	readMR   verbs.MR // sink of Read chunks
 	streamMR verbs.MR // source of a Reply chunk
 	sge      [3]verbs.SGE
@@ -256,11 +306,15 @@ func (s *Server) newConn(ctx context.Context, req verbs.ConnRequest) (*srvConn, 
 	}()
 	c.peer, c.peerOK = parsePrivateData(req.PrivateData())
 	local := PrivateData{SendSize: o.Inline, RecvSize: o.Inline}
-	c.inline, _ = negotiateInline(local, c.peer)
+	send, _ := negotiateInline(local, c.peer)
+	c.inline.Store(int64(send))
 	if c.pd, err = s.dev.AllocPD(); err != nil {
 		return nil, err
 	}
-	n := o.Credits
+	// One receive buffer more than Credits: the one a version 2
+	// connection keeps posted beyond its grant for an RDMA2_GRANT (the
+	// draft's section 4.2.1.1).
+	n := o.Credits + 1
 	if c.cq, err = s.dev.CreateCQ(4*n + 16); err != nil {
 		return nil, err
 	}
@@ -274,6 +328,10 @@ func (s *Server) newConn(ctx context.Context, req verbs.ConnRequest) (*srvConn, 
 	if c.recvMR, err = s.reg(c.pd, make([]byte, n*o.Inline), verbs.AccessLocalWrite); err != nil {
 		return nil, err
 	}
+	if c.grantMR, err = s.reg(c.pd, make([]byte, PrefixLen), 0); err != nil {
+		return nil, err
+	}
+	c.grantIdle.Store(true)
 	c.slots = make([]srvSlot, n)
 	c.recvWRs, c.recvSGEs = make([]verbs.RecvWR, n), make([]verbs.SGE, n)
 	for i := range c.slots {
@@ -293,7 +351,7 @@ func (s *Server) newConn(ctx context.Context, req verbs.ConnRequest) (*srvConn, 
 	if err = c.postRecv(0); err != nil {
 		return nil, err
 	}
-	c.cred.held = 1
+	c.cred.held, c.cred.posts = 1, 1
 	s.mu.Lock()
 	s.conns[c] = struct{}{}
 	s.retargetLocked()
@@ -331,9 +389,11 @@ func (c *srvConn) release() {
 	for i := range c.slots {
 		s.dereg(c.slots[i].readMR)
 		s.dereg(c.slots[i].streamMR)
+		s.dereg(c.slots[i].contMR)
 	}
 	s.dereg(c.sendMR)
 	s.dereg(c.recvMR)
+	s.dereg(c.grantMR)
 	if c.cq != nil {
 		c.cq.Close()
 	}
@@ -384,6 +444,10 @@ func (c *srvConn) complete(wc *verbs.WC) bool {
 		return false
 	}
 	idx := int(wc.ID &^ wrKindMask)
+	if wc.ID&wrKindMask == wrGrant {
+		c.grantIdle.Store(true)
+		return true
+	}
 	if idx >= len(c.slots) {
 		return true
 	}
@@ -391,6 +455,11 @@ func (c *srvConn) complete(wc *verbs.WC) bool {
 	switch wc.ID & wrKindMask {
 	case wrRecv:
 		c.received()
+		c.recvSeq++
+		sl.seq = c.recvSeq
+		if c.vers.Load() == Version2 && c.reassemble(sl, int(wc.ByteLen)) {
+			return true // a part of a continued call, kept; its receive reposted
+		}
 		sl.work <- int(wc.ByteLen) // the slot is idle: its receive was posted
 	case wrRead:
 		sl.readDone <- struct{}{}
@@ -415,6 +484,11 @@ func (sl *srvSlot) handle(ctx context.Context, d sunrpc.Dispatcher, n int) {
 	c, s := sl.c, sl.c.s
 	in := s.opts.Inline
 	msg := c.recvMR.Bytes()[sl.idx*in:][:n]
+	sl.msg = msg
+	if c.version(msg) == Version2 {
+		sl.handle2(ctx, d, msg)
+		return
+	}
 	hl, err := sl.hdr.Decode(msg, &s.opts.Limits)
 	if err == nil {
 		err = sl.hdr.CheckCall()
@@ -428,6 +502,18 @@ func (sl *srvSlot) handle(ctx context.Context, d sunrpc.Dispatcher, n int) {
 		c.finish(sl.idx, nil, nil)
 		return
 	}
+	sl.serve(ctx, d, msg, hl)
+}
+
+// serve processes the decoded call in msg, whose header (sl.hdr) is hl
+// bytes long: it pulls the Read chunks, dispatches the call and replies.
+func (sl *srvSlot) serve(ctx context.Context, d sunrpc.Dispatcher, msg []byte, hl int) {
+	c, s := sl.c, sl.c.s
+	if !c.cred.called.Load() {
+		c.cred.mu.Lock() // grantLocked reads it under mu
+		c.cred.called.Store(true)
+		c.cred.mu.Unlock()
+	}
 	s.m.calls.Add(1)
 	s.m.creditsInUse.Add(1)
 	defer s.m.creditsInUse.Add(-1)
@@ -437,7 +523,17 @@ func (sl *srvSlot) handle(ctx context.Context, d sunrpc.Dispatcher, n int) {
 	}
 	s.mu.Unlock()
 
-	raw, arg, err := sl.pull(msg[hl:])
+	inline := msg[hl:]
+	if sl.assembled {
+		if uint32(len(inline)) != sl.asmLast {
+			sl.sendError(msg, fmt.Errorf("%w: the final part has %d bytes, rdma_remaining said %d", ErrCont, len(inline), sl.asmLast))
+			return
+		}
+		sl.asm = append(sl.asm, inline...)
+		inline = sl.asm
+		s.m.continued.Add(1)
+	}
+	raw, arg, err := sl.pull(inline)
 	if err != nil {
 		if errors.Is(err, sunrpc.ErrConnLost) {
 			return
@@ -467,14 +563,16 @@ func (sl *srvSlot) pull(inline []byte) (raw, arg []byte, err error) {
 	h := &sl.hdr
 	chunk, rest := nextReadChunk(h.Reads)
 	if len(rest) != 0 {
-		return nil, nil, fmt.Errorf("%w: more than one Read chunk", ErrChunk)
+		return nil, nil, &HeaderError{Kind: ErrReadChunks, Reason: "more than one Read chunk", Max: 1}
 	}
 	if len(chunk) == 0 {
 		return inline, nil, h.CheckXID(inline)
 	}
 	total := readChunkLen(chunk)
 	if total > uint64(sl.c.s.opts.MaxCall) {
-		return nil, nil, fmt.Errorf("%w: Read chunk of %d bytes exceeds %d", ErrChunk, total, sl.c.s.opts.MaxCall)
+		// Refused before any RDMA Read (the draft's section 11.1.4):
+		// ERR_CHUNK in version 1, RDMA2_ERR_SYSTEM in version 2.
+		return nil, nil, &systemError{fmt.Errorf("%w: Read chunk of %d bytes exceeds %d", ErrChunk, total, sl.c.s.opts.MaxCall)}
 	}
 	if h.Proc == ProcMsg {
 		if err := h.CheckXID(inline); err != nil {
@@ -550,11 +648,18 @@ func (sl *srvSlot) sendError(msg []byte, err error) {
 	c, s := sl.c, sl.c.s
 	in := s.opts.Inline
 	buf := c.sendMR.Bytes()[sl.idx*in:][:0:in]
-	b := appendErrorReply(buf, msg, err, 1) // rdma_credit set by finish
-	if errors.Is(err, ErrVers) {
-		s.m.errVers.Add(1)
+	var b []byte
+	if c.vers.Load() == Version2 {
+		e := sl.error2(err)
+		b = appendError2(buf, be.Uint32(msg), be.Uint32(msg[4:]), 1, e)
+		s.m.countError2(e.Code)
 	} else {
-		s.m.errChunk.Add(1)
+		b = appendErrorReply(buf, msg, err, 1) // rdma_credit set by finish
+		if errors.Is(err, ErrVers) {
+			s.m.errVers.Add(1)
+		} else {
+			s.m.errChunk.Add(1)
+		}
 	}
 	sl.sge[0] = c.sendMR.SGE(sl.idx*in, len(b))
 	sl.wr = verbs.SendWR{ID: wrSend | uint64(sl.idx), Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGL: sl.sge[:1]}
@@ -573,9 +678,17 @@ func (sl *srvSlot) reply(msg []byte) {
 	if m.HasPayload {
 		rm.Payload, rm.DDP = len(m.Payload), true
 	}
-	p, err := planReply(rm, &sl.hdr, c.inline)
+	p, err := planReply(rm, &sl.hdr, int(c.inline.Load()))
 	if err != nil {
 		if errors.Is(err, ErrChunk) {
+			if sl.hdr.Vers == Version2 {
+				// The draft's section 6.6.4: Message Continuation
+				// when the chunks provided are not adequate.
+				if sl.replyContinued(&m, rm) {
+					return
+				}
+				err = resourceErr(rm, &sl.hdr, err)
+			}
 			sl.sendError(msg, err)
 		} else {
 			s.opts.Logger.Warn("rpcrdma: reply dropped", "peer", c.addr, "err", err)
@@ -615,6 +728,13 @@ func (sl *srvSlot) reply(msg []byte) {
 		s.m.replyChunkBytes.Add(uint64(len(b)))
 	}
 	sl.rep.BuildReply(&sl.hdr, p, 1) // rdma_credit set by finish
+	if sl.hdr.Vers == Version2 {
+		sl.rep.Vers, sl.rep.HType = Version2, HTypeReplyExternal
+		if p.Proc == ProcMsg {
+			// RDMA2_REPLY_INLINE has no Reply chunk to echo.
+			sl.rep.HType, sl.rep.Reply, sl.rep.HasReply = HTypeReplyInline, sl.rep.Reply[:0], false
+		}
+	}
 	in := s.opts.Inline
 	buf := c.sendMR.Bytes()[sl.idx*in:][:0:in]
 	b, err := sl.rep.Encode(buf)
@@ -635,7 +755,7 @@ func (sl *srvSlot) reply(msg []byte) {
 	// caller's payload must stay registered until its Writes completed
 	// (they complete before the Send).
 	*wr = verbs.SendWR{ID: wrSend | uint64(sl.idx), Opcode: verbs.WRSend, Flags: verbs.SendSignaled}
-	if key, ok := sl.oneKey(); ok && c.peer.RemoteInvalidate {
+	if key, ok := sl.invalidateKey(); ok {
 		wr.Opcode, wr.InvalidateKey = verbs.WRSendWithInv, key
 		s.m.sendInv.Add(1)
 	}
@@ -685,6 +805,42 @@ func (sl *srvSlot) write(chunk []Segment, src verbs.MR, off, n int) bool {
 		n -= l
 	}
 	return true
+}
+
+// invalidateKey reports the R_key to invalidate with Send With
+// Invalidate, if any. Version 1: the call's single R_key when the
+// requester offered Remote Invalidation in its RFC 8797 private data.
+// Version 2: the call's rdma_inv_handle when it names one of the call's
+// R_keys (the draft's section 6.5); any other value is ignored, since it
+// would invalidate memory the call did not expose.
+func (sl *srvSlot) invalidateKey() (uint32, bool) {
+	h := &sl.hdr
+	if h.Vers != Version2 {
+		key, ok := sl.oneKey()
+		return key, ok && sl.c.peer.RemoteInvalidate
+	}
+	k := h.InvHandle
+	if k == 0 {
+		return 0, false
+	}
+	for _, r := range h.Reads {
+		if r.Handle == k {
+			return k, true
+		}
+	}
+	for _, w := range h.Writes {
+		for _, s := range w {
+			if s.Handle == k {
+				return k, true
+			}
+		}
+	}
+	for _, s := range h.Reply {
+		if s.Handle == k {
+			return k, true
+		}
+	}
+	return 0, false
 }
 
 // oneKey reports the requester's single R_key when the call offered

@@ -144,12 +144,34 @@ func (ts *testSrv) handlers() []sunrpc.Handler {
 
 func newDev() *siw.Device { return siw.NewDevice(siw.Config{RTRDelay: -1}) }
 
+// pinVersion, when not 0, is the MaxVersion startServer and newClient
+// give options that name none (forVersions sets it).
+var pinVersion int
+
+// forVersions runs f as subtests "v1" (both ends pinned to version 1) and
+// "v2" (the default: version 2 negotiated).
+func forVersions(t *testing.T, f func(t *testing.T)) {
+	for _, v := range []int{1, 2} {
+		t.Run(fmt.Sprintf("v%d", v), func(t *testing.T) {
+			pinVersion = v
+			defer func() { pinVersion = 0 }()
+			f(t)
+		})
+	}
+}
+
 func startServer(t testing.TB, opts ServerOptions) *testSrv {
 	t.Helper()
+	if opts.MaxVersion == 0 {
+		opts.MaxVersion = pinVersion
+	}
 	ts := &testSrv{done: make(chan error, 1)}
 	ts.rpc = sunrpc.NewServer(nil)
 	ts.rpc.Register(tProg, tVers, ts.handlers())
 	var err error
+	if opts.Logger == nil {
+		opts.Logger = testLogger(t)
+	}
 	ts.srv, err = Listen(context.Background(), newDev(), "127.0.0.1:0", opts)
 	if err != nil {
 		t.Fatal(err)
@@ -173,6 +195,9 @@ func newClient(t testing.TB, ts *testSrv, opts ClientOptions) (*sunrpc.Client, *
 	t.Helper()
 	if opts.Metrics == nil {
 		opts.Metrics = &ClientMetrics{}
+	}
+	if opts.MaxVersion == 0 {
+		opts.MaxVersion = pinVersion
 	}
 	c, err := sunrpc.NewClient(Dialer(newDev(), ts.srv.Addr().String(), opts), sunrpc.ClientOptions{})
 	if err != nil {
@@ -238,7 +263,9 @@ func call(ctx context.Context, c *sunrpc.Client, proc uint32, arg []byte, ddpArg
 	return res, placed, err
 }
 
-func TestChunkTypes(t *testing.T) {
+func TestChunkTypes(t *testing.T) { forVersions(t, testChunkTypes) }
+
+func testChunkTypes(t *testing.T) {
 	ts := startServer(t, ServerOptions{Credits: 8})
 	c, cm := newClient(t, ts, ClientOptions{Credits: 8})
 	ctx := tctx(t, 30*time.Second)
@@ -321,7 +348,9 @@ func TestChunkTypes(t *testing.T) {
 	}
 }
 
-func TestCreditExhaustion(t *testing.T) {
+func TestCreditExhaustion(t *testing.T) { forVersions(t, testCreditExhaustion) }
+
+func testCreditExhaustion(t *testing.T) {
 	ts := startServer(t, ServerOptions{Credits: 8, Grant: 4})
 	ts.delay.Store(int64(200 * time.Microsecond))
 	c, cm := newClient(t, ts, ClientOptions{Credits: 32})
@@ -376,9 +405,11 @@ func TestCreditExhaustion(t *testing.T) {
 	}
 }
 
+// TestRequesterErrChunk: version 1's ERR_CHUNK, a version 1 requester
+// against a server that also serves version 2.
 func TestRequesterErrChunk(t *testing.T) {
 	ts := startServer(t, ServerOptions{})
-	c, cm := newClient(t, ts, ClientOptions{})
+	c, cm := newClient(t, ts, ClientOptions{MaxVersion: 1})
 	ctx := tctx(t, 10*time.Second)
 	// 100000 bytes of result into a 5000-byte Write chunk: ERR_CHUNK.
 	_, _, err := call(ctx, c, pGive, nil, false, 100000, make([]byte, 5000), 256)
@@ -454,7 +485,7 @@ func (rp *rawPeer) exchange(t *testing.T, msg []byte) []byte {
 }
 
 func TestResponderErrors(t *testing.T) {
-	ts := startServer(t, ServerOptions{Credits: 4})
+	ts := startServer(t, ServerOptions{Credits: 4, MaxVersion: 1})
 	rp := dialRaw(t, ts.srv.Addr().String())
 	u32 := func(v ...uint32) []byte {
 		var b []byte
@@ -780,7 +811,9 @@ func testLogger(t testing.TB) *slog.Logger {
 // TestManyOutstanding: many callers and fast replies, every call offering
 // a Reply chunk (MaxReplySize 0) answered inline with Send With
 // Invalidate: receive and send buffers cycle quickly through the slots.
-func TestManyOutstanding(t *testing.T) {
+func TestManyOutstanding(t *testing.T) { forVersions(t, testManyOutstanding) }
+
+func testManyOutstanding(t *testing.T) {
 	ts := startServer(t, ServerOptions{Credits: 128})
 	c, cm := newClient(t, ts, ClientOptions{Credits: 128})
 	ctx := tctx(t, 20*time.Second)

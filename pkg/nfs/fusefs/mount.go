@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"k8s.io/klog/v2"
@@ -98,7 +100,8 @@ func ClientOptions(cfg Config) (client.Options, error) {
 		}
 		klog.InfoS("fusefs: RDMA device chosen", "server", server, "provider", choice.Provider, "device", choice.Device,
 			"transport", choice.Transport, "reason", choice.Reason, "nompacrc", o.NoMPACRC)
-		co.Dial = rpcrdma.Dialer(dev, addr, rpcrdma.ClientOptions{Credits: o.Credits, Metrics: cfg.RDMAMetrics})
+		co.Dial = rpcrdma.Dialer(dev, addr, rpcrdma.ClientOptions{Credits: o.Credits, Metrics: cfg.RDMAMetrics, MaxVersion: o.RDMAVers,
+			Logger: slog.New(logr.ToSlogHandler(klog.Background()))}) // logs each connection's version
 		co.Transport = "rdma/" + choice.Provider
 	}
 	return co, nil

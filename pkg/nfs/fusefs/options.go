@@ -67,6 +67,11 @@ type MountOptions struct {
 	// Credits is the RPC-over-RDMA credits the client asks for (ours,
 	// proto=rdma only); 0: the rpcrdma default (32).
 	Credits int
+	// RDMAVers (ours: rdmavers=1|2, proto=rdma only) is the highest
+	// RPC-over-RDMA version the client speaks: 2 (0, the default) opens
+	// with version 2 and falls back to version 1 when the server answers
+	// ERR_VERS (Linux knfsd does); 1 speaks version 1 only.
+	RDMAVers int
 	// RDMADevice chooses the verbs provider for proto=rdma (ours):
 	// "auto" (default: a kernel RDMA device that reaches the server when
 	// the driver is built with the ibverbs tag, else software iWARP),
@@ -191,6 +196,8 @@ func ParseOptions(s string) (MountOptions, error) {
 			o.ReadOnly, err = false, flag()
 		case "credits":
 			o.Credits, err = num(1, MaxCredits)
+		case "rdmavers":
+			o.RDMAVers, err = num(1, 2)
 		case "read_ahead_kb":
 			o.ReadAheadKB, err = num(0, MaxReadAheadKB)
 		case "mpacrc":
@@ -220,6 +227,9 @@ func ParseOptions(s string) (MountOptions, error) {
 	}
 	if o.NoMPACRC && o.Proto != ProtoRDMA {
 		return MountOptions{}, fmt.Errorf("%w: nompacrc needs proto=rdma", ErrBadOption)
+	}
+	if o.RDMAVers != 0 && o.Proto != ProtoRDMA {
+		return MountOptions{}, fmt.Errorf("%w: rdmavers=%d needs proto=rdma", ErrBadOption, o.RDMAVers)
 	}
 	if o.Credits != 0 && o.Proto != ProtoRDMA {
 		return MountOptions{}, fmt.Errorf("%w: credits=%d needs proto=rdma", ErrBadOption, o.Credits)

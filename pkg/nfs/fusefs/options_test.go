@@ -25,6 +25,7 @@ func TestParseOptions(t *testing.T) {
 			o.Proto, o.Port, o.MountPort, o.Credits = ProtoRDMA, 20050, 20048, 8
 		})},
 		{in: "proto=rdma,rdmadev=mlx5_0", want: with(func(o *MountOptions) { o.Proto, o.RDMADevice = ProtoRDMA, "mlx5_0" })},
+		{in: "proto=rdma,rdmavers=1", want: with(func(o *MountOptions) { o.Proto, o.RDMAVers = ProtoRDMA, 1 })},
 		{in: "proto=rdma,nompacrc", want: with(func(o *MountOptions) { o.Proto, o.NoMPACRC = ProtoRDMA, true })},
 		{in: "proto=rdma,nompacrc,mpacrc", want: with(func(o *MountOptions) { o.Proto = ProtoRDMA })},
 		{in: "rsize=65536,wsize=1048576", want: with(func(o *MountOptions) { o.RSize, o.WSize = 65536, 1<<20 })},
@@ -53,6 +54,9 @@ func TestParseOptions(t *testing.T) {
 		{in: "timeo=0", bad: true},
 		{in: "ro=1", bad: true},
 		{in: "credits=8", bad: true},               // needs proto=rdma
+		{in: "rdmavers=1", bad: true},              // needs proto=rdma
+		{in: "proto=rdma,rdmavers=3", bad: true},   // out of range
+		{in: "proto=rdma,rdmavers=0", bad: true},   // out of range
 		{in: "rdmadev=siw", bad: true},             // needs proto=rdma
 		{in: "proto=rdma,rdmadev", bad: true},      // needs a value
 		{in: "nompacrc", bad: true},                // needs proto=rdma

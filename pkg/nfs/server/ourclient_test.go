@@ -25,7 +25,8 @@ import (
 // entries listed with READDIRPLUS (Reply chunks), a rename and a remove;
 // the bytes are checked on the server's disk too.
 func TestOurClient(t *testing.T) {
-	for _, proto := range []string{"tcp", "rdma"} {
+	// rdma: RPC-over-RDMA version 2, negotiated; rdma1: version 1.
+	for _, proto := range []string{"tcp", "rdma", "rdma1"} {
 		t.Run(proto, func(t *testing.T) { ourClient(t, proto) })
 	}
 }
@@ -67,6 +68,10 @@ func ourClient(t *testing.T, proto string) {
 			}
 		}
 	}
+	vers := 2
+	if proto == "rdma1" {
+		proto, vers = "rdma", 1
+	}
 	if proto == "rdma" {
 		// a free port for NFS/RDMA
 		l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -77,11 +82,11 @@ func ourClient(t *testing.T, proto string) {
 		l.Close()
 		servers++
 		go func() {
-			served <- srv.ServeRDMA(ctx, siw.NewDevice(siw.Config{RTRDelay: -1}), addr, rpcrdma.ServerOptions{Credits: 16})
+			served <- srv.ServeRDMA(ctx, siw.NewDevice(siw.Config{RTRDelay: -1}), addr, rpcrdma.ServerOptions{Credits: 16, MaxVersion: vers})
 		}()
 		rdma = new(rpcrdma.ClientMetrics)
 		opts.Transport = "rdma"
-		opts.Dial = rpcrdma.Dialer(siw.NewDevice(siw.Config{RTRDelay: -1}), addr, rpcrdma.ClientOptions{Metrics: rdma})
+		opts.Dial = rpcrdma.Dialer(siw.NewDevice(siw.Config{RTRDelay: -1}), addr, rpcrdma.ClientOptions{Metrics: rdma, MaxVersion: vers})
 	}
 	defer func() {
 		cancel()
@@ -159,6 +164,9 @@ func ourClient(t *testing.T, proto string) {
 		t.Logf("RPC-over-RDMA: %+v", m)
 		if m.ReadChunks == 0 || m.WriteChunks == 0 || m.ReplyChunks == 0 || m.ReadChunkBytes < 16<<20 || m.WriteChunkBytes < 16<<20 {
 			t.Fatal("the data did not move in Read and Write chunks")
+		}
+		if m.Version != int64(vers) || m.Version1Fallbacks != 0 {
+			t.Fatalf("RPC-over-RDMA version %d (fallbacks %d), want %d", m.Version, m.Version1Fallbacks, vers)
 		}
 	}
 }

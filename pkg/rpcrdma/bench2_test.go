@@ -1,0 +1,98 @@
+package rpcrdma
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/xdr"
+)
+
+// Benchmarks of RPC-over-RDMA version 2 beside version 1, in one run.
+
+// BenchmarkVersionNull: NULL calls at 1 and 128 outstanding over each
+// version.
+func BenchmarkVersionNull(b *testing.B) {
+	for _, v := range []int{1, 2} {
+		for _, out := range []int{1, 128} {
+			ts := startServer(b, ServerOptions{Credits: max(out, 32), MaxVersion: v})
+			c, _ := newClient(b, ts, ClientOptions{Credits: max(out, 32), MaxVersion: v, Versions: &VersionCache{}})
+			b.Run(fmt.Sprintf("v%d/outstanding=%d", v, out), func(b *testing.B) {
+				ctx := context.Background()
+				b.ReportAllocs()
+				var next atomic.Int64
+				var wg sync.WaitGroup
+				for range out {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						for next.Add(1) <= int64(b.N) {
+							if err := c.Null(ctx, tProg, tVers); err != nil {
+								b.Error(err)
+								return
+							}
+						}
+					}()
+				}
+				wg.Wait()
+			})
+		}
+	}
+}
+
+// BenchmarkAboveInline: a call just above the 4096-byte inline threshold
+// (6000 bytes of arguments that are not DDP-eligible, a small reply), and
+// a reply just above it (6000 bytes of results, a small call): version 1
+// moves them in a Position-Zero Read chunk or a Reply chunk (an RDMA Read
+// or Write, memory registered and invalidated per call); version 2 sends
+// them in Continued format (two Sends); "v2-chunks" is version 2 with
+// NoContinuation (and, for the reply, a Reply chunk offered), as version 1.
+func BenchmarkAboveInline(b *testing.B) {
+	const n = 6000
+	arg := pattern(n, 1)
+	for _, tc := range []struct {
+		name   string
+		vers   int
+		noCont bool
+	}{{"v1-chunk", 1, false}, {"v2-continuation", 2, false}, {"v2-chunk", 2, true}} {
+		ts := startServer(b, ServerOptions{Credits: 32, MaxVersion: tc.vers})
+		c, cm := newClient(b, ts, ClientOptions{Credits: 32, MaxVersion: tc.vers, NoContinuation: tc.noCont, Versions: &VersionCache{}})
+		callSpec := sunrpc.CallSpec{Prog: tProg, Vers: tVers, Proc: pSink,
+			Args:         func(e *sunrpc.Builder) { e.Opaque(arg) },
+			MaxReplySize: 256}
+		// pSink reads a DDP-eligible argument; as an opaque it is not
+		// reduced. Its result: the length.
+		callSpec.Results = func(d *xdr.Decoder, placed int) error { d.Uint32(); return d.Err() }
+		maxReply := 100 // continuation: no Reply chunk for the reply
+		if tc.vers == 1 || tc.noCont {
+			maxReply = n + 64
+		}
+		replySpec := sunrpc.CallSpec{Prog: tProg, Vers: tVers, Proc: pLong,
+			Args:         func(e *sunrpc.Builder) { e.Uint32(n) },
+			Results:      func(d *xdr.Decoder, placed int) error { d.Opaque(n); return d.Err() },
+			MaxReplySize: maxReply}
+		for _, k := range []struct {
+			name string
+			spec sunrpc.CallSpec
+		}{{"call", callSpec}, {"reply", replySpec}} {
+			b.Run(tc.name+"/"+k.name, func(b *testing.B) {
+				ctx := context.Background()
+				b.ReportAllocs()
+				b.SetBytes(n)
+				before := cm.Metrics()
+				for range b.N {
+					if err := c.Call(ctx, k.spec); err != nil {
+						b.Fatal(err)
+					}
+				}
+				m := cm.Metrics()
+				if b.N > 1 {
+					b.ReportMetric(float64(m.Continued-before.Continued)/float64(b.N), "continued/op")
+				}
+			})
+		}
+	}
+}

@@ -1,0 +1,357 @@
+package rpcrdma
+
+import (
+	"fmt"
+
+	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/verbs"
+)
+
+// Message continuation (draft-ietf-nfsv4-rpcrdma-version-two section
+// 6.6.2): on a version 2 connection a call too large for one Send is sent
+// as RDMA2_CALL_MIDDLE Sends followed by one RDMA2_CALL_INLINE, each
+// carrying the next part of the Payload stream, instead of a Call chunk
+// the responder would pull with RDMA Reads. The responder reassembles the
+// parts in the order they arrive (completion order), apart from its
+// workers.
+
+// MaxContinuation is the most Sends a requester spends on one continued
+// call; a call that needs more goes in a Call chunk (Special format).
+const MaxContinuation = 16
+
+// contPlan sizes the continuation of a Payload stream of total bytes
+// behind a final header of hl bytes, with Sends of at most send bytes:
+// the number of Sends and what each middle carries (a multiple of 4).
+func contPlan(total, hl, send int) (sends, mid int) {
+	mid = (send - Middle2Len) &^ 3
+	last := (send - hl) &^ 3
+	if mid <= 0 || last < 0 {
+		return 0, 0
+	}
+	if total <= last {
+		return 1, mid
+	}
+	return 1 + (total-last+mid-1)/mid, mid
+}
+
+// reserveSendsLocked takes n more version 2 Sends under the responder's
+// limit, if it allows them now.
+func (c *Client) reserveSendsLocked(n int) bool {
+	if int32(c.limit-c.sent) < int32(n) {
+		return false
+	}
+	c.sent += uint32(n)
+	return true
+}
+
+// sendContinued sends the call of slot s, whose final header h (an
+// RDMA2_CALL_INLINE with the reply's chunks) is built, as sends Sends
+// (contPlan): the Payload stream is laid out in the slot's continuation
+// region, each part behind its header, and the Sends are posted
+// together under sendMu so that no other message comes between them
+// (the draft's section 4.1). The responder's credits for the sends-1
+// extra Sends were reserved.
+func (s *slot) sendContinued(m *sunrpc.Message, h *Header, sends, mid int) error {
+	c := s.c
+	in := c.inline.Send
+	s.stream = m.AppendTo(s.stream[:0])
+	if err := s.ensure(&s.contMR, sends*in, 0); err != nil {
+		return err
+	}
+	if cap(s.contWRs) < sends {
+		s.contWRs, s.contSGEs = make([]verbs.SendWR, sends), make([]verbs.SGE, sends)
+	}
+	s.contWRs, s.contSGEs = s.contWRs[:sends], s.contSGEs[:sends]
+	region := s.contMR.Bytes()
+	rest := s.stream
+	for i := range sends {
+		buf := region[i*in : i*in : (i+1)*in]
+		var b []byte
+		var err error
+		if i < sends-1 {
+			// Full parts, but never the whole rest: the final part is
+			// not empty, and fits behind its header (contPlan).
+			part := rest[:min(mid, (len(rest)-4)&^3)]
+			rest = rest[len(part):]
+			mh := Header{XID: h.XID, Vers: Version2, Credits: c.advertised(), Header2: Header2{HType: HTypeCallMiddle, Remaining: uint32(len(rest))}}
+			if b, err = mh.Encode(buf); err == nil {
+				b = append(b, part...)
+			}
+		} else {
+			h.Credits = c.advertised()
+			if b, err = h.Encode(buf); err == nil {
+				b = append(b, rest...)
+			}
+		}
+		if err != nil {
+			return err
+		}
+		if len(b) > in {
+			return fmt.Errorf("%w: continued call fragment of %d bytes exceeds the inline threshold %d", ErrInvalid, len(b), in)
+		}
+		s.contSGEs[i] = s.contMR.SGE(i*in, len(b))
+		s.contWRs[i] = verbs.SendWR{ID: wrSend | uint64(s.idx), Opcode: verbs.WRSend, SGL: s.contSGEs[i : i+1 : i+1]}
+	}
+	c.m.continued.Add(1)
+	c.m.inlineBytes.Add(uint64(len(s.stream)))
+	c.sendMu.Lock()
+	defer c.sendMu.Unlock()
+	s.posted = true
+	for i := range s.contWRs {
+		if err := c.qp.PostSend(&s.contWRs[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// reassembly is a continued call a responder connection is receiving:
+// the parts so far (buf) of the call xid, and what its last
+// RDMA2_CALL_MIDDLE said remains.
+type reassembly struct {
+	active    bool
+	xid       uint32
+	remaining uint32
+	buf       []byte
+}
+
+// reassemble looks at the message of n bytes just received into slot
+// sl's buffer, in the completion goroutine (so parts are taken in the
+// order they arrived). An RDMA2_CALL_MIDDLE that continues the call in
+// progress, or starts one, is appended to c.asm and its receive reposted
+// at once: reassemble reports true, and no worker sees it. The
+// RDMA2_CALL_INLINE that ends the call takes the parts (sl.asm,
+// sl.assembled) to its worker. A message that breaks a continuation (a
+// part of another call, a remaining count that does not follow, another
+// header type) ends it, and its worker answers RDMA2_ERR_INVAL_CONT
+// (sl.contErr; the draft's sections 6.3.6 and 7.1.4). A call larger than
+// MaxCall breaks it too. Messages that do not decode are left to the
+// worker.
+func (c *srvConn) reassemble(sl *srvSlot, n int) bool {
+	a := &c.asm
+	sl.assembled, sl.contErr = false, false
+	msg := c.recvMR.Bytes()[sl.idx*c.s.opts.Inline:][:n]
+	if len(msg) < Middle2Len || be.Uint32(msg[4:]) != Version2 {
+		if a.active && len(msg) >= PrefixLen {
+			a.active, sl.contErr = false, true
+		}
+		return false
+	}
+	xid, t := be.Uint32(msg), HType(be.Uint32(msg[12:]))
+	switch {
+	case t == HTypeCallMiddle:
+		part := msg[Middle2Len:]
+		rem := be.Uint32(msg[PrefixLen:])
+		if !c.withinCredit(sl.seq) {
+			return false // the worker ends the connection
+		}
+		total := uint64(rem) + uint64(len(part))
+		if a.active && (xid != a.xid || total != uint64(a.remaining)) || !a.active && total > uint64(c.s.opts.MaxCall) {
+			a.active, sl.contErr = false, true
+			return false
+		}
+		if !a.active {
+			a.active, a.xid, a.buf = true, xid, a.buf[:0]
+		}
+		a.buf = append(a.buf, part...)
+		a.remaining = rem
+		c.finish(sl.idx, nil, nil)
+		return true
+	case a.active:
+		a.active = false
+		if t == HTypeCallInline && xid == a.xid {
+			sl.asm, a.buf = a.buf, sl.asm[:0]
+			sl.assembled, sl.asmLast = true, a.remaining
+		} else {
+			sl.contErr = true
+		}
+	}
+	return false
+}
+
+// replyContinued sends the reply m (sizes rm) to the version 2 call in
+// sl.hdr as RDMA2_REPLY_MIDDLE Sends and a final RDMA2_REPLY_INLINE,
+// when the chunks the call provided cannot carry it (the draft's section
+// 6.6.4): its DDP-eligible result, if any, still goes into the first
+// Write chunk, which must hold it. It reports false, having sent nothing,
+// when continuation cannot be used: the result does not fit the Write
+// chunk, the reply needs more than MaxContinuation Sends, or the
+// requester's credits do not cover them (its receives, less one for each
+// reply still owed to its other calls); the caller then answers
+// RDMA2_ERR_WRITE_RESOURCE or _REPLY_RESOURCE.
+func (sl *srvSlot) replyContinued(m *sunrpc.Message, rm Message) bool {
+	c, s := sl.c, sl.c.s
+	call := &sl.hdr
+	write := rm.DDP && len(call.Writes) > 0 && len(call.Writes[0]) > 0
+	if write && uint64(rm.Payload) > chunkLen(call.Writes[0]) {
+		return false
+	}
+	p := ReplyPlan{Proc: ProcMsg, Write: write}
+	if write {
+		p.WriteLen = rm.Payload
+	}
+	sl.rep.BuildReply(call, p, 1)
+	sl.rep.Vers, sl.rep.HType, sl.rep.Reply, sl.rep.HasReply = Version2, HTypeReplyInline, sl.rep.Reply[:0], false
+	in := int(c.inline.Load())
+	sends, mid := contPlan(rm.Len(), sl.rep.Len(), in)
+	if sends < 2 || sends > MaxContinuation || in > s.opts.Inline || !c.peerCovers(sends) {
+		s.opts.Logger.Debug("rpcrdma: reply not continued", "sends", sends, "inline", in, "peerLimit", c.cred.peerLimit.Load(), "sent", c.cred.sent, "working", c.cred.working.Load())
+		return false
+	}
+	var payMR verbs.MR
+	defer func() { s.dereg(payMR) }()
+	if write && rm.Payload > 0 {
+		var err error
+		if payMR, err = s.reg(c.pd, m.Payload, 0); err != nil {
+			c.qp.Close()
+			return true
+		}
+		if !sl.write(call.Writes[0], payMR, 0, rm.Payload) {
+			return true
+		}
+		s.m.writeChunks.Add(1)
+		s.m.writeChunkBytes.Add(uint64(rm.Payload))
+	}
+	sl.stream = appendStream(sl.stream[:0], m, !write)
+	if sl.contMR == nil || sl.contMR.Len() < sends*in {
+		s.dereg(sl.contMR)
+		var err error
+		if sl.contMR, err = s.reg(c.pd, make([]byte, MaxContinuation*s.opts.Inline), 0); err != nil {
+			c.qp.Close()
+			return true
+		}
+	}
+	if cap(sl.contWRs) < sends {
+		sl.contWRs, sl.contSGEs, sl.contMsgs = make([]verbs.SendWR, MaxContinuation), make([]verbs.SGE, MaxContinuation), make([][]byte, MaxContinuation)
+	}
+	wrs, sges, msgs := sl.contWRs[:sends], sl.contSGEs[:sends], sl.contMsgs[:sends]
+	region := sl.contMR.Bytes()
+	rest := sl.stream
+	for i := range sends {
+		buf := region[i*in : i*in : (i+1)*in]
+		var b []byte
+		var err error
+		if i < sends-1 {
+			part := rest[:min(mid, (len(rest)-4)&^3)]
+			rest = rest[len(part):]
+			mh := Header{XID: call.XID, Vers: Version2, Credits: 1, Header2: Header2{HType: HTypeReplyMiddle, Remaining: uint32(len(rest))}}
+			if b, err = mh.Encode(buf); err == nil {
+				b = append(b, part...)
+			}
+		} else if b, err = sl.rep.Encode(buf); err == nil {
+			b = append(b, rest...)
+		}
+		if err != nil || len(b) > in {
+			c.qp.Close()
+			return true
+		}
+		msgs[i] = b
+		sges[i] = sl.contMR.SGE(i*in, len(b))
+		wrs[i] = verbs.SendWR{ID: wrSend | uint64(sl.idx), Opcode: verbs.WRSend, SGL: sges[i : i+1 : i+1]}
+	}
+	// Only the last is signaled and waited for: the Sends complete in
+	// order.
+	wrs[sends-1].Flags = verbs.SendSignaled
+	s.m.replies.Add(1)
+	s.m.continued.Add(1)
+	s.m.inlineBytes.Add(uint64(len(sl.stream)))
+	if c.finishMany(sl.idx, msgs, wrs) {
+		_ = c.wait(sl.sendDone)
+	}
+	return true
+}
+
+// peerCovers tells whether the requester's last rdma_credit leaves room
+// for n Sends beyond one reply to each call in process.
+func (c *srvConn) peerCovers(n int) bool {
+	cc := &c.cred
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	return c.peerCoversLocked(n)
+}
+
+func (c *srvConn) peerCoversLocked(n int) bool {
+	cc := &c.cred
+	avail := int64(int32(cc.peerLimit.Load() - cc.sent))
+	return avail-cc.working.Load() >= int64(n-1)
+}
+
+// finishMany is finish for the several Sends of a continued reply: they
+// are posted together, under the lock every reply is posted under, so
+// that no other message comes between them, each carrying the credit. It
+// reports false, posting nothing, when the requester's credit no longer
+// covers them (the connection is then closed: the reply is lost, as when
+// a Send fails).
+func (c *srvConn) finishMany(idx int, msgs [][]byte, wrs []verbs.SendWR) bool {
+	cc := &c.cred
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	cc.held--
+	cc.working.Add(-1)
+	cc.idle = append(cc.idle, idx)
+	if !c.fillLocked() {
+		return false
+	}
+	if !c.peerCoversLocked(len(wrs)) {
+		c.qp.Close()
+		return false
+	}
+	for i := range wrs {
+		be.PutUint32(msgs[i][creditOffset:], c.creditLocked())
+		cc.sent++
+		if c.qp.PostSend(&wrs[i]) != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// replyMiddle takes an RDMA2_REPLY_MIDDLE (in the completion goroutine,
+// so in arrival order): its part is appended to the reassembly of its
+// call's reply, whose slot keeps waiting, and its receive is reposted. A
+// part whose rdma_remaining does not follow the previous one's marks the
+// reply bad (ErrCont when it completes). It reports whether msg was such
+// a message.
+func (c *Client) replyMiddle(msg []byte) bool {
+	if len(msg) < Middle2Len || HType(be.Uint32(msg[12:])) != HTypeReplyMiddle || be.Uint32(msg[4:]) != Version2 {
+		return false
+	}
+	xid, rem, part := be.Uint32(msg), be.Uint32(msg[PrefixLen:]), msg[Middle2Len:]
+	c.mu.Lock()
+	si, ok := c.byXID[xid]
+	c.mu.Unlock()
+	if !ok {
+		c.m.unmatched.Add(1)
+		return true
+	}
+	s := &c.slots[si]
+	if !s.contActive {
+		s.contActive, s.asm = true, s.asm[:0]
+	} else if uint64(rem)+uint64(len(part)) != uint64(s.asmRem) {
+		s.asmRem = ^uint32(0) // never matches: the reply fails with ErrCont
+		return true
+	}
+	if len(s.asm)+len(part) > MaxContinuation*c.opts.Inline {
+		s.asmRem = ^uint32(0)
+		return true
+	}
+	s.asm = append(s.asm, part...)
+	s.asmRem = rem
+	return true
+}
+
+// endContinued completes the reassembly of slot s's reply with its
+// final message msg, decoded into s.rep: an RDMA2_REPLY_INLINE whose
+// part is what the last RDMA2_REPLY_MIDDLE said remained.
+func (s *slot) endContinued(msg []byte) {
+	s.contActive = false
+	if s.decodeErr != nil {
+		return
+	}
+	if s.rep.HType != HTypeReplyInline || uint64(len(msg)-s.hdrLen) != uint64(s.asmRem) {
+		s.decodeErr = fmt.Errorf("%w: %v ends a continued reply with %d bytes, %d expected", ErrCont, s.rep.HType, len(msg)-s.hdrLen, s.asmRem)
+		return
+	}
+	s.asm = append(s.asm, msg[s.hdrLen:]...)
+	s.assembled = true
+}
