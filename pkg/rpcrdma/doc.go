@@ -103,9 +103,10 @@
 //     1 requester past its grant finds no receive. Until the first call
 //     (the RDMA2_CONNPROP exchange) a connection is granted 1, since its
 //     AUTH_SYS machine is not known yet. RDMA2_GRANT is understood by the
-//     requester; the responder sends none (its replies carry credits) and
-//     ignores the requester's (our replies answer calls that have a
-//     receive waiting).
+//     requester; the responder sends one (rdma_xid 0) when a connection's
+//     grant rises, so a requester waiting for credits need not wait for a
+//     reply, and ignores the requester's (our replies answer calls that
+//     have a receive waiting).
 //   - Continuation (section 6.6.2). A call too large for one Send that is
 //     not reduced enough by a Read chunk goes as RDMA2_CALL_MIDDLE parts
 //     and a final RDMA2_CALL_INLINE when it takes at most MaxContinuation
