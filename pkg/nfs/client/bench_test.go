@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"net"
@@ -35,10 +36,12 @@ var targets = []target{
 	{"ganesha-tcp", func(b *testing.B) (*Client, nfs3.FH) { return mountT(b) }},
 	{"ours-tcp", func(b *testing.B) (*Client, nfs3.FH) { return mountOurs(b, "tcp") }},
 	{"ours-rdma", func(b *testing.B) (*Client, nfs3.FH) { return mountOurs(b, "rdma") }},
+	{"ours-rdma-v1", func(b *testing.B) (*Client, nfs3.FH) { return mountOurs(b, "rdma-v1") }},
 }
 
 // mountOurs starts our export server on a temporary directory (NFS over
-// TCP and, for proto "rdma", over RPC-over-RDMA) and mounts it.
+// TCP and, for proto "rdma", over RPC-over-RDMA, version 2 between our
+// peers; "rdma-v1": the client speaks version 1 only) and mounts it.
 func mountOurs(b *testing.B, proto string) (*Client, nfs3.FH) {
 	b.Helper()
 	srv, err := nfsserver.New(nfsserver.Options{Root: b.TempDir(), Exports: []nfsserver.Export{{Path: "/"}}})
@@ -64,7 +67,7 @@ func mountOurs(b *testing.B, proto string) (*Client, nfs3.FH) {
 		Export:    "/",
 		AuthSys:   sunrpc.AuthSysParams{MachineName: "bench"},
 	}
-	if proto == "rdma" {
+	if proto == "rdma" || proto == "rdma-v1" {
 		l := listen()
 		addr := l.Addr().String()
 		l.Close()
@@ -73,7 +76,11 @@ func mountOurs(b *testing.B, proto string) (*Client, nfs3.FH) {
 			done <- srv.ServeRDMA(ctx, siw.NewDevice(siw.Config{RTRDelay: -1}), addr, rpcrdma.ServerOptions{})
 		}()
 		opts.Transport = "rdma"
-		opts.Dial = rpcrdma.Dialer(siw.NewDevice(siw.Config{RTRDelay: -1}), addr, rpcrdma.ClientOptions{})
+		co := rpcrdma.ClientOptions{Versions: &rpcrdma.VersionCache{}}
+		if proto == "rdma-v1" {
+			co.MaxVersion = 1
+		}
+		opts.Dial = rpcrdma.Dialer(siw.NewDevice(siw.Config{RTRDelay: -1}), addr, co)
 	}
 	mctx, mcancel := context.WithTimeout(ctx, 20*time.Second)
 	defer mcancel()
@@ -214,6 +221,33 @@ func BenchmarkGetattr(b *testing.B) {
 		for b.Loop() {
 			if _, err := c.Getattr(ctx, dir); err != nil {
 				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// BenchmarkReaddirplus2000: listing a directory of 2,000 files with
+// READDIRPLUS (names, handles and attributes), one listing per op; the
+// replies are larger than the inline threshold (a Reply chunk in version
+// 1, continuation or a Reply chunk in version 2).
+func BenchmarkReaddirplus2000(b *testing.B) {
+	forTargets(b, func(b *testing.B, t target) {
+		c, dir := t.mount(b)
+		ctx := context.Background()
+		for i := range 2000 {
+			mustCreate(b, c, dir, fmt.Sprintf("entry-%04d", i))
+		}
+		b.ReportAllocs()
+		for b.Loop() {
+			n := 0
+			for _, err := range c.Readdirplus(ctx, dir) {
+				if err != nil {
+					b.Fatal(err)
+				}
+				n++
+			}
+			if n < 2000 {
+				b.Fatalf("listed %d entries, want 2000 and more", n)
 			}
 		}
 	})
