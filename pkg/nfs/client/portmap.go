@@ -54,3 +54,45 @@ func GetPort(ctx context.Context, addr string, prog, vers uint32, opts sunrpc.TC
 }
 
 func hostPort(host string, port int) string { return net.JoinHostPort(host, strconv.Itoa(port)) }
+
+// Portmap procedures that change the table (RFC 1833 section 3.2).
+const (
+	pmapSet   = 1 // PMAPPROC_SET
+	pmapUnset = 2 // PMAPPROC_UNSET
+)
+
+// SetPort registers prog/vers over TCP at port with the rpcbind (portmap
+// v2) service at addr (PMAPPROC_SET, RFC 1833 section 3.2), or, with port
+// 0, removes the registration (PMAPPROC_UNSET). It reports rpcbind's
+// answer: false when another port holds the registration (SET) or there
+// was none (UNSET). rpcbind accepts these calls from its own host only.
+func SetPort(ctx context.Context, addr string, prog, vers uint32, port int) (bool, error) {
+	c, err := sunrpc.NewClient(sunrpc.TCPDialer(addr, sunrpc.TCPOptions{}), sunrpc.ClientOptions{Retry: sunrpc.RetryPolicy{Soft: true, Retries: 2}})
+	if err != nil {
+		return false, err
+	}
+	defer c.Close()
+	proc := uint32(pmapSet)
+	if port == 0 {
+		proc = pmapUnset
+	}
+	var ok bool
+	err = c.Call(ctx, sunrpc.CallSpec{
+		Prog: PortmapProgram, Vers: PortmapVersion, Proc: proc,
+		Args: func(b *sunrpc.Builder) {
+			b.Uint32(prog)
+			b.Uint32(vers)
+			b.Uint32(ipprotoTCP)
+			b.Uint32(uint32(port))
+		},
+		Results: func(d *xdr.Decoder, _ int) error {
+			ok = d.Bool()
+			return d.Err()
+		},
+		MaxReplySize: 64,
+	})
+	if err != nil {
+		return false, fmt.Errorf("nfs client: rpcbind SET/UNSET %d/%d at %s: %w", prog, vers, addr, err)
+	}
+	return ok, nil
+}
