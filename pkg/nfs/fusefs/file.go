@@ -256,12 +256,19 @@ func (n *node) sync(ctx context.Context) syscall.Errno {
 // read-only. The open file is marked closing (node.setFlushed).
 func (n *node) Flush(ctx context.Context, fh fs.FileHandle) syscall.Errno {
 	n.setFlushed(fh, true)
-	if !writable(fh) {
-		return 0
-	}
-	ctx, done := n.sys.call(ctx) // the caller's credential, not interrupted (fsys.call)
+	ro, hasOwner := n.sys.owners.ownerOf(ctx) // before ctx is replaced
+	ctx, done := n.sys.call(ctx)              // the caller's credential, not interrupted (fsys.call)
 	defer done()
-	return n.sync(ctx)
+	var errno syscall.Errno
+	if writable(fh) {
+		errno = n.sync(ctx)
+	}
+	if hasOwner && !ro.flock {
+		// POSIX locks end at any close by their owner, after the
+		// writes they covered reached the server (lock.go)
+		n.dropLocks(ctx, ro.owner, false)
+	}
+	return errno
 }
 
 // Fsync answers FSYNC: write back and COMMIT.
@@ -276,6 +283,11 @@ func (n *node) Fsync(ctx context.Context, fh fs.FileHandle, _ uint32) syscall.Er
 // that failed after the last flush is only logged. The last RELEASE of a
 // silly-renamed file removes it (sillyrename.go).
 func (n *node) Release(ctx context.Context, fh fs.FileHandle) syscall.Errno {
+	if ro, ok := n.sys.owners.ownerOf(ctx); ok && ro.flock {
+		lctx, done := n.sys.call(ctx)
+		n.dropLocks(lctx, ro.owner, true) // flock locks end at the last close of their open file
+		done()
+	}
 	if writable(fh) {
 		if errno := n.sync(ctx); errno != 0 {
 			klog.InfoS("fusefs: write back at release failed", "fh", n.fh.String(), "err", errno)
