@@ -219,3 +219,13 @@ func (t *Table) wakeLocked() {
 		t.change = nil
 	}
 }
+
+// Ranges returns owner's locks, sorted by Start.
+func (t *Table) Ranges(owner uint64) []Range {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if s := t.owners[owner]; s != nil {
+		return s.Ranges()
+	}
+	return nil
+}

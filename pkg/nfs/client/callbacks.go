@@ -192,7 +192,7 @@ func (s *callbackService) notify(a *nsm.StatChge, peer net.Addr) {
 	s.mu.Unlock()
 	klog.InfoS("NSM SM_NOTIFY: server rebooted", "mon_name", a.MonName, "state", a.State, "peer", peer)
 	for _, l := range ls {
-		if l.c.opts.Server == a.MonName || l.fromServer(peer) {
+		if l.srv.Server == a.MonName || l.fromServer(peer) {
 			l.serverRestarted("SM_NOTIFY from " + a.MonName)
 		}
 	}

@@ -144,7 +144,7 @@ func newClient(ctx context.Context, nc *sunrpc.Client, root nfs3.FH, opts Option
 		opts.Transport = "custom"
 	}
 	c := &Client{nfs: nc, opts: opts, root: root}
-	c.locks = newLocker(c, opts.Lock)
+	c.locks = NewLocker(opts)
 	info, err := c.Fsinfo(ctx, root)
 	if err != nil {
 		return nil, err

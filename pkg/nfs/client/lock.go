@@ -185,7 +185,7 @@ type waiter struct {
 // server restarts (NSM SM_NOTIFY) and to release it at Close. It is safe
 // for concurrent use.
 type Locker struct {
-	c    *Client
+	srv  Options // the server's address and how to call it; Lock is opts
 	opts LockOptions
 
 	// rw is taken shared by every call and exclusively by a reclaim, so
@@ -210,7 +210,11 @@ type Locker struct {
 	hostname  string
 }
 
-func newLocker(c *Client, o LockOptions) *Locker {
+// NewLocker returns the NLM client for the server of o (Server,
+// RPCBindPort, TCP, AuthSys, Retry and Lock are used); Mount and New make
+// one for each Client. It connects at its first call.
+func NewLocker(so Options) *Locker {
+	o := so.Lock
 	if o.Poll <= 0 {
 		o.Poll = DefaultLockPoll
 	}
@@ -222,7 +226,7 @@ func newLocker(c *Client, o LockOptions) *Locker {
 		o.CallerName = host
 	}
 	return &Locker{
-		c: c, opts: o, hostname: host,
+		srv: so, opts: o, hostname: host,
 		owners: map[uint64]*lockOwner{}, bySvid: map[int32]*lockOwner{},
 		held: map[heldKey]*heldFile{}, waiters: map[*waiter]struct{}{},
 		// svids not taken from a pid count down from a random point of
@@ -259,7 +263,7 @@ func (l *Locker) client(ctx context.Context) (*sunrpc.Client, error) {
 	if l.rpc != nil {
 		return l.rpc, nil
 	}
-	o := &l.c.opts
+	o := &l.srv
 	if o.Server == "" {
 		return nil, fmt.Errorf("%w: no server address", ErrLockService)
 	}
@@ -417,7 +421,7 @@ func (l *Locker) call(ctx context.Context, proc uint32, exclusive bool, args fun
 		if st != nlm.DeniedGracePeriod || exclusive {
 			return st, nil
 		}
-		klog.V(2).InfoS("NLM server in its grace period, retrying", "server", l.c.opts.Server, "proc", proc, "delay", l.opts.GraceRetry)
+		klog.V(2).InfoS("NLM server in its grace period, retrying", "server", l.srv.Server, "proc", proc, "delay", l.opts.GraceRetry)
 		l.serverRestarted("grace period")
 		t := time.NewTimer(l.opts.GraceRetry)
 		select {
@@ -548,12 +552,12 @@ func (l *Locker) cancel(r LockRequest, o *lockOwner, lk nlm.Lock, w *waiter, cau
 				return ures.Stat, err
 			}, nil)
 			if uerr != nil {
-				klog.ErrorS(uerr, "NLM: unlock after an interrupted blocking lock failed", "server", l.c.opts.Server, "svid", o.svid)
+				klog.ErrorS(uerr, "NLM: unlock after an interrupted blocking lock failed", "server", l.srv.Server, "svid", o.svid)
 			}
 		}
 	}
 	if err != nil {
-		klog.ErrorS(err, "NLM: CANCEL of an interrupted blocking lock failed", "server", l.c.opts.Server, "svid", o.svid)
+		klog.ErrorS(err, "NLM: CANCEL of an interrupted blocking lock failed", "server", l.srv.Server, "svid", o.svid)
 	}
 	return fmt.Errorf("%w: %w", ErrLockInterrupted, cause)
 }
@@ -578,7 +582,7 @@ func (l *Locker) record(r LockRequest, o *lockOwner) {
 		o.refs++
 		l.held[k] = h
 		if l.opts.State != nil {
-			l.opts.State.monitor(l.c.opts.Server)
+			l.opts.State.monitor(l.srv.Server)
 		}
 	}
 	h.set.Add(r.Start, min(r.End, MaxLockOffset), r.Exclusive)
@@ -731,7 +735,7 @@ func (l *Locker) reclaim(why string) {
 	defer l.rw.Unlock()
 	l.reclaims.Add(1)
 	held := l.Held()
-	klog.InfoS("NLM: reclaiming locks", "server", l.c.opts.Server, "reason", why, "locks", len(held))
+	klog.InfoS("NLM: reclaiming locks", "server", l.srv.Server, "reason", why, "locks", len(held))
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	for _, h := range held {
@@ -746,7 +750,7 @@ func (l *Locker) reclaim(why string) {
 			err = statErr(st)
 		}
 		if err != nil {
-			klog.ErrorS(err, "NLM: lock lost: reclaim failed", "server", l.c.opts.Server, "svid", o.svid, "start", h.Start, "end", h.End)
+			klog.ErrorS(err, "NLM: lock lost: reclaim failed", "server", l.srv.Server, "svid", o.svid, "start", h.Start, "end", h.End)
 			l.forget(h.FH, h.Owner, h.Start, h.End)
 		}
 		l.put(o)
