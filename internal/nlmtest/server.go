@@ -183,50 +183,27 @@ func (s *Server) test(_ context.Context, req *sunrpc.Request, res *sunrpc.Builde
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e := &res.Encoder
+	r := nlm.TestRes{Cookie: a.Cookie, Stat: nlm.Granted}
 	if s.grace {
-		s.record(Call{Proc: nlm.ProcTest, Svid: a.Lock.Svid, Stat: nlm.DeniedGracePeriod})
-		e.Opaque(a.Cookie)
-		e.Uint32(uint32(nlm.DeniedGracePeriod))
-		return nil
-	}
-	start, end := rangeOf(&a.Lock)
-	r, holder, c := s.tableLocked(a.Lock.FH).Conflict(s.ownerLocked(&a.Lock), start, end, a.Exclusive)
-	e.Opaque(a.Cookie)
-	if !c {
-		s.record(Call{Proc: nlm.ProcTest, Svid: a.Lock.Svid, Stat: nlm.Granted})
-		e.Uint32(uint32(nlm.Granted))
-		return nil
-	}
-	s.record(Call{Proc: nlm.ProcTest, Svid: a.Lock.Svid, Stat: nlm.Denied})
-	e.Uint32(uint32(nlm.Denied))
-	e.Bool(r.Exclusive)
-	e.Int32(s.svids[holder])
-	e.Opaque(nil)
-	e.Uint64(r.Start)
-	if r.End >= posixlock.MaxOffset {
-		e.Uint64(0)
+		r.Stat = nlm.DeniedGracePeriod
 	} else {
-		e.Uint64(r.End - r.Start + 1)
+		start, end := rangeOf(&a.Lock)
+		if lr, holder, c := s.tableLocked(a.Lock.FH).Conflict(s.ownerLocked(&a.Lock), start, end, a.Exclusive); c {
+			r.Stat = nlm.Denied
+			r.Holder = &nlm.Holder{Exclusive: lr.Exclusive, Svid: s.svids[holder], Offset: lr.Start}
+			if lr.End < posixlock.MaxOffset {
+				r.Holder.Length = lr.End - lr.Start + 1
+			}
+		}
 	}
+	s.record(Call{Proc: nlm.ProcTest, Svid: a.Lock.Svid, Stat: r.Stat})
+	r.Encode(&res.Encoder)
 	return nil
-}
-
-func decodeLockArgs(d *xdr.Decoder, a *nlm.LockArgs) error {
-	a.Cookie = d.Opaque(nlm.MaxNetobj)
-	a.Block = d.Bool()
-	a.Exclusive = d.Bool()
-	if err := a.Lock.Decode(d); err != nil {
-		return err
-	}
-	a.Reclaim = d.Bool()
-	a.State = d.Int32()
-	return d.Err()
 }
 
 func (s *Server) lock(_ context.Context, req *sunrpc.Request, res *sunrpc.Builder) error {
 	var a nlm.LockArgs
-	if err := decodeLockArgs(req.ArgsDecoder(), &a); err != nil {
+	if err := a.Decode(req.ArgsDecoder()); err != nil {
 		return err
 	}
 	s.mu.Lock()
@@ -275,14 +252,11 @@ func (s *Server) unblockLocked(fh string, owner uint64, l *nlm.Lock) bool {
 }
 
 func (s *Server) cancel(_ context.Context, req *sunrpc.Request, res *sunrpc.Builder) error {
-	d := req.ArgsDecoder()
-	cookie := d.Opaque(nlm.MaxNetobj)
-	_ = d.Bool()
-	_ = d.Bool()
-	var l nlm.Lock
-	if err := l.Decode(d); err != nil {
+	var a nlm.CancArgs
+	if err := a.Decode(req.ArgsDecoder()); err != nil {
 		return err
 	}
+	cookie, l := a.Cookie, a.Lock
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := nlm.Denied
@@ -297,12 +271,11 @@ func (s *Server) cancel(_ context.Context, req *sunrpc.Request, res *sunrpc.Buil
 }
 
 func (s *Server) unlock(_ context.Context, req *sunrpc.Request, res *sunrpc.Builder) error {
-	d := req.ArgsDecoder()
-	cookie := d.Opaque(nlm.MaxNetobj)
-	var l nlm.Lock
-	if err := l.Decode(d); err != nil {
+	var a nlm.UnlockArgs
+	if err := a.Decode(req.ArgsDecoder()); err != nil {
 		return err
 	}
+	cookie, l := a.Cookie, a.Lock
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := nlm.Granted

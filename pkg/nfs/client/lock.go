@@ -375,7 +375,7 @@ func (l *Locker) newCookie() []byte {
 }
 
 // maxNLMReply bounds an NLM reply: cookie, status, a holder with its oh.
-const maxNLMReply = replyHeaderMax + 4 + nlm.MaxNetobj + 4 + 4 + 4 + 4 + nlm.MaxNetobj + 16
+const maxNLMReply = replyHeaderMax + 4 + nlm.MaxNetobjSize + 4 + 4 + 4 + 4 + nlm.MaxNetobjSize + 16
 
 // call makes one NLM call; results decodes the reply and returns its
 // status. Each try holds l.rw shared (unless exclusive: the caller, a
