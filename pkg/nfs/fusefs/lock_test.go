@@ -68,7 +68,13 @@ func startLockProc(t *testing.T, name, path string) *lockProc {
 	t.Cleanup(func() {
 		in.Close()
 		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
+		waited := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(waited) }()
+		select {
+		case <-waited:
+		case <-time.After(10 * time.Second):
+			t.Errorf("%s (pid %d) did not end after SIGKILL", name, p.pid)
+		}
 	})
 	p.do("open " + path)
 	return p
@@ -336,6 +342,7 @@ func TestLocksReleasedAtUnmount(t *testing.T) {
 			_ = m.Unmount(time.Second)
 			<-waited
 		}
+		_ = syscallUnmount(dir, mntDetach)
 	})
 	p := startLockProc(t, "p", filepath.Join(dir, "f"))
 	q := startLockProc(t, "q", filepath.Join(dir, "g"))
@@ -360,11 +367,6 @@ func TestLocksReleasedAtUnmount(t *testing.T) {
 	if h := n.HeldBy(); len(h) != 0 {
 		t.Fatalf("locks left on the server after the mount ended: %v", h)
 	}
-	_ = p.cmd.Process.Kill()
-	_ = q.cmd.Process.Kill()
-	_ = p.cmd.Wait()
-	_ = q.cmd.Wait()
-	_ = syscallUnmount(dir, mntDetach)
 }
 
 // TestLocalLocks: nolock keeps every lock in the kernel (no NLM call,
