@@ -374,6 +374,9 @@ func (l *Locker) newCookie() []byte {
 	return binary.BigEndian.AppendUint64(nil, l.cookie.Add(1))
 }
 
+// lockCallTimeout bounds a LOCK call whose caller's context ended.
+const lockCallTimeout = time.Minute
+
 // maxNLMReply bounds an NLM reply: cookie, status, a holder with its oh.
 const maxNLMReply = replyHeaderMax + 4 + nlm.MaxNetobjSize + 4 + 4 + 4 + 4 + nlm.MaxNetobjSize + 16
 
@@ -396,7 +399,15 @@ func (l *Locker) call(ctx context.Context, proc uint32, exclusive bool, args fun
 		if !exclusive {
 			l.rw.RLock()
 		}
-		err := rpc.Call(ctx, sunrpc.CallSpec{
+		cctx, cancel := ctx, context.CancelFunc(func() {})
+		if proc == nlm.ProcLock {
+			// a LOCK is not abandoned when ctx ends: the server might
+			// grant or queue it after a CANCEL or UNLOCK sent next
+			// (its calls run concurrently), leaving a lock nobody
+			// knows of; its reply is awaited, for lockCallTimeout
+			cctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), lockCallTimeout)
+		}
+		err := rpc.Call(cctx, sunrpc.CallSpec{
 			Prog: nlm.Program, Vers: nlm.Version, Proc: proc,
 			Args: func(b *sunrpc.Builder) { args(&b.Encoder) },
 			Results: func(d *xdr.Decoder, _ int) error {
@@ -406,6 +417,7 @@ func (l *Locker) call(ctx context.Context, proc uint32, exclusive bool, args fun
 			},
 			MaxReplySize: maxNLMReply,
 		})
+		cancel()
 		if err == nil && after != nil && (st != nlm.DeniedGracePeriod || exclusive) {
 			after(st)
 		}
@@ -544,10 +556,12 @@ func (l *Locker) cancel(r LockRequest, o *lockOwner, lk nlm.Lock, w *waiter, cau
 	// been granted; the unlock is harmless if it was not, and Linux
 	// unlocks after a cancel that fails too.
 	if granted || err != nil || st != nlm.Granted {
-		if !l.heldCovers(r) {
-			u := nlm.UnlockArgs{Cookie: l.newCookie(), Lock: lk}
+		// unlock what the owner did not hold before, so that an
+		// interrupted request over a held range keeps the held part
+		for _, u := range l.unheld(r) {
+			ua := nlm.UnlockArgs{Cookie: l.newCookie(), Lock: l.nlmLock(r.FH, o, u[0], u[1])}
 			var ures nlm.Res
-			_, uerr := l.call(ctx, nlm.ProcUnlock, false, u.Encode, func(d *xdr.Decoder) (nlm.Stat, error) {
+			_, uerr := l.call(ctx, nlm.ProcUnlock, false, ua.Encode, func(d *xdr.Decoder) (nlm.Stat, error) {
 				err := ures.Decode(d)
 				return ures.Stat, err
 			}, nil)
@@ -562,13 +576,31 @@ func (l *Locker) cancel(r LockRequest, o *lockOwner, lk nlm.Lock, w *waiter, cau
 	return fmt.Errorf("%w: %w", ErrLockInterrupted, cause)
 }
 
-// heldCovers reports whether r's owner already held all of r before (a
-// re-lock of a held range); then an interrupted re-lock must not unlock.
-func (l *Locker) heldCovers(r LockRequest) bool {
+// unheld returns the parts of r's range its owner holds no lock on, as
+// inclusive ranges.
+func (l *Locker) unheld(r LockRequest) [][2]uint64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	h := l.held[heldKey{r.FH, r.Owner}]
-	return h != nil && h.set.Covers(r.Start, min(r.End, MaxLockOffset), r.Exclusive)
+	end := min(r.End, MaxLockOffset)
+	var held []posixlock.Range
+	if h := l.held[heldKey{r.FH, r.Owner}]; h != nil {
+		held = h.set.Ranges()
+	}
+	var out [][2]uint64
+	next := r.Start
+	for _, h := range held {
+		if h.End < next || h.Start > end {
+			continue
+		}
+		if h.Start > next {
+			out = append(out, [2]uint64{next, h.Start - 1})
+		}
+		if h.End >= end {
+			return out
+		}
+		next = h.End + 1
+	}
+	return append(out, [2]uint64{next, end})
 }
 
 // record notes that r is held.

@@ -288,7 +288,10 @@ func TestLockCancelGrantRace(t *testing.T) {
 	a := newTestLocker(t, srv, "host-a", LockOptions{})
 	b := newTestLocker(t, srv, "host-b", LockOptions{})
 	ctx := ctxT(t, 20*time.Second)
-	if err := a.Lock(ctx, req(1, 1001, 0, MaxLockOffset, true), false); err != nil {
+	if err := a.Lock(ctx, req(1, 1001, 10, MaxLockOffset, true), false); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Lock(ctx, req(2, 1002, 0, 4, true), false); err != nil { // b holds 0..4 already
 		t.Fatal(err)
 	}
 	wctx, cancel := context.WithCancel(ctx)
@@ -297,15 +300,20 @@ func TestLockCancelGrantRace(t *testing.T) {
 	if err := a.Unlock(ctx, req(1, 1001, 0, MaxLockOffset, false)); err != nil {
 		t.Fatal(err)
 	}
-	if r := srv.Held(1002); len(r) != 1 {
+	if r := srv.Held(1002); len(r) != 1 || r[0].End != MaxLockOffset {
 		t.Fatalf("server did not grant the blocked lock: %v", r)
 	}
 	cancel()
 	if err := <-got; !errors.Is(err, ErrLockInterrupted) {
 		t.Fatalf("cancelled wait: %v", err)
 	}
-	if r := srv.Held(1002); len(r) != 0 {
-		t.Fatalf("lock granted as the wait was cancelled is still held: %v; calls %+v", r, srv.Calls())
+	// what was granted as the wait was cancelled is unlocked; what b
+	// held before stays
+	if r := srv.Held(1002); len(r) != 1 || r[0] != (posixlock.Range{Start: 0, End: 4, Exclusive: true}) {
+		t.Fatalf("b holds %v on the server, want 0..4; calls %+v", r, srv.Calls())
+	}
+	if h := b.Held(); len(h) != 1 || h[0].Start != 0 || h[0].End != 4 {
+		t.Fatalf("b's client holds %+v", h)
 	}
 }
 
