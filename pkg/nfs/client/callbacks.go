@@ -80,7 +80,7 @@ func (s *callbackService) startLocked() error {
 	granted := func(ctx context.Context, req *sunrpc.Request, res *sunrpc.Builder) error {
 		var a nlm.TestArgs
 		if err := a.Decode(req.ArgsDecoder()); err != nil {
-			return fmt.Errorf("%w: %w", sunrpc.ErrGarbageArgs, err)
+			return garbage(err)
 		}
 		r := nlm.Res{Cookie: a.Cookie, Stat: s.granted(&a, req.Peer)}
 		r.Encode(&res.Encoder)
@@ -92,14 +92,13 @@ func (s *callbackService) startLocked() error {
 	notify := func(ctx context.Context, req *sunrpc.Request, res *sunrpc.Builder) error {
 		var a nsm.StatChge
 		if err := a.Decode(req.ArgsDecoder()); err != nil {
-			return fmt.Errorf("%w: %w", sunrpc.ErrGarbageArgs, err)
+			return garbage(err)
 		}
 		s.notify(&a, req.Peer)
+		statd.forward(&a)
 		return nil // void
 	}
-	nsmProcs := make([]sunrpc.Handler, nsm.ProcNotify+1)
-	nsmProcs[nsm.ProcNotify] = notify
-	srv.Register(nsm.Program, nsm.Version, nsmProcs)
+	srv.Register(nsm.Program, nsm.Version, statd.handlers(notify))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -117,6 +116,9 @@ func (s *callbackService) startLocked() error {
 	klog.InfoS("NLM/NSM callback service started", "port", port, "registered", len(s.regs))
 	return nil
 }
+
+// garbage is the error of arguments that do not decode: GARBAGE_ARGS.
+func garbage(err error) error { return fmt.Errorf("%w: %w", sunrpc.ErrGarbageArgs, err) }
 
 // register registers prog/vers at port with the local rpcbind. A
 // registration held by a port that does not accept connections (a process

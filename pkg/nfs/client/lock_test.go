@@ -544,3 +544,68 @@ func TestHostState(t *testing.T) {
 	}
 	waitFor(t, "record removed", func() bool { return len(h3.Monitored()) == 0 })
 }
+
+// TestStatdForward: the callback service's NSM answers SM_MON from this
+// host and passes an SM_NOTIFY for the monitored host on to the
+// monitor's callback with its private data (as rpc.statd), found through
+// the local rpcbind.
+func TestStatdForward(t *testing.T) {
+	ctx := ctxT(t, 20*time.Second)
+	if _, err := GetPort(ctx, CallbackRPCBind, PortmapProgram, PortmapVersion, sunrpc.TCPOptions{}); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("CI=true: no rpcbind at", CallbackRPCBind, err)
+		}
+		t.Skip("no rpcbind at", CallbackRPCBind, err)
+	}
+	srv := startNLM(t)
+	a := newTestLocker(t, srv, "host-a", LockOptions{})
+	if _, err := a.Test(ctx, req(1, 1, 0, 0, true)); err != nil { // starts the service
+		t.Fatal(err)
+	}
+	// a monitor's callback program, registered with rpcbind
+	const prog, vers, proc = 399999, 1, 1
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan smStatus, 1)
+	rs := sunrpc.NewServer(nil)
+	rs.Register(prog, vers, []sunrpc.Handler{nil, func(_ context.Context, r *sunrpc.Request, _ *sunrpc.Builder) error {
+		var s nlm.SMStatus
+		if err := s.Decode(r.ArgsDecoder()); err != nil {
+			return err
+		}
+		got <- smStatus{MonName: s.MonName, State: s.State, Priv: s.Priv}
+		return nil
+	}})
+	sctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	go sunrpc.ServeTCP(sctx, ln, rs, sunrpc.TCPOptions{})
+	if ok, err := SetPort(ctx, CallbackRPCBind, prog, vers, ln.Addr().(*net.TCPAddr).Port); err != nil || !ok {
+		t.Fatalf("rpcbind SET: %v %v", ok, err)
+	}
+	defer SetPort(context.Background(), CallbackRPCBind, prog, vers, 0)
+
+	c, err := sunrpc.NewClient(sunrpc.TCPDialer("127.0.0.1:"+strconv.Itoa(CallbackPort()), sunrpc.TCPOptions{}), sunrpc.ClientOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	mon := nsm.Mon{MonID: nsm.MonID{MonName: "server-x", MyID: nsm.MyID{MyName: "localhost", MyProg: prog, MyVers: vers, MyProc: proc}}}
+	copy(mon.Priv[:], "private-16-bytes")
+	var res nsm.StatRes
+	if err := c.Call(ctx, sunrpc.CallSpec{Prog: nsm.Program, Vers: nsm.Version, Proc: nsm.ProcMon,
+		Args:    func(b *sunrpc.Builder) { mon.Encode(&b.Encoder) },
+		Results: func(d *xdr.Decoder, _ int) error { return res.Decode(d) }}); err != nil || res.Res != nsm.StatSucc || res.State&1 != 1 {
+		t.Fatalf("SM_MON: %+v, %v", res, err)
+	}
+	sendNotify(t, "server-x", 9)
+	select {
+	case s := <-got:
+		if s.MonName != "server-x" || s.State != 9 || string(s.Priv[:]) != "private-16-bytes" {
+			t.Fatalf("callback got %+v", s)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("SM_NOTIFY not passed on to the monitor")
+	}
+}
