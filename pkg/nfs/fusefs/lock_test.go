@@ -3,17 +3,22 @@ package fusefs
 import (
 	"bufio"
 	"context"
+	"errors"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/nfsrdma/nfsrdma-csi/internal/nlmtest"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/client"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/lockd"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nlm"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nsm"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
 )
 
@@ -121,22 +126,108 @@ func (p *lockProc) must(c, want string) {
 // of it, as two pods (or nodes) would have.
 type lockEnv struct {
 	srv    *testServer
-	nlm    *nlmtest.Server
+	nlm    *lockService
 	d1, d2 string
 	m1, m2 *Mount
 }
 
-// nlmService starts the NLM service the mounts lock with, whose GRANTED
-// callbacks go to this process's callback service.
-func nlmService(t *testing.T) *nlmtest.Server {
-	n := nlmtest.Start(t)
-	n.CallbackAddr = func() string {
-		if p := client.CallbackPort(); p != 0 {
-			return "127.0.0.1:" + strconv.Itoa(p)
-		}
-		return ""
+// lockService is the export server's lock manager (lockd: NLM v4 and
+// NSM v1) on a TCP port of its own, its GRANTED callbacks and SM_NOTIFY
+// going to this process's callback service.
+type lockService struct {
+	Port  int
+	m     *lockd.Manager
+	mu    sync.Mutex
+	keys  map[string]bool // files that were locked
+	calls int             // NLM calls answered
+}
+
+// ObserveCall counts NLM calls (sunrpc.Observer).
+func (s *lockService) ObserveCall(req *sunrpc.Request, _ sunrpc.CallStatus, _ time.Duration) {
+	if req.Prog == nlm.Program && req.Proc != nlm.ProcNull {
+		s.mu.Lock()
+		s.calls++
+		s.mu.Unlock()
 	}
-	return n
+}
+
+func nlmService(t *testing.T) *lockService {
+	t.Helper()
+	s := &lockService{keys: map[string]bool{}}
+	m, err := lockd.New(lockd.Options{
+		FileKey: func(fh []byte, _ net.Addr) (string, nlm.Stat) {
+			s.mu.Lock()
+			s.keys[string(fh)] = true
+			s.mu.Unlock()
+			return string(fh), nlm.Granted
+		},
+		LookupPort: func(context.Context, string, uint32, uint32) (int, error) {
+			if p := client.CallbackPort(); p != 0 {
+				return p, nil
+			}
+			return 0, errors.New("no callback service")
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := sunrpc.NewServer(nil)
+	srv.Register(nlm.Program, nlm.Version, m.NLMHandlers())
+	srv.Register(nsm.Program, nsm.Version, m.NSMHandlers())
+	srv.SetObserver(s)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Port, s.m = ln.Addr().(*net.TCPAddr).Port, m
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = sunrpc.ServeTCP(ctx, ln, srv, sunrpc.TCPOptions{}) }()
+	m.Start()
+	t.Cleanup(func() { cancel(); <-done; m.Close() })
+	return s
+}
+
+func (s *lockService) fileKeys() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for k := range s.keys {
+		out = append(out, k)
+	}
+	return out
+}
+
+// Locks returns the number of files with locks held, and of queued requests.
+func (s *lockService) Locks() (holders, waiting int) {
+	for _, k := range s.fileKeys() {
+		if len(s.m.Held(k)) > 0 {
+			holders++
+		}
+		waiting += s.m.Waiting(k)
+	}
+	return holders, waiting
+}
+
+// HeldBy returns the locks held, by svid.
+func (s *lockService) HeldBy() map[int32][]lockd.Held {
+	out := map[int32][]lockd.Held{}
+	for _, k := range s.fileKeys() {
+		for _, h := range s.m.Held(k) {
+			out[h.Owner.Svid] = append(out[h.Owner.Svid], h)
+		}
+	}
+	return out
+}
+
+// Held returns the locks svid holds.
+func (s *lockService) Held(svid int32) []lockd.Held { return s.HeldBy()[svid] }
+
+// Calls returns the number of NLM calls answered.
+func (s *lockService) Calls() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.calls
 }
 
 func newLockEnv(t *testing.T, extra string) *lockEnv {
@@ -215,7 +306,7 @@ func TestLocksAcrossMounts(t *testing.T) {
 	}
 }
 
-func waitNoLocks(t *testing.T, n *nlmtest.Server) {
+func waitNoLocks(t *testing.T, n *lockService) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
@@ -277,7 +368,7 @@ func TestLockSignalCancels(t *testing.T) {
 	}
 }
 
-func waitBlocked(t *testing.T, n *nlmtest.Server) {
+func waitBlocked(t *testing.T, n *lockService) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -385,8 +476,8 @@ func TestLocalLocks(t *testing.T) {
 		p1.must("flock ex nb", "ok")
 		p2.must("flock ex nb", "ok")
 		p3.must("flock ex nb", "err EAGAIN")
-		if c := e.nlm.Calls(); len(c) != 0 {
-			t.Fatalf("NLM calls with nolock: %+v", c)
+		if c := e.nlm.Calls(); c != 0 {
+			t.Fatalf("%d NLM calls with nolock", c)
 		}
 	})
 	t.Run("local_lock=flock", func(t *testing.T) {
@@ -405,10 +496,10 @@ func TestLocalLocks(t *testing.T) {
 		if a, ok := p3.answer(5 * time.Second); !ok || a != "ok" {
 			t.Fatalf("local blocking flock after unlock: %q %v", a, ok)
 		}
-		n := len(e.nlm.Calls())
+		n := e.nlm.Calls()
 		p1.must("setlk w 0 0", "ok")
 		p2.must("setlk w 0 0", "err EAGAIN") // POSIX locks go to the server
-		if len(e.nlm.Calls()) <= n {
+		if e.nlm.Calls() <= n {
 			t.Fatal("POSIX locks not sent with local_lock=flock")
 		}
 	})
@@ -423,8 +514,8 @@ func TestLocalLocks(t *testing.T) {
 		p3.must("getlk r 0 0", "lock w 0 10 "+strconv.Itoa(p1.pid))
 		p1.must("close", "ok") // released locally at close
 		p3.must("setlk r 5 1", "ok")
-		if c := e.nlm.Calls(); len(c) != 0 {
-			t.Fatalf("NLM calls for local POSIX locks: %+v", c)
+		if c := e.nlm.Calls(); c != 0 {
+			t.Fatalf("%d NLM calls for local POSIX locks", c)
 		}
 		p2.must("flock ex nb", "ok")
 		p3.must("flock ex nb", "err EAGAIN") // flock goes to the server
