@@ -93,7 +93,9 @@ func freePorts(n int) ([]int, error) {
 	return ports, nil
 }
 
-func startGanesha() (*ganesha, error) { return startGaneshaWith(false) }
+// startGanesha starts the Ganesha of the package's tests, with NLM (whose
+// SM_MON calls reach this process's NSM when no rpc.statd runs).
+func startGanesha() (*ganesha, error) { return startGaneshaWith(true) }
 
 // startGaneshaWith starts Ganesha, with its NLM v4 service (registered
 // with rpcbind; NLMPort) when nlm is set.
