@@ -140,6 +140,7 @@ type lockService struct {
 	mu    sync.Mutex
 	keys  map[string]bool // files that were locked
 	calls int             // NLM calls answered
+	stop  func()          // stops serving (a server crash: locks are lost)
 }
 
 // ObserveCall counts NLM calls (sunrpc.Observer).
@@ -153,21 +154,26 @@ func (s *lockService) ObserveCall(req *sunrpc.Request, _ sunrpc.CallStatus, _ ti
 
 func nlmService(t *testing.T) *lockService {
 	t.Helper()
-	s := &lockService{keys: map[string]bool{}}
-	m, err := lockd.New(lockd.Options{
-		FileKey: func(fh []byte, _ net.Addr) (string, nlm.Stat) {
-			s.mu.Lock()
-			s.keys[string(fh)] = true
-			s.mu.Unlock()
-			return string(fh), nlm.Granted
-		},
-		LookupPort: func(context.Context, string, uint32, uint32) (int, error) {
-			if p := client.CallbackPort(); p != 0 {
-				return p, nil
-			}
-			return 0, errors.New("no callback service")
-		},
-	})
+	return startLockService(t, &lockService{keys: map[string]bool{}}, lockd.Options{}, "127.0.0.1:0")
+}
+
+// startLockService starts s's manager with o (FileKey and LookupPort
+// set here) listening on addr, until the test ends or s.stop.
+func startLockService(t *testing.T, s *lockService, o lockd.Options, addr string) *lockService {
+	t.Helper()
+	o.FileKey = func(fh []byte, _ net.Addr) (string, nlm.Stat) {
+		s.mu.Lock()
+		s.keys[string(fh)] = true
+		s.mu.Unlock()
+		return string(fh), nlm.Granted
+	}
+	o.LookupPort = func(context.Context, string, uint32, uint32) (int, error) {
+		if p := client.CallbackPort(); p != 0 {
+			return p, nil
+		}
+		return 0, errors.New("no callback service")
+	}
+	m, err := lockd.New(o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,7 +181,7 @@ func nlmService(t *testing.T) *lockService {
 	srv.Register(nlm.Program, nlm.Version, m.NLMHandlers())
 	srv.Register(nsm.Program, nsm.Version, m.NSMHandlers())
 	srv.SetObserver(s)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,7 +190,9 @@ func nlmService(t *testing.T) *lockService {
 	done := make(chan struct{})
 	go func() { defer close(done); _ = sunrpc.ServeTCP(ctx, ln, srv, sunrpc.TCPOptions{}) }()
 	m.Start()
-	t.Cleanup(func() { cancel(); <-done; m.Close() })
+	var once sync.Once
+	s.stop = func() { once.Do(func() { cancel(); <-done; m.Close() }) }
+	t.Cleanup(s.stop)
 	return s
 }
 
@@ -520,4 +528,42 @@ func TestLocalLocks(t *testing.T) {
 		p2.must("flock ex nb", "ok")
 		p3.must("flock ex nb", "err EAGAIN") // flock goes to the server
 	})
+}
+
+// TestLockReclaimAfterServerRestart: the lock manager restarts (its
+// locks lost); from its state directory it sends SM_NOTIFY to this
+// client, which reclaims its locks in the grace period, so another mount
+// is still refused them.
+func TestLockReclaimAfterServerRestart(t *testing.T) {
+	e := newLockEnv(t, "")
+	stateDir := t.TempDir()
+	e.nlm.stop()
+	e.nlm = startLockService(t, &lockService{keys: map[string]bool{}}, lockd.Options{StateDir: stateDir, GracePeriod: 3 * time.Second}, "127.0.0.1:"+strconv.Itoa(e.nlm.Port))
+	p1 := startLockProc(t, "p1", filepath.Join(e.d1, "f"))
+	p2 := startLockProc(t, "p2", filepath.Join(e.d2, "f"))
+	p1.must("setlk r 0 10", "ok")
+	p1.must("setlk w 20 10", "ok")
+	p2.must("setlk w 25 1", "err EAGAIN")
+	port := e.nlm.Port
+	e.nlm.stop() // the server crashes
+	e.nlm = startLockService(t, &lockService{keys: map[string]bool{}}, lockd.Options{StateDir: stateDir, GracePeriod: 3 * time.Second}, "127.0.0.1:"+strconv.Itoa(port))
+	if e.nlm.m.GraceRemaining() == 0 {
+		t.Fatal("restarted lock manager has no grace period")
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for len(e.nlm.Held(int32(p1.pid))) != 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("locks not reclaimed: server holds %v; client stats %+v", e.nlm.HeldBy(), e.m1.Client.Locks().Stats())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// in the grace period a new lock waits (retried); after it, the
+	// reclaimed locks still exclude
+	p2.must("setlk w 25 1", "err EAGAIN")
+	p2.must("setlk r 5 1", "ok")
+	if e.nlm.m.GraceRemaining() != 0 {
+		t.Fatal("a new lock was granted in the grace period")
+	}
+	p1.must("close", "ok")
+	p2.must("setlk w 0 0", "ok")
 }
