@@ -12,6 +12,7 @@ import (
 
 	"github.com/nfsrdma/nfsrdma-csi/internal/nlmtest"
 	"github.com/nfsrdma/nfsrdma-csi/internal/posixlock"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/lockd"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nfs3"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nlm"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nsm"
@@ -608,4 +609,60 @@ func TestStatdForward(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("SM_NOTIFY not passed on to the monitor")
 	}
+}
+
+// TestClientRebootFreesLocks: a host that held locks and rebooted tells
+// the server (SM_NOTIFY from its state directory, with a new state), and
+// the export server's lock manager frees the locks it held before.
+func TestClientRebootFreesLocks(t *testing.T) {
+	m, err := lockd.New(lockd.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	rs := sunrpc.NewServer(nil)
+	rs.Register(nlm.Program, nlm.Version, m.NLMHandlers())
+	rs.Register(nsm.Program, nsm.Version, m.NSMHandlers())
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	go sunrpc.ServeTCP(sctx, ln, rs, sunrpc.TCPOptions{})
+	port := ln.Addr().(*net.TCPAddr).Port
+
+	dir := t.TempDir()
+	boot := filepath.Join(t.TempDir(), "boot_id")
+	old := bootIDPath
+	bootIDPath = boot
+	t.Cleanup(func() { bootIDPath = old })
+	os.WriteFile(boot, []byte("boot-1\n"), 0o600)
+	no := NotifyOptions{NSMPort: port}
+	hs, err := OpenHostState(dir, "node-x", no)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mk := func(caller string, hs *HostState) *Locker {
+		return NewLocker(Options{Server: "127.0.0.1", Retry: sunrpc.RetryPolicy{Soft: true, Retries: 2, Timeout: 5 * time.Second},
+			Lock: LockOptions{Port: port, CallerName: caller, State: hs, NoCallbacks: true}})
+	}
+	ctx := ctxT(t, 20*time.Second)
+	a := mk("node-x", hs) // never closed: the host goes down holding it
+	if err := a.Lock(ctx, req(1, 4001, 0, MaxLockOffset, true), false); err != nil {
+		t.Fatal(err)
+	}
+	b := mk("node-y", nil)
+	defer b.Close(ctx)
+	if err := b.Lock(ctx, req(2, 4002, 0, 0, true), false); !errors.Is(err, ErrLockDenied) {
+		t.Fatalf("lock held by node-x: %v", err)
+	}
+	if mon := hs.Monitored(); len(mon) != 1 || mon[0] != "127.0.0.1" {
+		t.Fatalf("monitored servers %v", mon)
+	}
+	os.WriteFile(boot, []byte("boot-2\n"), 0o600) // node-x reboots
+	if _, err := OpenHostState(dir, "node-x", no); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the old locks freed", func() bool { return b.Lock(ctx, req(2, 4002, 0, 0, true), false) == nil })
 }
