@@ -567,3 +567,50 @@ func TestLockReclaimAfterServerRestart(t *testing.T) {
 	p1.must("close", "ok")
 	p2.must("setlk w 0 0", "ok")
 }
+
+// TestSQLiteAcrossMounts: two processes on two mounts write one SQLite
+// database (which locks with fcntl) in read-modify-write transactions:
+// every transaction sees the one before, whichever mount made it, and
+// the database is intact.
+func TestSQLiteAcrossMounts(t *testing.T) {
+	e := newLockEnv(t, "")
+	py := needPython(t)
+	if err := exec.Command(py, "-c", "import sqlite3").Run(); err != nil {
+		t.Skip("python3 without sqlite3")
+	}
+	const rows = 60
+	var cmds []*exec.Cmd
+	for i, d := range []string{e.d1, e.d2} {
+		c := exec.Command(py, "testdata/sqlitewriter.py", filepath.Join(d, "db"), "w"+strconv.Itoa(i), strconv.Itoa(rows))
+		c.Stderr = os.Stderr
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		cmds = append(cmds, c)
+	}
+	for _, c := range cmds {
+		done := make(chan error, 1)
+		go func() { done <- c.Wait() }()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("sqlite writer: %v", err)
+			}
+		case <-time.After(3 * time.Minute):
+			_ = c.Process.Kill()
+			t.Fatal("sqlite writer did not finish")
+		}
+	}
+	out, err := exec.Command(py, "-c", `import sqlite3, sys
+c = sqlite3.connect(sys.argv[1])
+print(c.execute("PRAGMA integrity_check").fetchone()[0],
+      c.execute("SELECT COUNT(*), COUNT(DISTINCT total), MAX(total), COUNT(DISTINCT writer) FROM t").fetchone())`,
+		filepath.Join(e.srv.root, "db")).CombinedOutput()
+	if err != nil {
+		t.Fatalf("check: %v\n%s", err, out)
+	}
+	want := "ok (" + strconv.Itoa(2*rows) + ", " + strconv.Itoa(2*rows) + ", " + strconv.Itoa(2*rows) + ", 2)\n"
+	if string(out) != want {
+		t.Fatalf("database on the server: %q, want %q (integrity, rows, distinct totals, max total, writers)", out, want)
+	}
+}
