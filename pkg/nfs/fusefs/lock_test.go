@@ -240,6 +240,12 @@ func (s *lockService) Calls() int {
 
 func newLockEnv(t *testing.T, extra string) *lockEnv {
 	t.Helper()
+	return newLockEnvProto(t, ProtoTCP, extra)
+}
+
+// newLockEnvProto is newLockEnv with NFS over proto (NLM is TCP).
+func newLockEnvProto(t *testing.T, proto, extra string) *lockEnv {
+	t.Helper()
 	needFUSE(t)
 	needPython(t)
 	e := &lockEnv{srv: startServer(t), nlm: nlmService(t)}
@@ -247,8 +253,8 @@ func newLockEnv(t *testing.T, extra string) *lockEnv {
 	if extra != "" {
 		o += "," + extra
 	}
-	e.d1, e.m1 = e.srv.mount(t, ProtoTCP, o)
-	e.d2, e.m2 = e.srv.mount(t, ProtoTCP, o)
+	e.d1, e.m1 = e.srv.mount(t, proto, o)
+	e.d2, e.m2 = e.srv.mount(t, ProtoTCP, o) // the other mount over TCP
 	if err := os.WriteFile(filepath.Join(e.srv.root, "f"), make([]byte, 1000), 0o666); err != nil {
 		t.Fatal(err)
 	}
@@ -568,12 +574,18 @@ func TestLockReclaimAfterServerRestart(t *testing.T) {
 	p2.must("setlk w 0 0", "ok")
 }
 
-// TestSQLiteAcrossMounts: two processes on two mounts write one SQLite
+// TestSQLiteAcrossMounts: two processes on two mounts (the first over
+// TCP, then over RDMA) write one SQLite
 // database (which locks with fcntl) in read-modify-write transactions:
 // every transaction sees the one before, whichever mount made it, and
 // the database is intact.
 func TestSQLiteAcrossMounts(t *testing.T) {
-	e := newLockEnv(t, "")
+	for _, proto := range []string{ProtoTCP, ProtoRDMA} {
+		t.Run(proto, func(t *testing.T) { testSQLite(t, newLockEnvProto(t, proto, "")) })
+	}
+}
+
+func testSQLite(t *testing.T, e *lockEnv) {
 	py := needPython(t)
 	if err := exec.Command(py, "-c", "import sqlite3").Run(); err != nil {
 		t.Skip("python3 without sqlite3")
