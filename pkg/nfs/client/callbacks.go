@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"sync"
@@ -128,13 +129,14 @@ func garbage(err error) error { return fmt.Errorf("%w: %w", sunrpc.ErrGarbageArg
 func register(prog, vers uint32, port int) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
-	ok, err := SetPort(ctx, CallbackRPCBind, prog, vers, port)
-	if err != nil {
+	m := sunrpc.Mapping{Prog: prog, Vers: vers, Prot: sunrpc.IPProtoTCP, Port: uint32(port)}
+	err := sunrpc.PortmapSet(ctx, CallbackRPCBind, m)
+	if err == nil {
+		return true
+	}
+	if !errors.Is(err, sunrpc.ErrPortmapRefused) {
 		klog.V(1).InfoS("no local rpcbind for the callback service", "err", err)
 		return false
-	}
-	if ok {
-		return true
 	}
 	host, _, _ := net.SplitHostPort(CallbackRPCBind)
 	cur, err := GetPort(ctx, CallbackRPCBind, prog, vers, sunrpc.TCPOptions{})
@@ -145,18 +147,17 @@ func register(prog, vers uint32, port int) bool {
 			return false
 		}
 	}
-	if _, err := SetPort(ctx, CallbackRPCBind, prog, vers, 0); err != nil {
+	if err := sunrpc.PortmapUnset(ctx, CallbackRPCBind, m); err != nil {
 		return false
 	}
-	ok, _ = SetPort(ctx, CallbackRPCBind, prog, vers, port)
-	return ok
+	return sunrpc.PortmapSet(ctx, CallbackRPCBind, m) == nil
 }
 
 func (s *callbackService) stopLocked() {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
 	for _, pv := range s.regs {
-		_, _ = SetPort(ctx, CallbackRPCBind, pv[0], pv[1], 0)
+		_ = sunrpc.PortmapUnset(ctx, CallbackRPCBind, sunrpc.Mapping{Prog: pv[0], Vers: pv[1], Prot: sunrpc.IPProtoTCP})
 	}
 	s.regs = nil
 	s.cancel()

@@ -582,10 +582,11 @@ func TestStatdForward(t *testing.T) {
 	sctx, stop := context.WithCancel(context.Background())
 	defer stop()
 	go sunrpc.ServeTCP(sctx, ln, rs, sunrpc.TCPOptions{})
-	if ok, err := SetPort(ctx, CallbackRPCBind, prog, vers, ln.Addr().(*net.TCPAddr).Port); err != nil || !ok {
-		t.Fatalf("rpcbind SET: %v %v", ok, err)
+	mp := sunrpc.Mapping{Prog: prog, Vers: vers, Prot: sunrpc.IPProtoTCP, Port: uint32(ln.Addr().(*net.TCPAddr).Port)}
+	if err := sunrpc.PortmapSet(ctx, CallbackRPCBind, mp); err != nil {
+		t.Fatal("rpcbind SET:", err)
 	}
-	defer SetPort(context.Background(), CallbackRPCBind, prog, vers, 0)
+	defer sunrpc.PortmapUnset(context.Background(), CallbackRPCBind, mp)
 
 	c, err := sunrpc.NewClient(sunrpc.TCPDialer("127.0.0.1:"+strconv.Itoa(CallbackPort()), sunrpc.TCPOptions{}), sunrpc.ClientOptions{})
 	if err != nil {
