@@ -28,6 +28,11 @@ type handle struct {
 	// nothing: the kernel's read-ahead sends them after the close too.
 	// Guarded by the node's mu.
 	flushed bool
+	// lockOwners are the owners that locked through this open file
+	// (lock.go): POSIX ones drop their locks at FLUSH, but open file
+	// description locks (F_OFD_SETLK, owned by the open file) are only
+	// dropped at its RELEASE. Guarded by the node's mu.
+	lockOwners map[uint64]bool
 }
 
 // writer is the write-behind state of one inode.
@@ -283,9 +288,15 @@ func (n *node) Fsync(ctx context.Context, fh fs.FileHandle, _ uint32) syscall.Er
 // that failed after the last flush is only logged. The last RELEASE of a
 // silly-renamed file removes it (sillyrename.go).
 func (n *node) Release(ctx context.Context, fh fs.FileHandle) syscall.Errno {
-	if ro, ok := n.sys.owners.ownerOf(ctx); ok && ro.flock {
+	ro, flock := n.sys.owners.ownerOf(ctx)
+	if owners := n.lockOwnersOf(fh); len(owners) > 0 || flock && ro.flock {
 		lctx, done := n.sys.call(ctx)
-		n.dropLocks(lctx, ro.owner, true) // flock locks end at the last close of their open file
+		if flock && ro.flock {
+			n.dropLocks(lctx, ro.owner, true) // flock locks end at the last close of their open file
+		}
+		for _, o := range owners {
+			n.dropLocks(lctx, o, false) // and so do its open file description locks
+		}
 		done()
 	}
 	if writable(fh) {

@@ -150,7 +150,8 @@ func (n *node) lockReq(owner uint64, lk *fuse.FileLock) client.LockRequest {
 
 // Setlk answers SETLK (F_SETLK, flock with LOCK_NB, and unlocks): NLM
 // LOCK without blocking or UNLOCK, or the local table.
-func (n *node) Setlk(ctx context.Context, _ fs.FileHandle, owner uint64, lk *fuse.FileLock, flags uint32) syscall.Errno {
+func (n *node) Setlk(ctx context.Context, fh fs.FileHandle, owner uint64, lk *fuse.FileLock, flags uint32) syscall.Errno {
+	n.noteLockOwner(fh, owner, lk)
 	return n.setlk(ctx, owner, lk, flags, false)
 }
 
@@ -158,8 +159,43 @@ func (n *node) Setlk(ctx context.Context, _ fs.FileHandle, owner uint64, lk *fus
 // blocks until the lock is granted or the caller is interrupted (a
 // signal: FUSE_INTERRUPT), which cancels the request and answers EINTR
 // (the kernel restarts the call for a handler with SA_RESTART).
-func (n *node) Setlkw(ctx context.Context, _ fs.FileHandle, owner uint64, lk *fuse.FileLock, flags uint32) syscall.Errno {
+func (n *node) Setlkw(ctx context.Context, fh fs.FileHandle, owner uint64, lk *fuse.FileLock, flags uint32) syscall.Errno {
+	n.noteLockOwner(fh, owner, lk)
 	return n.setlk(ctx, owner, lk, flags, true)
+}
+
+// noteLockOwner records that owner locks through open file fh, whose
+// RELEASE then drops what the owner still holds (lockOwnersOf).
+func (n *node) noteLockOwner(fh fs.FileHandle, owner uint64, lk *fuse.FileLock) {
+	h, ok := fh.(*handle)
+	if !ok || lk.Typ == syscall.F_UNLCK {
+		return
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if h.lockOwners == nil {
+		h.lockOwners = map[uint64]bool{}
+	}
+	h.lockOwners[owner] = true
+}
+
+// lockOwnersOf returns the owners that locked through open file fh. At
+// its RELEASE every descriptor of it is closed, so each POSIX owner among
+// them already dropped its locks at the FLUSH of its close; what is left
+// are the open file description locks (F_OFD_SETLK), which the kernel
+// leaves to us: their owner is the open file, and it is gone.
+func (n *node) lockOwnersOf(fh fs.FileHandle) []uint64 {
+	h, ok := fh.(*handle)
+	if !ok {
+		return nil
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	var out []uint64
+	for o := range h.lockOwners {
+		out = append(out, o)
+	}
+	return out
 }
 
 func (n *node) setlk(ctx context.Context, owner uint64, lk *fuse.FileLock, flags uint32, wait bool) syscall.Errno {

@@ -626,3 +626,18 @@ print(c.execute("PRAGMA integrity_check").fetchone()[0],
 		t.Fatalf("database on the server: %q, want %q (integrity, rows, distinct totals, max total, writers)", out, want)
 	}
 }
+
+// TestOFDLocksAcrossMounts: open file description locks (F_OFD_SETLK)
+// exclude across mounts and end at the last close of their open file.
+func TestOFDLocksAcrossMounts(t *testing.T) {
+	e := newLockEnv(t, "")
+	p1 := startLockProc(t, "p1", filepath.Join(e.d1, "f"))
+	p2 := startLockProc(t, "p2", filepath.Join(e.d2, "f"))
+	p1.must("ofdsetlk w 0 10", "ok")
+	p2.must("ofdsetlk w 5 1", "err EAGAIN")
+	p2.must("setlk r 5 1", "err EAGAIN")
+	p1.must("close", "ok")
+	p2.must("ofdsetlk w 0 10", "ok")
+	p2.must("close", "ok")
+	waitNoLocks(t, e.nlm)
+}

@@ -38,8 +38,10 @@ for line in sys.stdin:
     try:
         if a[0] == "open":
             fd = os.open(a[1], os.O_RDWR | os.O_CREAT, 0o644)
-        elif a[0] in ("setlk", "setlkw", "getlk"):
-            cmd = {"setlk": fcntl.F_SETLK, "setlkw": fcntl.F_SETLKW, "getlk": fcntl.F_GETLK}[a[0]]
+        elif a[0] in ("setlk", "setlkw", "getlk", "ofdsetlk", "ofdsetlkw", "ofdgetlk"):
+            cmd = {"setlk": fcntl.F_SETLK, "setlkw": fcntl.F_SETLKW, "getlk": fcntl.F_GETLK,
+                   # open file description locks (Linux F_OFD_*)
+                   "ofdsetlk": 37, "ofdsetlkw": 38, "ofdgetlk": 36}[a[0]]
             buf = struct.pack(FLOCK, TYPES[a[1]], 0, int(a[2]), int(a[3]), 0)
             if len(a) > 4:
                 signal.alarm(int(a[4]))
@@ -47,7 +49,7 @@ for line in sys.stdin:
                 r = fcntl.fcntl(fd, cmd, buf)
             finally:
                 signal.alarm(0)
-            if a[0] == "getlk":
+            if a[0].endswith("getlk"):
                 t, _, start, n, pid = struct.unpack(FLOCK, r)
                 out("lock %s %d %d %d" % (NAMES[t], start, n, pid))
                 continue
