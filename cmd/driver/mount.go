@@ -23,6 +23,8 @@ func newMountCmd() *cobra.Command {
 		readyFD int
 		machine string
 		msock   string
+		caller  string
+		state   string
 	)
 	cmd := &cobra.Command{
 		Use:   "mount [-o OPTIONS] SERVER:/EXPORT MOUNTPOINT",
@@ -53,7 +55,21 @@ Options (-o, comma-separated, nfs(5) vocabulary; unknown options are errors):
   mpacrc | nompacrc    software iWARP: ask for the MPA CRC32c, or not; it is used
                        when either end asks (Linux siw does not ask) [mpacrc]
   read_ahead_kb=N      the mount's kernel read-ahead in KiB, 0 = the kernel's
-                       128 KiB (/sys/class/bdi/*/read_ahead_kb; needs root) [4096]`,
+                       128 KiB (/sys/class/bdi/*/read_ahead_kb; needs root) [4096]
+  lock | nolock        fcntl and flock locks on the server with NLM v4 over TCP,
+                       coherent across mounts and hosts; or local to this mount
+                       (nolock = local_lock=all) [lock]
+  local_lock=none|all|flock|posix
+                       which locks stay local to this mount [none]
+  lockport=N           the server's NLM port over TCP [ask rpcbind]
+
+Locks: a process blocked in F_SETLKW or flock(2) waits for the server's NLM
+GRANTED callback, served on a TCP port of this process registered with the
+local rpcbind (127.0.0.1:111) when possible, and re-sends its LOCK every
+second in case the callback cannot reach it; a signal cancels the wait
+(EINTR). After the server restarts (SM_NOTIFY, or its grace period), held
+locks are reclaimed. With --state-dir, the node's NSM state is kept there and
+servers are told of a reboot of the node so that they free its old locks.`,
 		Example: `  driver mount -o proto=rdma,port=20049,mountport=20048 10.0.0.5:/vol1 /mnt/vol1
   driver mount -o proto=tcp,port=2049,mountport=20048,actimeo=0 127.0.0.1:/ /mnt`,
 		Args: cobra.ExactArgs(2),
@@ -63,7 +79,7 @@ Options (-o, comma-separated, nfs(5) vocabulary; unknown options are errors):
 				return err
 			}
 			ctx := cmd.Context()
-			cfg := fusefs.Config{Source: args[0], Options: mo, Debug: debug, FD: fuseFD}
+			cfg := fusefs.Config{Source: args[0], Options: mo, Debug: debug, FD: fuseFD, LockCallerName: caller, StateDir: state}
 			cfg.AuthSys.MachineName = machine
 			var rc *metrics.RPCClient
 			if msock != "" {
@@ -120,6 +136,8 @@ Options (-o, comma-separated, nfs(5) vocabulary; unknown options are errors):
 	f.IntVar(&readyFD, "ready-fd", 0, "inherited fd to write one line to once mounted (\"ok\" or \"error: ...\"), then close")
 	f.StringVar(&msock, "metrics-socket", "", "unix socket to serve this mount's Prometheus metrics on (the node plugin gathers them)")
 	f.StringVar(&machine, "machine-name", "", "AUTH_SYS machine name of NFS calls (default: the host name); the CSI node plugin sets the pod's identity")
+	f.StringVar(&caller, "lock-caller-name", "", "caller_name of NLM locks, the name servers know this node by (default: the host name); the CSI node plugin sets the node's name")
+	f.StringVar(&state, "state-dir", "", "directory of the node's NSM state (reboot counter, servers to notify after a reboot), shared by the node's mounts; none: kept in memory")
 	return cmd
 }
 

@@ -255,7 +255,7 @@ func (n *node) NodePublishVolume(ctx context.Context, req *csipb.NodePublishVolu
 	defer fd.Close()
 	m, err := n.mnt.Mount(ctx, mounter.Mount{
 		Target: target, Source: sp.source, Options: sp.options, MachineName: sp.machine,
-		VolumeID: req.GetVolumeId(), PodUID: sp.podUID,
+		LockCallerName: n.cfg.NodeName, VolumeID: req.GetVolumeId(), PodUID: sp.podUID,
 	}, fd)
 	if err != nil {
 		fd.Close() // abort the FUSE connection, then take the mount away

@@ -204,7 +204,7 @@ func TestMountListRelease(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []string{"mount", "--helper=serve", "--fuse-fd=3", "--ready-fd=4", "--metrics-socket=" + m.MetricsSocket,
-		"-o", "proto=rdma,port=20049", "--machine-name", "node-1", "10.0.0.1:/vol", target}
+		"-o", "proto=rdma,port=20049", "--machine-name", "node-1", "--state-dir=" + filepath.Join(filepath.Dir(m.Log), "nsm"), "10.0.0.1:/vol", target}
 	if got := strings.Split(string(args), "\n")[1:]; strings.Join(got, " ") != strings.Join(want, " ") {
 		t.Fatalf("mount process arguments %q, want %q", got, want)
 	}

@@ -59,6 +59,9 @@ type Mount struct {
 	Options string `json:"options,omitempty"`
 	// MachineName is the AUTH_SYS machine name of the mount's NFS calls.
 	MachineName string `json:"machineName,omitempty"`
+	// LockCallerName is the caller_name of the mount's NLM locks: the
+	// node's name, shared by every mount of the node.
+	LockCallerName string `json:"lockCallerName,omitempty"`
 	// VolumeID and PodUID say whose mount it is (logs, metrics).
 	VolumeID string `json:"volumeID,omitempty"`
 	PodUID   string `json:"podUID,omitempty"`

@@ -295,6 +295,11 @@ func (s *Server) start(ctx context.Context, m Mount, fuse *os.File) (Mount, erro
 	if m.MachineName != "" {
 		args = append(args, "--machine-name", m.MachineName)
 	}
+	if m.LockCallerName != "" {
+		args = append(args, "--lock-caller-name="+m.LockCallerName)
+	}
+	// the node's NSM state, shared by its mounts (client.HostState)
+	args = append(args, "--state-dir="+filepath.Join(s.StateDir, "nsm"))
 	args = append(args, m.Source, m.Target)
 	cmd := exec.Command(s.Exe, args...)
 	cmd.ExtraFiles = []*os.File{fuse, rw}

@@ -33,6 +33,8 @@ type Client struct {
 	wsize int
 	dsize int // READDIRPLUS maxcount
 
+	locks *Locker // NLM client (lock.go)
+
 	verfChanges atomic.Uint64 // COMMITs that found a write verifier changed
 	resentBytes atomic.Uint64 // bytes re-sent after a verifier change
 
@@ -142,6 +144,7 @@ func newClient(ctx context.Context, nc *sunrpc.Client, root nfs3.FH, opts Option
 		opts.Transport = "custom"
 	}
 	c := &Client{nfs: nc, opts: opts, root: root}
+	c.locks = NewLocker(opts)
 	info, err := c.Fsinfo(ctx, root)
 	if err != nil {
 		return nil, err
@@ -210,19 +213,19 @@ func (c *Client) WriteStats() WriteStats {
 	return WriteStats{VerifierChanges: c.verfChanges.Load(), ResentBytes: c.resentBytes.Load()}
 }
 
-// Unmount calls UMNT (RFC 1813 section 5.2.3) for the export, bounded by
-// ctx, and closes the connections. The UMNT error, if any, is returned;
-// the connections are closed anyway. A Client from New only closes.
+// Unmount releases the locks held through Locks, calls UMNT (RFC 1813
+// section 5.2.3) for the export, bounded by ctx, and closes the
+// connections. The first error, if any, is returned; the connections are
+// closed anyway. A Client from New only releases its locks and closes.
 func (c *Client) Unmount(ctx context.Context) error {
-	var err error
+	err := c.locks.Close(ctx)
 	if c.mnt != nil {
-		err = c.mnt.Call(ctx, sunrpc.CallSpec{
+		if uerr := c.mnt.Call(ctx, sunrpc.CallSpec{
 			Prog: mount3.Program, Vers: mount3.Version, Proc: mount3.ProcUmnt,
 			Args:         func(b *sunrpc.Builder) { (&mount3.UmntArgs{Path: c.opts.Export}).Encode(&b.Encoder) },
 			MaxReplySize: replyHeaderMax,
-		})
-		if err != nil {
-			err = fmt.Errorf("nfs client: UMNT %s: %w", c.opts.Export, err)
+		}); uerr != nil {
+			err = errors.Join(err, fmt.Errorf("nfs client: UMNT %s: %w", c.opts.Export, uerr))
 		}
 	}
 	return errors.Join(err, c.Close())

@@ -42,6 +42,20 @@
 // what a server reboot lost). Readdirplus iterates a directory with
 // cookie/cookieverf handling. LookupPath walks a slash-separated path.
 //
+// # Locks
+//
+// Client.Locks is the mount's NLM v4 client (X/Open XNFS chapter 14, over
+// TCP as RFC 8267 section 5.1 asks), modelled on Linux lockd's client
+// (fs/lockd/clntproc.c): TEST, LOCK, CANCEL and UNLOCK of byte ranges of
+// an owner, each owner with its svid (its pid when free) and oh. A
+// blocking LOCK answered NLM4_BLOCKED completes on the server's GRANTED
+// callback, served by this process's callback service (callbacks.go,
+// registered with the local rpcbind when it can be), or by re-sending the
+// LOCK every LockOptions.Poll. The held locks are kept (posixlock sets)
+// to be released at Close and reclaimed after the server restarts
+// (SM_NOTIFY, or a call refused for its grace period). HostState keeps
+// this host's NSM state and notifies servers after a reboot.
+//
 // Logging uses k8s.io/klog/v2: the transport and the negotiated sizes at
 // V(1), each retried JUKEBOX and each write re-sent after a verifier change
 // at V(2).

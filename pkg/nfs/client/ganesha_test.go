@@ -28,6 +28,7 @@ const (
 type ganesha struct {
 	Dir                string // the exported directory
 	NFSPort, MountPort int
+	NLMPort            int    // with Enable_NLM
 	Export             string // path to mount
 	tmp                string
 	cmd                *exec.Cmd
@@ -92,7 +93,13 @@ func freePorts(n int) ([]int, error) {
 	return ports, nil
 }
 
-func startGanesha() (*ganesha, error) {
+// startGanesha starts the Ganesha of the package's tests, with NLM (whose
+// SM_MON calls reach this process's NSM when no rpc.statd runs).
+func startGanesha() (*ganesha, error) { return startGaneshaWith(true) }
+
+// startGaneshaWith starts Ganesha, with its NLM v4 service (registered
+// with rpcbind; NLMPort) when nlm is set.
+func startGaneshaWith(nlm bool) (*ganesha, error) {
 	if _, err := os.Stat(ganeshaBin); err != nil {
 		return &ganesha{skip: "NFS-Ganesha not installed: " + err.Error()}, nil
 	}
@@ -144,7 +151,7 @@ func startGanesha() (*ganesha, error) {
 	NLM_Port = %d;
 	Rquota_Port = %d;
 	Bind_addr = 127.0.0.1;
-	Enable_NLM = false;
+	Enable_NLM = %t;
 	Enable_RQUOTA = false;
 }
 NFSV4 {
@@ -162,7 +169,10 @@ EXPORT {
 	SecType = sys;
 	FSAL { Name = VFS; }
 }
-`, ports[0], ports[1], ports[2], ports[3], filepath.Join(tmp, "recovery"), g.Dir)
+`, ports[0], ports[1], ports[2], ports[3], nlm, filepath.Join(tmp, "recovery"), g.Dir)
+	if nlm {
+		g.NLMPort = ports[2]
+	}
 	confPath := filepath.Join(tmp, "ganesha.conf")
 	if err := os.WriteFile(confPath, []byte(conf), 0o644); err != nil {
 		return fail(err)

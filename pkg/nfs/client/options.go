@@ -73,4 +73,8 @@ type Options struct {
 	// JukeboxDelay is the pause before retrying after NFS3ERR_JUKEBOX; 0
 	// means DefaultJukeboxDelay.
 	JukeboxDelay time.Duration
+
+	// Lock configures the NLM client (Client.Locks); it connects to the
+	// server's NLM service at the first lock call.
+	Lock LockOptions
 }

@@ -99,8 +99,12 @@
 //     RELEASE of a closed file after close(2) returned, so an unlink of
 //     a file whose every open file was closed waits for those RELEASEs
 //     (ReleaseWait) rather than silly-renaming it.
-//   - Extended attributes answer ENOTSUP; POSIX and BSD locks ENOSYS (the
-//     kernel turns that into ENOLCK for fcntl).
+//   - Extended attributes answer ENOTSUP.
+//   - fcntl (POSIX) and flock locks go to the server with NLM v4, as
+//     Linux NFS sends them (flock as a whole-file lock of the open file),
+//     so they are coherent across mounts and hosts; local_lock (nolock)
+//     keeps a kind local to the mount. Locks end at close by their owner
+//     and when the mount ends (lock.go; client.Locker).
 //
 // # Memory
 //

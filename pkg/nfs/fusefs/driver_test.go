@@ -87,7 +87,7 @@ func TestDriverMountBadOptions(t *testing.T) {
 		t.Skip("builds the driver")
 	}
 	bin := testenv.Driver(t, false)
-	out, err := exec.Command(bin, "mount", "-o", "nolock", "127.0.0.1:/", t.TempDir()).CombinedOutput()
+	out, err := exec.Command(bin, "mount", "-o", "nolock,sec=sys", "127.0.0.1:/", t.TempDir()).CombinedOutput()
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) || !bytes.Contains(out, []byte("unknown option")) {
 		t.Fatalf("%v\n%s", err, out)

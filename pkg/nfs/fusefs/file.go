@@ -28,6 +28,11 @@ type handle struct {
 	// nothing: the kernel's read-ahead sends them after the close too.
 	// Guarded by the node's mu.
 	flushed bool
+	// lockOwners are the owners that locked through this open file
+	// (lock.go): POSIX ones drop their locks at FLUSH, but open file
+	// description locks (F_OFD_SETLK, owned by the open file) are only
+	// dropped at its RELEASE. Guarded by the node's mu.
+	lockOwners map[uint64]bool
 }
 
 // writer is the write-behind state of one inode.
@@ -309,12 +314,19 @@ func (n *node) sync(ctx context.Context) syscall.Errno {
 // read-only. The open file is marked closing (node.setFlushed).
 func (n *node) Flush(ctx context.Context, fh fs.FileHandle) syscall.Errno {
 	n.setFlushed(fh, true)
-	if !writable(fh) {
-		return 0
-	}
-	ctx, done := n.sys.call(ctx) // the caller's credential, not interrupted (fsys.call)
+	ro, hasOwner := n.sys.owners.ownerOf(ctx) // before ctx is replaced
+	ctx, done := n.sys.call(ctx)              // the caller's credential, not interrupted (fsys.call)
 	defer done()
-	return n.sync(ctx)
+	var errno syscall.Errno
+	if writable(fh) {
+		errno = n.sync(ctx)
+	}
+	if hasOwner && !ro.flock {
+		// POSIX locks end at any close by their owner, after the
+		// writes they covered reached the server (lock.go)
+		n.dropLocks(ctx, ro.owner, false)
+	}
+	return errno
 }
 
 // Fsync answers FSYNC: write back and COMMIT.
@@ -329,6 +341,17 @@ func (n *node) Fsync(ctx context.Context, fh fs.FileHandle, _ uint32) syscall.Er
 // that failed after the last flush is only logged. The last RELEASE of a
 // silly-renamed file removes it (sillyrename.go).
 func (n *node) Release(ctx context.Context, fh fs.FileHandle) syscall.Errno {
+	ro, flock := n.sys.owners.ownerOf(ctx)
+	if owners := n.lockOwnersOf(fh); len(owners) > 0 || flock && ro.flock {
+		lctx, done := n.sys.call(ctx)
+		if flock && ro.flock {
+			n.dropLocks(lctx, ro.owner, true) // flock locks end at the last close of their open file
+		}
+		for _, o := range owners {
+			n.dropLocks(lctx, o, false) // and so do its open file description locks
+		}
+		done()
+	}
 	if writable(fh) {
 		if errno := n.sync(ctx); errno != 0 {
 			klog.InfoS("fusefs: write back at release failed", "fh", n.fh.String(), "err", errno)

@@ -53,6 +53,14 @@ type Config struct {
 	// plugin hands the fd to a mounter process). The directory passed to
 	// Serve is then only the real mount point, for logs and Unmount.
 	FD int
+	// LockCallerName is the caller_name of the mount's NLM locks, the
+	// name the server's NSM knows this host by; "" means the host name.
+	// Mounts of one node (one per pod) should all use the node's name.
+	LockCallerName string
+	// StateDir, if not "", keeps the host's NSM state (client.HostState):
+	// after a reboot of the node the servers it held locks on are told
+	// (SM_NOTIFY) so that they free them. Mounts of one node share it.
+	StateDir string
 }
 
 // SplitSource splits "SERVER:/EXPORT" into server and export path. The
@@ -91,6 +99,18 @@ func ClientOptions(cfg Config) (client.Options, error) {
 		MaxUncommitted: FileUncommittedBytes,
 		Retry:          sunrpc.RetryPolicy{Soft: o.Soft, Retries: o.Retrans, Timeout: o.Timeo},
 		WrapDial:       cfg.WrapDial,
+		Lock:           client.LockOptions{Port: o.LockPort, CallerName: cfg.LockCallerName},
+	}
+	if cfg.StateDir != "" && !(o.LocalFlock() && o.LocalPosix()) {
+		name := cfg.LockCallerName
+		if name == "" {
+			name, _ = os.Hostname()
+		}
+		hs, err := client.OpenHostState(cfg.StateDir, name, client.NotifyOptions{})
+		if err != nil {
+			return client.Options{}, err
+		}
+		co.Lock.State = hs
 	}
 	if o.Proto == ProtoRDMA {
 		addr := net.JoinHostPort(server, strconv.Itoa(o.NFSPort()))
@@ -188,8 +208,10 @@ func Serve(ctx context.Context, c *client.Client, dir string, cfg Config) (*Moun
 			// fall back to fusermount3 (go-fuse does).
 			DirectMount:       true,
 			DirectMountStrict: os.Geteuid() == 0,
-			EnableLocks:       true, // so that locks reach us and get ENOSYS
-			Debug:             cfg.Debug,
+			// fcntl and flock locks reach us (lock.go), unless all of
+			// them are local to the mount: then the kernel keeps them
+			EnableLocks: !(o.LocalFlock() && o.LocalPosix()),
+			Debug:       cfg.Debug,
 		},
 	}
 	if o.ReadOnly {
@@ -204,7 +226,13 @@ func Serve(ctx context.Context, c *client.Client, dir string, cfg Config) (*Moun
 		fsopts.MountOptions.DirectMount = false
 		fsopts.MountOptions.DirectMountStrict = false
 	}
-	srv, err := fs.Mount(mountPoint, root, fsopts)
+	// fs.Mount, with the lock owners of FLUSH and RELEASE passed on
+	sys.owners = &lockOwners{RawFileSystem: fs.NewNodeFS(root, fsopts)}
+	srv, err := fuse.NewServer(sys.owners, mountPoint, &fsopts.MountOptions)
+	if err == nil {
+		go srv.Serve()
+		err = srv.WaitMount()
+	}
 	if err != nil {
 		cancel()
 		return nil, fmt.Errorf("fusefs: mount %s: %w", dir, err)
@@ -217,13 +245,15 @@ func Serve(ctx context.Context, c *client.Client, dir string, cfg Config) (*Moun
 		}
 	}
 	klog.InfoS("fusefs: mounted", "source", cfg.Source, "dir", dir, "proto", o.Proto,
-		"rsize", c.RSize(), "wsize", c.WSize(), "noac", o.NoAC, "read_ahead_kb", o.ReadAheadKB)
+		"rsize", c.RSize(), "wsize", c.WSize(), "noac", o.NoAC, "read_ahead_kb", o.ReadAheadKB,
+		"local_lock", o.LocalLock, "lockport", o.LockPort)
 	return &Mount{Client: c, sys: sys, server: srv, dir: dir, cancel: cancel, byFD: cfg.FD > 0}, nil
 }
 
 // Wait blocks until the file system is unmounted (by Unmount, umount(8)
-// or fusermount3 -u), then cancels background writes and unmounts the
-// NFS export (UMNT, at most 5 s). It returns the UMNT error, if any.
+// or fusermount3 -u), then cancels background writes, releases the NLM
+// locks still held and unmounts the NFS export (UMNT; at most 5 s in
+// all). It returns the first error, if any.
 func (m *Mount) Wait() error {
 	m.server.Wait()
 	m.cancel()

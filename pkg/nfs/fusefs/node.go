@@ -27,6 +27,8 @@ type fsys struct {
 	budget  *budget
 	callers *callers    // the credential of each FUSE caller (cred.go)
 	intr    *interrupts // FUSE requests in flight (interrupt.go)
+	local   localLocks  // locks local_lock keeps here (lock.go)
+	owners  *lockOwners // lock owners of FLUSH and RELEASE (lock.go)
 	root    *node
 	// sillyCount numbers the hidden names of silly renames.
 	sillyCount atomic.Uint64
@@ -575,21 +577,4 @@ func (n *node) Listxattr(context.Context, []byte) (uint32, syscall.Errno) {
 // Removexattr answers ENOTSUP.
 func (n *node) Removexattr(context.Context, string) syscall.Errno {
 	return syscall.ENOTSUP
-}
-
-// Locks: NLM is not implemented.
-
-// Getlk answers ENOSYS.
-func (n *node) Getlk(context.Context, fs.FileHandle, uint64, *fuse.FileLock, uint32, *fuse.FileLock) syscall.Errno {
-	return syscall.ENOSYS
-}
-
-// Setlk answers ENOSYS.
-func (n *node) Setlk(context.Context, fs.FileHandle, uint64, *fuse.FileLock, uint32) syscall.Errno {
-	return syscall.ENOSYS
-}
-
-// Setlkw answers ENOSYS.
-func (n *node) Setlkw(context.Context, fs.FileHandle, uint64, *fuse.FileLock, uint32) syscall.Errno {
-	return syscall.ENOSYS
 }

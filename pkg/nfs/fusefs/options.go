@@ -92,15 +92,44 @@ type MountOptions struct {
 	// Linux NFS mounts are tuned too); 0 leaves the kernel's default.
 	// Default DefaultReadAheadKB.
 	ReadAheadKB int
+	// LocalLock says which locks stay local to the mount instead of going
+	// to the server with NLM (nfs(5) local_lock): LocalLockNone (the
+	// default: fcntl and flock locks are coherent across mounts and
+	// hosts), LocalLockAll, LocalLockFlock or LocalLockPosix. nolock is
+	// local_lock=all; lock is local_lock=none.
+	LocalLock string
+	// LockPort is the TCP port of the server's NLM service (nfs(5)
+	// lockport); 0 asks the server's rpcbind at the first lock.
+	LockPort int
+}
+
+// local_lock values (nfs(5)).
+const (
+	LocalLockNone  = "none"
+	LocalLockAll   = "all"
+	LocalLockFlock = "flock"
+	LocalLockPosix = "posix"
+)
+
+// LocalFlock reports whether flock(2) locks stay local to the mount.
+func (o *MountOptions) LocalFlock() bool {
+	return o.LocalLock == LocalLockAll || o.LocalLock == LocalLockFlock
+}
+
+// LocalPosix reports whether fcntl(2) (POSIX) locks stay local to the mount.
+func (o *MountOptions) LocalPosix() bool {
+	return o.LocalLock == LocalLockAll || o.LocalLock == LocalLockPosix
 }
 
 // DefaultMountOptions returns the defaults of nfs(5) for vers=3 over TCP:
 // hard, timeo=600 (60 s), retrans=2, acregmin=3, acregmax=60,
-// acdirmin=30, acdirmax=60, rw; and ours: read_ahead_kb=4096.
+// acdirmin=30, acdirmax=60, rw, lock (local_lock=none); and ours:
+// read_ahead_kb=4096.
 func DefaultMountOptions() MountOptions {
 	return MountOptions{
 		Proto: ProtoTCP, Vers: 3, Timeo: 60 * time.Second, Retrans: 2, ReadAheadKB: DefaultReadAheadKB,
-		ACRegMin: 3 * time.Second, ACRegMax: 60 * time.Second,
+		LocalLock: LocalLockNone,
+		ACRegMin:  3 * time.Second, ACRegMax: 60 * time.Second,
 		ACDirMin: 30 * time.Second, ACDirMax: 60 * time.Second,
 	}
 }
@@ -204,6 +233,19 @@ func ParseOptions(s string) (MountOptions, error) {
 			o.NoMPACRC, err = false, flag()
 		case "nompacrc":
 			o.NoMPACRC, err = true, flag()
+		case "lock":
+			o.LocalLock, err = LocalLockNone, flag()
+		case "nolock":
+			o.LocalLock, err = LocalLockAll, flag()
+		case "local_lock":
+			switch val {
+			case LocalLockNone, LocalLockAll, LocalLockFlock, LocalLockPosix:
+				o.LocalLock = val
+			default:
+				err = fmt.Errorf("%w: local_lock=%q: want none, all, flock or posix", ErrBadOption, val)
+			}
+		case "lockport":
+			o.LockPort, err = num(0, 65535)
 		case "rdmadev":
 			if !hasVal || val == "" {
 				err = fmt.Errorf("%w: rdmadev needs a value (auto, siw, ibverbs or a device name)", ErrBadOption)

@@ -43,6 +43,15 @@ func TestParseOptions(t *testing.T) {
 		{in: "ro", want: with(func(o *MountOptions) { o.ReadOnly = true })},
 		{in: "ro,rw", want: def},
 		{in: " ro , ,rw ", want: def},
+		{in: "nolock", want: with(func(o *MountOptions) { o.LocalLock = LocalLockAll })},
+		{in: "nolock,lock", want: def},
+		{in: "local_lock=flock", want: with(func(o *MountOptions) { o.LocalLock = LocalLockFlock })},
+		{in: "local_lock=posix,lockport=4045", want: with(func(o *MountOptions) { o.LocalLock, o.LockPort = LocalLockPosix, 4045 })},
+		{in: "local_lock=all,local_lock=none", want: def},
+		{in: "local_lock=fcntl", bad: true},
+		{in: "local_lock", bad: true},
+		{in: "nolock=1", bad: true},
+		{in: "lockport=65536", bad: true},
 		{in: "vers=4", bad: true},
 		{in: "nfsvers=3", want: def},
 		{in: "proto=udp", bad: true},
@@ -67,7 +76,7 @@ func TestParseOptions(t *testing.T) {
 		{in: "read_ahead_kb=0", want: with(func(o *MountOptions) { o.ReadAheadKB = 0 })},
 		{in: "read_ahead_kb=-1", bad: true},
 		{in: "read_ahead_kb=70000", bad: true}, // past MaxReadAheadKB
-		{in: "nolock", bad: true},              // unknown: not ignored
+		{in: "nolock,sec=sys", bad: true},      // unknown: not ignored
 		{in: "bogus=1", bad: true},
 	}
 	for _, tt := range tests {

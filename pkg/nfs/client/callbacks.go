@@ -1,0 +1,215 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	"k8s.io/klog/v2"
+
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nlm"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nsm"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
+)
+
+// CallbackRPCBind is the rpcbind the callback service registers with:
+// the local host's (RFC 1833), where servers look for a client's NLM and
+// NSM services.
+var CallbackRPCBind = "127.0.0.1:111"
+
+// callbackService is this process's NLM and NSM service for the calls
+// servers make to their clients: NLM GRANTED (a blocked lock is now
+// held; X/Open XNFS chapter 10) and NSM SM_NOTIFY (a server rebooted;
+// chapter 11). One TCP listener on every address of the host serves both
+// programs for every Locker of the process; it is registered with the
+// local rpcbind when that answers and the programs are free there. It
+// runs while at least one Locker has connected.
+type callbackService struct {
+	mu      sync.Mutex
+	lockers map[*Locker]struct{}
+	l       net.Listener
+	cancel  context.CancelFunc
+	done    chan struct{}
+	regs    [][2]uint32 // (prog, vers) registered with rpcbind by us
+}
+
+var callbacks callbackService
+
+// CallbackPort returns the TCP port of this process's callback service,
+// 0 when it is not running.
+func CallbackPort() int {
+	callbacks.mu.Lock()
+	defer callbacks.mu.Unlock()
+	if callbacks.l == nil {
+		return 0
+	}
+	return callbacks.l.Addr().(*net.TCPAddr).Port
+}
+
+func (s *callbackService) add(l *Locker) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.lockers == nil {
+		s.lockers = map[*Locker]struct{}{}
+	}
+	s.lockers[l] = struct{}{}
+	if s.l == nil {
+		if err := s.startLocked(); err != nil {
+			klog.ErrorS(err, "NLM callback service not started: blocked locks complete by polling, server reboots are seen by its grace period")
+		}
+	}
+}
+
+func (s *callbackService) remove(l *Locker) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.lockers, l)
+	if len(s.lockers) == 0 && s.l != nil {
+		s.stopLocked()
+	}
+}
+
+func (s *callbackService) startLocked() error {
+	ln, err := net.Listen("tcp", ":0")
+	if err != nil {
+		return err
+	}
+	srv := sunrpc.NewServer(nil)
+	granted := func(ctx context.Context, req *sunrpc.Request, res *sunrpc.Builder) error {
+		var a nlm.TestArgs
+		if err := a.Decode(req.ArgsDecoder()); err != nil {
+			return garbage(err)
+		}
+		r := nlm.Res{Cookie: a.Cookie, Stat: s.granted(&a, req.Peer)}
+		r.Encode(&res.Encoder)
+		return nil
+	}
+	nlmProcs := make([]sunrpc.Handler, nlm.ProcGranted+1)
+	nlmProcs[nlm.ProcGranted] = granted
+	srv.Register(nlm.Program, nlm.Version, nlmProcs)
+	notify := func(ctx context.Context, req *sunrpc.Request, res *sunrpc.Builder) error {
+		var a nsm.StatChge
+		if err := a.Decode(req.ArgsDecoder()); err != nil {
+			return garbage(err)
+		}
+		s.notify(&a, req.Peer)
+		statd.forward(&a)
+		return nil // void
+	}
+	srv.Register(nsm.Program, nsm.Version, statd.handlers(notify))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = sunrpc.ServeTCP(ctx, ln, srv, sunrpc.TCPOptions{})
+	}()
+	s.l, s.cancel, s.done = ln, cancel, done
+	port := ln.Addr().(*net.TCPAddr).Port
+	s.regs = nil
+	for _, pv := range [][2]uint32{{nlm.Program, nlm.Version}, {nsm.Program, nsm.Version}} {
+		if register(pv[0], pv[1], port) {
+			s.regs = append(s.regs, pv)
+		}
+	}
+	klog.InfoS("NLM/NSM callback service started", "port", port, "registered", len(s.regs))
+	return nil
+}
+
+// garbage is the error of arguments that do not decode: GARBAGE_ARGS.
+func garbage(err error) error { return fmt.Errorf("%w: %w", sunrpc.ErrGarbageArgs, err) }
+
+// register registers prog/vers at port with the local rpcbind. A
+// registration held by a port that does not accept connections (a process
+// that died without unregistering) is replaced; one held by a live
+// service (a lock manager or statd of this host, another client process)
+// is left alone.
+func register(prog, vers uint32, port int) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	m := sunrpc.Mapping{Prog: prog, Vers: vers, Prot: sunrpc.IPProtoTCP, Port: uint32(port)}
+	err := sunrpc.PortmapSet(ctx, CallbackRPCBind, m)
+	if err == nil {
+		return true
+	}
+	if !errors.Is(err, sunrpc.ErrPortmapRefused) {
+		klog.V(1).InfoS("no local rpcbind for the callback service", "err", err)
+		return false
+	}
+	host, _, _ := net.SplitHostPort(CallbackRPCBind)
+	cur, err := GetPort(ctx, CallbackRPCBind, prog, vers, sunrpc.TCPOptions{})
+	if err == nil {
+		if c, err := net.DialTimeout("tcp", hostPort(host, cur), time.Second); err == nil {
+			c.Close()
+			klog.InfoS("callback program registered by another service: its calls will not reach this process", "program", prog, "version", vers, "port", cur)
+			return false
+		}
+	}
+	if err := sunrpc.PortmapUnset(ctx, CallbackRPCBind, m); err != nil {
+		return false
+	}
+	return sunrpc.PortmapSet(ctx, CallbackRPCBind, m) == nil
+}
+
+func (s *callbackService) stopLocked() {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	for _, pv := range s.regs {
+		_ = sunrpc.PortmapUnset(ctx, CallbackRPCBind, sunrpc.Mapping{Prog: pv[0], Vers: pv[1], Prot: sunrpc.IPProtoTCP})
+	}
+	s.regs = nil
+	s.cancel()
+	<-s.done
+	s.l = nil
+}
+
+// granted hands a GRANTED callback to the Locker waiting for it:
+// NLM4_GRANTED when one was, NLM4_DENIED when none was (the server then
+// releases the lock, as Linux's lockd asks by the same answer).
+func (s *callbackService) granted(a *nlm.TestArgs, peer net.Addr) nlm.Stat {
+	s.mu.Lock()
+	ls := make([]*Locker, 0, len(s.lockers))
+	for l := range s.lockers {
+		ls = append(ls, l)
+	}
+	s.mu.Unlock()
+	for _, l := range ls {
+		if l.fromServer(peer) && l.granted(a) {
+			return nlm.Granted
+		}
+	}
+	klog.V(2).InfoS("NLM GRANTED for no waiting lock", "peer", peer, "svid", a.Lock.Svid)
+	return nlm.Denied
+}
+
+// notify starts a reclaim in every Locker whose server is the sender or
+// named mon_name of an SM_NOTIFY.
+func (s *callbackService) notify(a *nsm.StatChge, peer net.Addr) {
+	s.mu.Lock()
+	ls := make([]*Locker, 0, len(s.lockers))
+	for l := range s.lockers {
+		ls = append(ls, l)
+	}
+	s.mu.Unlock()
+	klog.InfoS("NSM SM_NOTIFY: server rebooted", "mon_name", a.MonName, "state", a.State, "peer", peer)
+	for _, l := range ls {
+		if l.srv.Server == a.MonName || l.fromServer(peer) {
+			l.serverRestarted("SM_NOTIFY from " + a.MonName)
+		}
+	}
+}
+
+// fromServer reports whether peer is at the Locker's server's address
+// (true when either is unknown).
+func (l *Locker) fromServer(peer net.Addr) bool {
+	l.mu.Lock()
+	ip := l.serverIP
+	l.mu.Unlock()
+	ta, ok := peer.(*net.TCPAddr)
+	if ip == nil || !ok {
+		return true
+	}
+	return ta.IP.Equal(ip) || (ta.IP.IsLoopback() && ip.IsLoopback())
+}

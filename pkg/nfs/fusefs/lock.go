@@ -1,0 +1,344 @@
+package fusefs
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"syscall"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"k8s.io/klog/v2"
+
+	"github.com/nfsrdma/nfsrdma-csi/internal/posixlock"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/client"
+)
+
+// Locks. With the FUSE_POSIX_LOCKS and FUSE_FLOCK_LOCKS capabilities the
+// kernel passes every fcntl and flock lock request to us (GETLK, SETLK,
+// SETLKW; flock ones with FUSE_LK_FLOCK) and keeps none itself; so the
+// locks an owner holds must also be dropped by us when it closes the
+// file: POSIX locks at any FLUSH by their owner (the open-file table,
+// FUSE lock_owner), flock locks at the RELEASE of their open file
+// (FUSE_RELEASE_FLOCK_UNLOCK). As Linux NFS, locks go to the server with
+// NLM (client.Locker), flock ones as whole-file POSIX locks of the open
+// file (nfs_flock), unless local_lock keeps that kind in this mount
+// (a table per file here; with local_lock=all or nolock the kernel keeps
+// them, the capabilities not being announced).
+
+// lockErrno maps a lock error to the errno Linux's NFS client returns
+// (nlm_stat_to_errno, and ENOLCK when the lock service fails).
+func lockErrno(err error) syscall.Errno {
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, client.ErrLockDenied):
+		return syscall.EAGAIN // EWOULDBLOCK for flock: the same number
+	case errors.Is(err, client.ErrDeadlock):
+		return syscall.EDEADLK
+	case errors.Is(err, client.ErrLockROFS):
+		return syscall.EROFS
+	case errors.Is(err, client.ErrLockStale):
+		return syscall.ESTALE
+	case errors.Is(err, client.ErrLockRange):
+		return syscall.EOVERFLOW
+	case errors.Is(err, client.ErrLockInterrupted), errors.Is(err, context.Canceled):
+		return syscall.EINTR
+	}
+	return syscall.ENOLCK
+}
+
+// localLocks are the locks local_lock keeps in this mount, per file.
+type localLocks struct {
+	mu    sync.Mutex
+	posix map[*node]*posixlock.Table
+	flock map[*node]*posixlock.Table
+	pids  map[uint64]uint32 // owner -> the pid that locked (for GETLK)
+}
+
+func (l *localLocks) table(n *node, flock bool) *posixlock.Table {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	m := &l.posix
+	if flock {
+		m = &l.flock
+	}
+	if *m == nil {
+		*m = map[*node]*posixlock.Table{}
+	}
+	t := (*m)[n]
+	if t == nil {
+		t = &posixlock.Table{}
+		(*m)[n] = t
+	}
+	return t
+}
+
+func (l *localLocks) setPid(owner uint64, pid uint32) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.pids == nil {
+		l.pids = map[uint64]uint32{}
+	}
+	l.pids[owner] = pid
+}
+
+func (l *localLocks) pid(owner uint64) uint32 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.pids[owner]
+}
+
+// isLocal reports whether locks of this kind (flock or POSIX) stay in
+// this mount.
+func (s *fsys) isLocal(flock bool) bool {
+	if flock {
+		return s.o.LocalFlock()
+	}
+	return s.o.LocalPosix()
+}
+
+// lockRange returns the inclusive range of lk (FUSE sends the kernel's
+// file_lock: end OFFSET_MAX for "to the end of the file").
+func lockRange(lk *fuse.FileLock) (uint64, uint64) {
+	return lk.Start, min(lk.End, client.MaxLockOffset)
+}
+
+// Getlk answers GETLK (F_GETLK, F_OFD_GETLK): NLM TEST, or the local
+// table. The conflicting lock's pid is the holder's svid, which is the
+// holder's pid for this client's and Linux's locks (the kernel maps it
+// into the caller's pid namespace, 0 when no such process is visible).
+func (n *node) Getlk(ctx context.Context, _ fs.FileHandle, owner uint64, lk *fuse.FileLock, flags uint32, out *fuse.FileLock) syscall.Errno {
+	flock := flags&fuse.FUSE_LK_FLOCK != 0
+	start, end := lockRange(lk)
+	excl := lk.Typ == syscall.F_WRLCK
+	*out = fuse.FileLock{Typ: syscall.F_UNLCK}
+	if lk.Typ == syscall.F_UNLCK {
+		return 0
+	}
+	if n.sys.isLocal(flock) {
+		if r, holder, ok := n.sys.local.table(n, flock).Conflict(owner, start, end, excl); ok {
+			*out = fuse.FileLock{Start: r.Start, End: r.End, Typ: syscall.F_RDLCK, Pid: n.sys.local.pid(holder)}
+			if r.Exclusive {
+				out.Typ = syscall.F_WRLCK
+			}
+		}
+		return 0
+	}
+	cctx, done := n.sys.call(ctx)
+	defer done()
+	h, err := n.sys.c.Locks().Test(cctx, n.lockReq(owner, lk))
+	if err != nil {
+		return lockErrno(err)
+	}
+	if h != nil {
+		*out = fuse.FileLock{Start: h.Start, End: h.End, Typ: syscall.F_RDLCK}
+		if h.Exclusive {
+			out.Typ = syscall.F_WRLCK
+		}
+		if h.Svid > 0 {
+			out.Pid = uint32(h.Svid)
+		}
+	}
+	return 0
+}
+
+func (n *node) lockReq(owner uint64, lk *fuse.FileLock) client.LockRequest {
+	start, end := lockRange(lk)
+	return client.LockRequest{FH: n.fh, Owner: owner, Pid: lk.Pid, Start: start, End: end, Exclusive: lk.Typ == syscall.F_WRLCK}
+}
+
+// Setlk answers SETLK (F_SETLK, flock with LOCK_NB, and unlocks): NLM
+// LOCK without blocking or UNLOCK, or the local table.
+func (n *node) Setlk(ctx context.Context, fh fs.FileHandle, owner uint64, lk *fuse.FileLock, flags uint32) syscall.Errno {
+	n.noteLockOwner(fh, owner, lk)
+	return n.setlk(ctx, owner, lk, flags, false)
+}
+
+// Setlkw answers SETLKW (F_SETLKW, flock without LOCK_NB): NLM LOCK that
+// blocks until the lock is granted or the caller is interrupted (a
+// signal: FUSE_INTERRUPT), which cancels the request and answers EINTR
+// (the kernel restarts the call for a handler with SA_RESTART).
+func (n *node) Setlkw(ctx context.Context, fh fs.FileHandle, owner uint64, lk *fuse.FileLock, flags uint32) syscall.Errno {
+	n.noteLockOwner(fh, owner, lk)
+	return n.setlk(ctx, owner, lk, flags, true)
+}
+
+// noteLockOwner records that owner locks through open file fh, whose
+// RELEASE then drops what the owner still holds (lockOwnersOf).
+func (n *node) noteLockOwner(fh fs.FileHandle, owner uint64, lk *fuse.FileLock) {
+	h, ok := fh.(*handle)
+	if !ok || lk.Typ == syscall.F_UNLCK {
+		return
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if h.lockOwners == nil {
+		h.lockOwners = map[uint64]bool{}
+	}
+	h.lockOwners[owner] = true
+}
+
+// lockOwnersOf returns the owners that locked through open file fh. At
+// its RELEASE every descriptor of it is closed, so each POSIX owner among
+// them already dropped its locks at the FLUSH of its close; what is left
+// are the open file description locks (F_OFD_SETLK), which the kernel
+// leaves to us: their owner is the open file, and it is gone.
+func (n *node) lockOwnersOf(fh fs.FileHandle) []uint64 {
+	h, ok := fh.(*handle)
+	if !ok {
+		return nil
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	var out []uint64
+	for o := range h.lockOwners {
+		out = append(out, o)
+	}
+	return out
+}
+
+func (n *node) setlk(ctx context.Context, owner uint64, lk *fuse.FileLock, flags uint32, wait bool) syscall.Errno {
+	flock := flags&fuse.FUSE_LK_FLOCK != 0
+	start, end := lockRange(lk)
+	excl := lk.Typ == syscall.F_WRLCK
+	if lk.Typ != syscall.F_UNLCK && lk.Typ != syscall.F_RDLCK && lk.Typ != syscall.F_WRLCK {
+		return syscall.EINVAL
+	}
+	if n.sys.isLocal(flock) {
+		t := n.sys.local.table(n, flock)
+		switch {
+		case lk.Typ == syscall.F_UNLCK:
+			t.Unlock(owner, start, end)
+		case !wait:
+			if !t.TryLock(owner, start, end, excl) {
+				return syscall.EAGAIN
+			}
+		default:
+			wctx, stop := waitContext(ctx, n.sys.bg)
+			defer stop()
+			if err := t.Lock(wctx, owner, start, end, excl); err != nil {
+				return syscall.EINTR
+			}
+		}
+		if lk.Typ != syscall.F_UNLCK {
+			n.sys.local.setPid(owner, lk.Pid)
+		}
+		return 0
+	}
+	req := n.lockReq(owner, lk)
+	cctx, done := n.sys.call(ctx)
+	defer done()
+	// as Linux's do_unlk and do_setlk: the writes made under a lock
+	// reach the server before it is released, and those made under
+	// another client's lock are read after ours is granted
+	_ = n.waitWrites()
+	if lk.Typ == syscall.F_UNLCK {
+		return lockErrno(n.sys.c.Locks().Unlock(cctx, req))
+	}
+	var err error
+	if !wait {
+		err = n.sys.c.Locks().Lock(cctx, req, false)
+	} else {
+		wctx, stop := waitContext(ctx, n.sys.bg)
+		defer stop()
+		if cred := n.sys.as(ctx); cred != nil {
+			wctx = client.WithCred(wctx, cred)
+		}
+		err = n.sys.c.Locks().Lock(wctx, req, true)
+	}
+	if err == nil {
+		n.dropCaches()
+	}
+	return lockErrno(err)
+}
+
+// dropCaches makes the next reads of n go to the server: its cached
+// attributes and the kernel's pages of it are dropped.
+func (n *node) dropCaches() {
+	n.mu.Lock()
+	n.ac.valid = false
+	n.mu.Unlock()
+	n.NotifyContent(0, 0)
+}
+
+// waitContext returns a context for a lock wait: cancelled at once when
+// the FUSE request is interrupted (a signal to the caller; no grace as
+// for other calls: nothing is lost by cancelling a wait) or the mount
+// ends.
+func waitContext(req context.Context, bg context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(bg)
+	if req.Done() == nil {
+		return ctx, cancel
+	}
+	stop := make(chan struct{})
+	go func() {
+		select {
+		case <-req.Done():
+			cancel()
+		case <-stop:
+		}
+	}()
+	return ctx, func() {
+		close(stop)
+		cancel()
+	}
+}
+
+// dropLocks releases what owner holds on n at a close: its POSIX locks
+// at a FLUSH (any close of the file by the owner), or its flock lock at
+// the RELEASE of its open file.
+func (n *node) dropLocks(ctx context.Context, owner uint64, flock bool) {
+	if n.sys.isLocal(flock) {
+		n.sys.local.table(n, flock).Unlock(owner, 0, client.MaxLockOffset)
+		return
+	}
+	if n.sys.o.LocalFlock() && n.sys.o.LocalPosix() {
+		return
+	}
+	if err := n.sys.c.Locks().UnlockOwner(ctx, n.fh, owner); err != nil {
+		klog.ErrorS(err, "fusefs: unlock at close failed", "fh", n.fh.String(), "owner", owner, "flock", flock)
+	}
+}
+
+// lockOwners passes the lock_owner of FLUSH and RELEASE requests, which
+// go-fuse's node API does not carry, from the raw requests to the node's
+// Flush and Release: each in-flight request has its own cancel channel,
+// which is the Done channel of the context the node method gets.
+type lockOwners struct {
+	fuse.RawFileSystem
+	m sync.Map // <-chan struct{} -> releaseOwner
+}
+
+type releaseOwner struct {
+	owner uint64
+	flock bool // RELEASE with FUSE_RELEASE_FLOCK_UNLOCK
+}
+
+// Flush records in.LockOwner for the node's Flush.
+func (r *lockOwners) Flush(cancel <-chan struct{}, in *fuse.FlushIn) fuse.Status {
+	r.m.Store(cancel, releaseOwner{owner: in.LockOwner})
+	defer r.m.Delete(cancel)
+	return r.RawFileSystem.Flush(cancel, in)
+}
+
+// Release records the flock owner for the node's Release.
+func (r *lockOwners) Release(cancel <-chan struct{}, in *fuse.ReleaseIn) {
+	if in.ReleaseFlags&fuse.FUSE_RELEASE_FLOCK_UNLOCK != 0 {
+		r.m.Store(cancel, releaseOwner{owner: in.LockOwner, flock: true})
+		defer r.m.Delete(cancel)
+	}
+	r.RawFileSystem.Release(cancel, in)
+}
+
+// ownerOf returns the lock owner recorded for the request of ctx.
+func (r *lockOwners) ownerOf(ctx context.Context) (releaseOwner, bool) {
+	if r == nil || ctx.Done() == nil {
+		return releaseOwner{}, false
+	}
+	v, ok := r.m.Load(ctx.Done())
+	if !ok {
+		return releaseOwner{}, false
+	}
+	return v.(releaseOwner), true
+}

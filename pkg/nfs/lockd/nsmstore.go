@@ -1,0 +1,210 @@
+package lockd
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+// Files of the NSM state directory.
+const (
+	stateFile   = "state"        // the state number, decimal, as statd's /var/lib/nfs/statd/state holds it
+	clientsFile = "clients.json" // the monitored clients
+)
+
+// Client is a monitored client: its NLM caller_name and the address its
+// locks came from, where its NSM is notified after a restart.
+type Client struct {
+	Name string `json:"name"`
+	Addr string `json:"addr"`
+}
+
+// nsmStore is the status monitor's persistent state: this server's NSM
+// state number and the clients to notify when it restarts.
+type nsmStore struct {
+	dir string
+
+	mu      sync.Mutex
+	st      int32
+	clients map[Client]bool // monitored now
+	prev    []Client        // recorded by the previous instance, to notify
+}
+
+// openNSMStore reads dir's state number n and makes it n+2 (n+1 if n was
+// even; 1 for a new directory), writing it back before returning.
+func openNSMStore(dir string) (*nsmStore, error) {
+	s := &nsmStore{dir: dir, clients: map[Client]bool{}, st: 1}
+	if dir == "" {
+		return s, nil
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("lockd: state dir: %w", err)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, stateFile))
+	switch {
+	case err == nil:
+		n, perr := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 32)
+		if perr != nil || n < 0 {
+			return nil, fmt.Errorf("lockd: %s: bad state number %q", filepath.Join(dir, stateFile), b)
+		}
+		if n%2 == 1 {
+			n += 2
+		} else {
+			n++
+		}
+		if n > 1<<31-1 {
+			n = 1
+		}
+		s.st = int32(n)
+	case errors.Is(err, fs.ErrNotExist):
+	default:
+		return nil, fmt.Errorf("lockd: %w", err)
+	}
+	if err := writeAtomic(filepath.Join(dir, stateFile), []byte(strconv.Itoa(int(s.st))+"\n")); err != nil {
+		return nil, err
+	}
+	b, err = os.ReadFile(filepath.Join(dir, clientsFile))
+	switch {
+	case err == nil:
+		if err := json.Unmarshal(b, &s.prev); err != nil {
+			return nil, fmt.Errorf("lockd: %s: %w", filepath.Join(dir, clientsFile), err)
+		}
+		for _, c := range s.prev {
+			s.clients[c] = true // still to notify: kept until notified
+		}
+	case errors.Is(err, fs.ErrNotExist):
+	default:
+		return nil, fmt.Errorf("lockd: %w", err)
+	}
+	return s, nil
+}
+
+func (s *nsmStore) state() int32 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.st
+}
+
+func (s *nsmStore) notifyList() []Client {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.prev)
+}
+
+// add records a client, persisting the list when it is new.
+func (s *nsmStore) add(name, addr string) error {
+	c := Client{Name: name, Addr: addr}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.clients[c] {
+		return nil
+	}
+	s.clients[c] = true
+	if err := s.saveLocked(); err != nil {
+		delete(s.clients, c)
+		return err
+	}
+	return nil
+}
+
+// match returns the names of the clients called name or recorded at
+// address name, and recorded at address peer (any, when peer is empty).
+func (s *nsmStore) match(name, peer string) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for c := range s.clients {
+		if (c.Name == name || c.Addr == name) && (peer == "" || c.Addr == peer) {
+			out = append(out, c.Name)
+		}
+	}
+	return out
+}
+
+// remove forgets the clients called name.
+func (s *nsmStore) remove(name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	changed := false
+	for c := range s.clients {
+		if c.Name == name {
+			delete(s.clients, c)
+			changed = true
+		}
+	}
+	if changed {
+		s.saveLocked()
+	}
+}
+
+// notified forgets client c after it was sent SM_NOTIFY.
+func (s *nsmStore) notified(c Client) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.clients[c] {
+		delete(s.clients, c)
+		s.saveLocked()
+	}
+}
+
+// list returns the monitored clients, sorted.
+func (s *nsmStore) list() []Client {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.sortedLocked()
+}
+
+func (s *nsmStore) sortedLocked() []Client {
+	out := make([]Client, 0, len(s.clients))
+	for c := range s.clients {
+		out = append(out, c)
+	}
+	slices.SortFunc(out, func(a, b Client) int {
+		if a.Name != b.Name {
+			return strings.Compare(a.Name, b.Name)
+		}
+		return strings.Compare(a.Addr, b.Addr)
+	})
+	return out
+}
+
+func (s *nsmStore) saveLocked() error {
+	if s.dir == "" {
+		return nil
+	}
+	b, err := json.MarshalIndent(s.sortedLocked(), "", "  ")
+	if err != nil {
+		return err
+	}
+	return writeAtomic(filepath.Join(s.dir, clientsFile), append(b, '\n'))
+}
+
+// writeAtomic replaces path with b durably (temporary file, fsync, rename).
+func writeAtomic(path string, b []byte) error {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return fmt.Errorf("lockd: %w", err)
+	}
+	_, err = f.Write(b)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), path)
+	}
+	if err != nil {
+		os.Remove(f.Name())
+		return fmt.Errorf("lockd: %w", err)
+	}
+	return nil
+}
