@@ -242,7 +242,7 @@ func (n *node) setlk(ctx context.Context, owner uint64, lk *fuse.FileLock, flags
 	} else {
 		wctx, stop := waitContext(ctx, n.sys.bg)
 		defer stop()
-		if cred := n.sys.as(ctx); cred != nil {
+		if cred, _ := n.sys.as(ctx); cred != nil {
 			wctx = client.WithCred(wctx, cred)
 		}
 		err = n.sys.c.Locks().Lock(wctx, req, true)
