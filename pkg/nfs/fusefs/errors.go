@@ -30,3 +30,20 @@ func toErrno(err error) syscall.Errno {
 	}
 	return syscall.EIO
 }
+
+// fail maps err as toErrno does; when the server says n's file handle is
+// stale (NFS3ERR_STALE, NFS3ERR_BADHANDLE: the file was removed, by
+// another client too), it also forgets n's cached attributes and where the
+// kernel was told of it, so that the kernel's retry of the path walk
+// (LOOKUP_REVAL after ESTALE) reaches the server with a LOOKUP instead of
+// finding n again (knownChild), as Linux NFS marks such an inode stale.
+func (n *node) fail(err error) syscall.Errno {
+	errno := toErrno(err)
+	if errno == syscall.ESTALE {
+		n.mu.Lock()
+		n.ac.valid = false
+		n.seen = entry{}
+		n.mu.Unlock()
+	}
+	return errno
+}

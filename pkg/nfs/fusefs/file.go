@@ -97,7 +97,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	n.mu.Unlock()
 	a, err := n.sys.c.Getattr(ctx, n.fh)
 	if err != nil {
-		return nil, 0, toErrno(err)
+		return nil, 0, n.fail(err)
 	}
 	_, changed := n.refresh(&a)
 	if changed && flags&syscall.O_TRUNC == 0 {

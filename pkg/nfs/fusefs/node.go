@@ -230,7 +230,7 @@ func (n *node) Getattr(ctx context.Context, _ fs.FileHandle, out *fuse.AttrOut) 
 	_ = n.waitWrites()
 	a, err := n.sys.c.Getattr(ctx, n.fh)
 	if err != nil {
-		return toErrno(err)
+		return n.fail(err)
 	}
 	timeo, _ := n.refresh(&a)
 	fillAttr(&out.Attr, &a, n.sys.blksize)
