@@ -32,6 +32,7 @@ func TestChartLint(t *testing.T) {
 		nil,
 		{"server.enabled=false", "storageClass.parameters.server=nfs.example.com"},
 		{"node.mounter.rdmaDevices=none", "volumeSnapshotClass.create=true"},
+		{"node.registration.mode=builtin", "controller.livenessProbe.mode=builtin"},
 	} {
 		args := []string{"lint", "--strict", chartDir, "--kube-version", kubeVersion}
 		for _, s := range sets {
@@ -561,6 +562,7 @@ func TestChartVariants(t *testing.T) {
 			t.Errorf("parameters %v", sc.Parameters)
 		}
 	})
+	t.Run("BuiltinRegistration", func(t *testing.T) { checkBuiltinRegistration(t) })
 	t.Run("ServerHostNetwork", func(t *testing.T) {
 		objs := renderObjects(t, "server.hostNetwork=true")
 		ss := find[*appsv1.StatefulSet](t, objs, "StatefulSet", serverNm)
@@ -575,6 +577,8 @@ func TestChartVariants(t *testing.T) {
 			{"storageClass.parameters.onDelete=shred"},
 			{"storageClass.parameters.transport=udp"},
 			{"node.mounter.rdmaDevices=hostpath"},
+			{"node.registration.mode=kubelet"},
+			{"controller.livenessProbe.mode=exec"},
 		} {
 			if _, err := runHelm(t, templateArgs(sets...)...); err == nil {
 				t.Errorf("helm template with %v: no error", sets)
@@ -733,4 +737,84 @@ func TestStrictDecoding(t *testing.T) {
 			t.Errorf("%s: decoded without error:\n%s", name, doc)
 		}
 	}
+}
+
+// checkBuiltinRegistration renders node.registration.mode=builtin and
+// controller.livenessProbe.mode=builtin: no node-driver-registrar or
+// livenessprobe container anywhere; the node driver registers itself
+// through kubelet's plugins_registry (hostPath, mounted at the directory
+// its flag names) with the CSI socket's host path, and serves /healthz on
+// the port its liveness probe asks; the controller serves its own
+// /healthz likewise. Each mode alone changes only its own workload.
+func checkBuiltinRegistration(t *testing.T) {
+	objs := renderObjects(t, "node.registration.mode=builtin", "controller.livenessProbe.mode=builtin")
+	ds := find[*appsv1.DaemonSet](t, objs, "DaemonSet", nodeNm)
+	spec := &ds.Spec.Template.Spec
+	if got, want := containerNames(spec), []string{"driver", "mounter"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("node containers %v, want %v", got, want)
+	}
+	drv := container(t, spec, "driver")
+	wantArgs := []string{"node", "--endpoint=unix:///csi/csi.sock", "--nodeid=$(NODE_NAME)", "--node-address=$(NODE_IP)",
+		"--mounter-socket=/run/nfsrdma/mounter.sock", "--namespace=" + namespace, "--device-plugin=true",
+		"--device-plugin-dir=/var/lib/kubelet/device-plugins", "--resource-name=nfsrdma.csi.dev/hca",
+		"--metrics-address=:9811", "--register-with-kubelet",
+		"--kubelet-registration-path=/var/lib/kubelet/plugins/" + driverName + "/csi.sock",
+		"--plugin-registration-dir=/registration", "--health-address=:29753", "--v=2"}
+	if !reflect.DeepEqual(drv.Args, wantArgs) {
+		t.Errorf("node driver args\n %v\nwant\n %v", drv.Args, wantArgs)
+	}
+	// The registration path is the host path of the socket the driver
+	// serves at /csi/csi.sock.
+	if m := mountAt(drv, "/csi"); m == nil {
+		t.Error("node driver has no /csi mount")
+	} else if v := volume(spec, m.Name); v == nil || v.HostPath == nil || v.HostPath.Path != "/var/lib/kubelet/plugins/"+driverName {
+		t.Errorf("/csi volume %+v is not the registered path's directory", v)
+	}
+	if m := mountAt(drv, "/registration"); m == nil {
+		t.Error("node driver has no /registration mount")
+	} else if v := volume(spec, m.Name); v == nil || v.HostPath == nil || v.HostPath.Path != "/var/lib/kubelet/plugins_registry" ||
+		v.HostPath.Type == nil || *v.HostPath.Type != corev1.HostPathDirectory {
+		t.Errorf("registration volume %+v, want hostPath /var/lib/kubelet/plugins_registry (Directory)", v)
+	}
+	checkHealthPort(t, "node", drv, 29753)
+
+	d := find[*appsv1.Deployment](t, objs, "Deployment", controllerNm)
+	cspec := &d.Spec.Template.Spec
+	if slices.Contains(containerNames(cspec), "liveness-probe") {
+		t.Errorf("controller containers %v with a builtin liveness probe", containerNames(cspec))
+	}
+	cdrv := container(t, cspec, "driver")
+	if !slices.Contains(cdrv.Args, "--health-address=:29752") {
+		t.Errorf("controller driver args %v lack --health-address=:29752", cdrv.Args)
+	}
+	checkHealthPort(t, "controller", cdrv, 29752)
+	checkPods(t, objs)
+
+	// One mode without the other.
+	objs = renderObjects(t, "node.registration.mode=builtin")
+	d = find[*appsv1.Deployment](t, objs, "Deployment", controllerNm)
+	if !slices.Contains(containerNames(&d.Spec.Template.Spec), "liveness-probe") {
+		t.Error("node.registration.mode=builtin removed the controller's livenessprobe")
+	}
+	objs = renderObjects(t, "controller.livenessProbe.mode=builtin")
+	ds = find[*appsv1.DaemonSet](t, objs, "DaemonSet", nodeNm)
+	if got := containerNames(&ds.Spec.Template.Spec); !reflect.DeepEqual(got, []string{"driver", "mounter", "node-driver-registrar", "liveness-probe"}) {
+		t.Errorf("controller.livenessProbe.mode=builtin changed the node containers: %v", got)
+	}
+}
+
+// checkHealthPort checks that c's liveness probe GETs /healthz on the
+// named port that c declares as port.
+func checkHealthPort(t *testing.T, what string, c *corev1.Container, port int32) {
+	t.Helper()
+	p := c.LivenessProbe
+	if p == nil || p.HTTPGet == nil || p.HTTPGet.Path != "/healthz" {
+		t.Fatalf("%s liveness probe %+v", what, p)
+	}
+	for _, cp := range c.Ports {
+		if cp.Name == p.HTTPGet.Port.StrVal && cp.ContainerPort == port {
+			return
+		}
+	}
+	t.Errorf("%s: liveness probe port %v is not container port %d (%v)", what, p.HTTPGet.Port, port, c.Ports)
 }

@@ -32,6 +32,7 @@ func newControllerCmd() *cobra.Command {
 		ledger, elect        bool
 		budget               int
 		electNS, metricsAddr string
+		healthAddr           string
 	)
 	cmd := &cobra.Command{
 		Use:   "controller",
@@ -81,6 +82,7 @@ admin API (authenticated with the token in --admin-token-file).`,
 				}
 			}
 			go serveMetrics(ctx, metricsAddr, newRegistry(cm))
+			go serveHealth(ctx, healthAddr, endpoint)
 			return d.Run(ctx)
 		},
 	}
@@ -98,6 +100,7 @@ admin API (authenticated with the token in --admin-token-file).`,
 	f.BoolVar(&elect, "leader-election", false, "run the credit ledger only while holding the Lease nfsrdma-csi-credits (several replicas)")
 	f.StringVar(&electNS, "leader-election-namespace", "", "namespace of the leader election Lease (default: --namespace)")
 	f.StringVar(&metricsAddr, "metrics-address", "", "HOST:PORT of the Prometheus /metrics endpoint (empty: off)")
+	f.StringVar(&healthAddr, "health-address", "", "HOST:PORT of a /healthz endpoint that calls this plugin's CSI Probe, in place of the livenessprobe sidecar (empty: off)")
 	return cmd
 }
 
@@ -136,6 +139,8 @@ func newNodeCmd() *cobra.Command {
 		dp                    deviceplugin.Options
 		devicePlugin, useKube bool
 		metricsAddr           string
+		healthAddr            string
+		reg                   registrationFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "node",
@@ -144,9 +149,17 @@ func newNodeCmd() *cobra.Command {
 mounts it on the pod's target path and hands the fd to the mounter (driver
 mounter, a separate process) which serves the NFS export through the
 user-space NFS client, so that restarting this plugin never breaks a running
-pod's mount. Needs root (mount(2)) and /dev/fuse.`,
-		Example: `  driver node --endpoint unix:///csi/csi.sock --nodeid "$NODE_NAME" --node-address "$NODE_IP"`,
-		Args:    cobra.NoArgs,
+pod's mount. Needs root (mount(2)) and /dev/fuse.
+
+With --register-with-kubelet it registers itself with kubelet's plugin
+watcher (the socket <driver>-reg.sock in --plugin-registration-dir), in place
+of the node-driver-registrar sidecar, and exits when kubelet rejects it;
+--health-address serves /healthz in place of the livenessprobe sidecar.`,
+		Example: `  driver node --endpoint unix:///csi/csi.sock --nodeid "$NODE_NAME" --node-address "$NODE_IP"
+  driver node --endpoint unix:///csi/csi.sock --nodeid "$NODE_NAME" --register-with-kubelet \
+    --kubelet-registration-path /var/lib/kubelet/plugins/nfsrdma.csi.dev/csi.sock \
+    --plugin-registration-dir /registration --health-address :29753`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg.Version, cfg.Node = version, true
 			if cfg.NodeAddress == "" {
@@ -191,11 +204,21 @@ pod's mount. Needs root (mount(2)) and /dev/fuse.`,
 				}()
 			}
 			go serveMetrics(ctx, metricsAddr, newRegistry(cm, mc))
-			return d.Run(ctx)
+			go serveHealth(ctx, healthAddr, cfg.Endpoint)
+			l, err := csi.Listen(cfg.Endpoint)
+			if err != nil {
+				return err
+			}
+			if !reg.enabled {
+				return d.Serve(ctx, l)
+			}
+			return serveRegistered(ctx, d, l, &reg, cfg.Endpoint)
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&cfg.Endpoint, "endpoint", "unix:///csi/csi.sock", "CSI endpoint: unix:///path or tcp://host:port")
+	reg.register(f)
+	f.StringVar(&healthAddr, "health-address", "", "HOST:PORT of a /healthz endpoint that calls this plugin's CSI Probe, in place of the livenessprobe sidecar (empty: off)")
 	f.StringVar(&cfg.NodeName, "nodeid", "", "this node's name (the node ID is NAME@ADDRESS)")
 	f.StringVar(&cfg.NodeAddress, "node-address", "", "this node's IP address, granted on the export by ControllerPublishVolume (default: the first non-loopback address)")
 	f.StringVar(&cfg.MounterSocket, "mounter-socket", "/run/nfsrdma/mounter.sock", "unix socket of driver mounter")

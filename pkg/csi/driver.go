@@ -115,7 +115,7 @@ func (d *Driver) NodeID() string { return d.cfg.NodeName + "@" + d.cfg.NodeAddre
 // Run serves gRPC on the endpoint until ctx ends, then stops gracefully
 // (bounded to 5 s).
 func (d *Driver) Run(ctx context.Context) error {
-	l, err := listen(d.cfg.Endpoint)
+	l, err := Listen(d.cfg.Endpoint)
 	if err != nil {
 		return err
 	}
@@ -154,9 +154,10 @@ func (d *Driver) Serve(ctx context.Context, l net.Listener) error {
 	return err
 }
 
-// listen opens a CSI endpoint: unix:///path (a stale socket file is
-// removed) or tcp://host:port.
-func listen(endpoint string) (net.Listener, error) {
+// Listen opens a CSI endpoint: unix:///path (the directory is made, a
+// stale socket file removed) or tcp://host:port. Serve serves it; a
+// listener opened before Serve queues the connections made meanwhile.
+func Listen(endpoint string) (net.Listener, error) {
 	u, err := url.Parse(endpoint)
 	if err != nil {
 		return nil, fmt.Errorf("csi: endpoint %q: %w", endpoint, err)
