@@ -113,9 +113,11 @@ func (c *cluster) install(t *testing.T) {
 	waitOut(t, time.Minute, "CSINode lists "+driver, "kubectl get csinode "+c.node+" -o jsonpath='{.spec.drivers[*].name}'",
 		func(o string) bool { return strings.Contains(o, driver) })
 	sh(t, "kubectl get csinode "+c.node+" -o yaml")
-	waitOut(t, time.Minute, "node allocatable lists "+resource, "kubectl get node "+c.node+" -o jsonpath='{.status.allocatable}'",
+	// the device plugin's resource: as many as the node has kernel RDMA
+	// devices (none here: the software iWARP stack needs no device)
+	waitOut(t, time.Minute, "node capacity lists "+resource, "kubectl get node "+c.node+" -o jsonpath='{.status.capacity}'",
 		func(o string) bool { return strings.Contains(o, resource) })
-	sh(t, "kubectl get node "+c.node+" -o jsonpath='{.status.allocatable}' | tr , '\\n'")
+	sh(t, "kubectl get node "+c.node+" -o jsonpath='{.status.capacity}' | tr , '\\n'")
 	sh(t, "kubectl get storageclass")
 }
 
@@ -136,10 +138,7 @@ func (c *cluster) rwx(t *testing.T) {
 	sh(t, "kubectl -n "+apps+" exec reader -- df -h /data")
 
 	// on the node: one FUSE mount per pod, one connection per mount
-	uids := map[string]string{}
-	for _, p := range []string{"writer", "reader"} {
-		uids[p] = strings.TrimSpace(sh(t, "kubectl -n "+apps+" get pod "+p+" -o jsonpath='{.metadata.uid}'"))
-	}
+	uids := c.uids(t, "writer", "reader")
 	sh(t, "grep fuse /proc/self/mountinfo | grep /var/lib/kubelet/pods/ | cut -d' ' -f5,9-")
 	ms := hostMounts(t)
 	for p, uid := range uids {
@@ -158,6 +157,16 @@ func (c *cluster) rwx(t *testing.T) {
 		t.Errorf("%d RPC-over-RDMA connections (port 20049) on the host, want one per pod (2)", n)
 	}
 	c.ledgerHas(t, map[string]bool{"writer": true, "reader": true})
+}
+
+// uids returns the UIDs of the named pods of the apps namespace.
+func (c *cluster) uids(t *testing.T, pods ...string) map[string]string {
+	t.Helper()
+	uids := map[string]string{}
+	for _, p := range pods {
+		uids[p] = strings.TrimSpace(sh(t, "kubectl -n "+apps+" get pod "+p+" -o jsonpath='{.metadata.uid}'"))
+	}
+	return uids
 }
 
 // ledgerHas waits until the credit ledger grants (true) or refuses (false)
@@ -189,7 +198,7 @@ func (c *cluster) ledgerHas(t *testing.T, want map[string]bool) {
 // on without error, the data verifies, the new node plugin adopts the mounts.
 func (c *cluster) pluginRestart(t *testing.T) {
 	old := strings.TrimSpace(sh(t, "kubectl -n "+ns+" get pods -l app.kubernetes.io/component=node -o jsonpath='{.items[*].metadata.name}'"))
-	cmd := fmt.Sprintf("kubectl -n %s exec writer -- sh -c 'dd if=/dev/urandom of=/data/during bs=1M count=%d && sha256sum /data/during > /data/during.sha256 && cat /data/during.sha256'", apps, blobMiB)
+	cmd := fmt.Sprintf("kubectl -n %s exec writer -- sh -c 'dd if=/dev/urandom of=/data/during bs=1M count=%d && sha256sum /data/during > /data/during.sha256 && cat /data/during.sha256'", apps, 2*blobMiB)
 	fmt.Printf("$ %s &\n", cmd)
 	w := exec.Command("bash", "-c", cmd)
 	wout := &strings.Builder{}
@@ -201,6 +210,13 @@ func (c *cluster) pluginRestart(t *testing.T) {
 	go func() { done <- w.Wait() }()
 	time.Sleep(2 * time.Second)
 	sh(t, "kubectl -n "+ns+" delete pod "+old+" --wait=true --timeout=90s")
+	select {
+	case err := <-done:
+		done <- err
+		t.Errorf("the writer ended before the node plugin's pod was gone: nothing was written across the restart")
+	default:
+		fmt.Println("(the writer is still writing)")
+	}
 	sh(t, "kubectl -n "+ns+" rollout status daemonset/"+release+"-node --timeout=120s")
 	sh(t, "kubectl -n "+ns+" get pods -l app.kubernetes.io/component=node -o wide")
 	select {
@@ -218,9 +234,13 @@ func (c *cluster) pluginRestart(t *testing.T) {
 	if nw == old {
 		t.Fatalf("node plugin pod %s was not replaced", old)
 	}
-	logs := sh(t, "kubectl -n "+ns+" logs "+nw+" --all-containers | grep -iE 'adopt|mounts' | head -20")
-	if !regexp.MustCompile(`(?i)adopt`).MatchString(logs) {
-		t.Errorf("the new node plugin pod %s does not log adopting the mounts", nw)
+	// the mounts live on in the mounter's pod; the new node plugin finds them there
+	sh(t, "kubectl -n "+ns+" get pods -l app.kubernetes.io/component=mounter -o wide")
+	logs := sh(t, "kubectl -n "+ns+" logs "+nw+" | grep 'mount still served' || true")
+	for p, uid := range c.uids(t, "writer", "reader") {
+		if !strings.Contains(logs, "/pods/"+uid+"/") {
+			t.Errorf("the new node plugin pod %s does not report pod %s's mount (uid %s) as still served", nw, p, uid)
+		}
 	}
 	// the adopted mounts keep working and can be released: a new write
 	sh(t, "kubectl -n "+apps+" exec writer -- sh -c 'echo after-restart > /data/after && cat /data/after'")
@@ -233,7 +253,7 @@ func (c *cluster) expand(t *testing.T) {
 	waitOut(t, 3*time.Minute, "PVC shared capacity 2Gi", "kubectl -n "+apps+" get pvc shared -o jsonpath='{.status.capacity.storage}'",
 		func(o string) bool { return o == "2Gi" })
 	sh(t, "kubectl -n "+apps+" get pvc shared")
-	waitOut(t, 2*time.Minute, "df in the pod shows 2 GiB", "kubectl -n "+apps+" exec reader -- df -k /data | tail -1",
+	waitOut(t, 2*time.Minute, "df in the pod shows 2 GiB", "kubectl -n "+apps+" exec reader -- df -kP /data | tail -1",
 		func(o string) bool {
 			f := strings.Fields(o)
 			var kb int64
