@@ -370,7 +370,9 @@ parameters:
 	sh(t, "kubectl -n "+apps+" get pod orphan")
 	sh(t, "kubectl -n "+apps+" get events --field-selector involvedObject.name=orphan")
 	sh(t, "kubectl -n "+apps+" delete pod orphan --wait=true --timeout=90s")
-	sh(t, "kubectl -n "+apps+" delete pvc gone --wait=false")
+	// DeleteVolume of a volume already gone succeeds: the PV goes
+	sh(t, "kubectl -n "+apps+" delete pvc gone --wait=true --timeout=60s")
+	waitOut(t, 2*time.Minute, "PV "+pv+" deleted", "kubectl get pv "+pv+" -o name --ignore-not-found", func(o string) bool { return strings.TrimSpace(o) == "" })
 }
 
 // 7. Deleting the pods leaves no FUSE mount or mount process; deleting the
@@ -420,6 +422,7 @@ func (c *cluster) cleanup(t *testing.T) {
 	quiet("kubectl delete namespace " + apps + " --wait=true --timeout=120s")
 	quiet("kubectl delete volumesnapshotclass nfsrdma-snapclass --ignore-not-found")
 	quiet("kubectl delete storageclass nfsrdma-typo --ignore-not-found")
+	// the export server's claim stays (the chart retains it), bound to the
+	// cluster's export volume, as after a user's helm uninstall
 	quiet("helm uninstall " + release + " --namespace " + ns + " --wait --timeout 2m")
-	quiet("kubectl delete namespace " + ns + " --wait=true --timeout=120s")
 }
