@@ -303,8 +303,13 @@ spec:
 // once another pod is deleted.
 func (c *cluster) creditsWait(t *testing.T) {
 	// three pods use the server; a budget of three credits leaves none for a fourth
+	defer try(t, "helm upgrade "+release+" "+chartPath+" --namespace "+ns+" --reuse-values --set server.creditsBudget=512 --wait --timeout 5m")
 	sh(t, "helm upgrade "+release+" "+chartPath+" --namespace "+ns+" --reuse-values --set server.creditsBudget=3 --wait --timeout 5m")
-	sh(t, "kubectl -n "+ns+" wait --for=condition=Ready pod --all --timeout=180s")
+	sh(t, "kubectl -n "+ns+" rollout status deployment/"+release+"-controller --timeout=180s")
+	sh(t, "kubectl -n "+ns+" rollout status statefulset/"+release+"-server --timeout=180s")
+	sh(t, "kubectl -n "+ns+" get pods")
+	// the running pods' mounts went through the export server's restart
+	sh(t, "kubectl -n "+apps+" exec writer -- sh -c 'echo after-server-restart >> /data/after && sha256sum -c /data/blob.sha256'")
 	c.ledgerHas(t, map[string]bool{"writer": true, "reader": true, "restored": true})
 	apply(t, pod("extra", "shared"))
 	waitOut(t, 3*time.Minute, "an event tells why pod extra waits", "kubectl -n "+apps+" get events --field-selector involvedObject.name=extra -o custom-columns=REASON:.reason,MESSAGE:.message --no-headers",
