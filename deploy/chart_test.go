@@ -24,6 +24,7 @@ const (
 	driverName   = "nfsrdma.csi.dev"
 	controllerNm = releaseName + "-controller"
 	nodeNm       = releaseName + "-node"
+	mounterNm    = releaseName + "-mounter"
 	serverNm     = releaseName + "-server"
 )
 
@@ -53,7 +54,7 @@ func TestChartDefaults(t *testing.T) {
 			t.Errorf("%s %s in namespace %q, want %q", o.kind, o.name, o.namespace, namespace)
 		}
 	}
-	want := map[string]int{"CSIDriver": 1, "Deployment": 1, "DaemonSet": 1, "StatefulSet": 1, "Service": 1,
+	want := map[string]int{"CSIDriver": 1, "Deployment": 1, "DaemonSet": 2, "StatefulSet": 1, "Service": 1,
 		"NetworkPolicy": 1, "PodDisruptionBudget": 1, "ServiceAccount": 3, "Secret": 1, "StorageClass": 1,
 		"ClusterRole": 1, "ClusterRoleBinding": 1, "Role": 2, "RoleBinding": 2}
 	if !reflect.DeepEqual(kinds, want) {
@@ -209,7 +210,7 @@ func checkController(t *testing.T, objs []object) {
 func checkNode(t *testing.T, objs []object) {
 	ds := find[*appsv1.DaemonSet](t, objs, "DaemonSet", nodeNm)
 	spec := &ds.Spec.Template.Spec
-	if got, want := containerNames(spec), []string{"driver", "mounter", "node-driver-registrar", "liveness-probe"}; !reflect.DeepEqual(got, want) {
+	if got, want := containerNames(spec), []string{"driver", "node-driver-registrar", "liveness-probe"}; !reflect.DeepEqual(got, want) {
 		t.Errorf("containers %v, want %v", got, want)
 	}
 	if spec.PriorityClassName != "system-node-critical" {
@@ -227,7 +228,7 @@ func checkNode(t *testing.T, objs []object) {
 
 	drv := container(t, spec, "driver")
 	wantArgs := []string{"node", "--endpoint=unix:///csi/csi.sock", "--nodeid=$(NODE_NAME)", "--node-address=$(NODE_IP)",
-		"--mounter-socket=/run/nfsrdma/mounter.sock", "--namespace=" + namespace, "--device-plugin=true",
+		"--mounter-socket=/var/lib/nfsrdma/mounter.sock", "--namespace=" + namespace, "--device-plugin=true",
 		"--device-plugin-dir=/var/lib/kubelet/device-plugins", "--resource-name=nfsrdma.csi.dev/hca",
 		"--metrics-address=:9811", "--v=2"}
 	if !reflect.DeepEqual(drv.Args, wantArgs) {
@@ -280,27 +281,7 @@ func checkNode(t *testing.T, objs []object) {
 		}
 	}
 
-	m := container(t, spec, "mounter")
-	if want := []string{"mounter", "--socket=/run/nfsrdma/mounter.sock", "--state-dir=/var/lib/nfsrdma", "--v=2"}; !reflect.DeepEqual(m.Args, want) {
-		t.Errorf("mounter args %v, want %v", m.Args, want)
-	}
-	if m.Image != drv.Image {
-		t.Errorf("mounter image %q, driver image %q", m.Image, drv.Image)
-	}
-	if sc := m.SecurityContext; sc == nil || sc.Capabilities == nil || !slices.Contains(sc.Capabilities.Add, "IPC_LOCK") {
-		t.Error("mounter lacks IPC_LOCK (pinning RDMA memory past RLIMIT_MEMLOCK)")
-	} else if sc.Privileged == nil || !*sc.Privileged {
-		t.Error("mounter not privileged with rdmaDevices=privileged (no /dev/infiniband)")
-	}
-	dm, mm := mountAt(drv, "/run/nfsrdma"), mountAt(m, "/run/nfsrdma")
-	if dm == nil || mm == nil || dm.Name != mm.Name {
-		t.Errorf("node and mounter do not share /run/nfsrdma: %+v %+v", dm, mm)
-	} else if v := volume(spec, dm.Name); v == nil || v.EmptyDir == nil {
-		t.Errorf("/run/nfsrdma volume %+v, want a pod-scoped emptyDir", v)
-	}
-	if mountAt(m, "/var/lib/kubelet/pods") != nil {
-		t.Error("mounter mounts the pods directory: it needs no mount rights")
-	}
+	checkMounter(t, objs, drv)
 
 	reg := container(t, spec, "node-driver-registrar")
 	if !hasAll(reg.Args, "--csi-address=/csi/csi.sock", "--kubelet-registration-path=/var/lib/kubelet/plugins/"+driverName+"/csi.sock") {
@@ -548,6 +529,48 @@ func checkPods(t *testing.T, objs []object) {
 	}
 }
 
+// checkMounter checks the mounters' DaemonSet: the driver's image, its own
+// pod (so that the node plugin's pod can go without ending the mounts),
+// the socket the node plugin dials in the host state directory both mount,
+// IPC_LOCK, no mount rights, OnDelete updates.
+func checkMounter(t *testing.T, objs []object, drv *corev1.Container) {
+	t.Helper()
+	ds := find[*appsv1.DaemonSet](t, objs, "DaemonSet", mounterNm)
+	spec := &ds.Spec.Template.Spec
+	if got, want := containerNames(spec), []string{"mounter"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("mounter containers %v, want %v", got, want)
+	}
+	m := container(t, spec, "mounter")
+	if want := []string{"mounter", "--socket=/var/lib/nfsrdma/mounter.sock", "--state-dir=/var/lib/nfsrdma", "--v=2"}; !reflect.DeepEqual(m.Args, want) {
+		t.Errorf("mounter args %v, want %v", m.Args, want)
+	}
+	if m.Image != drv.Image {
+		t.Errorf("mounter image %q, driver image %q", m.Image, drv.Image)
+	}
+	if sc := m.SecurityContext; sc == nil || sc.Capabilities == nil || !slices.Contains(sc.Capabilities.Add, "IPC_LOCK") {
+		t.Error("mounter lacks IPC_LOCK (pinning RDMA memory past RLIMIT_MEMLOCK)")
+	} else if sc.Privileged == nil || !*sc.Privileged {
+		t.Error("mounter not privileged with rdmaDevices=privileged (no /dev/infiniband)")
+	}
+	if mm := mountAt(m, "/var/lib/nfsrdma"); mm == nil {
+		t.Error("mounter does not mount the state directory holding its socket")
+	} else if v := volume(spec, mm.Name); v == nil || v.HostPath == nil || v.HostPath.Path != "/var/lib/nfsrdma" {
+		t.Errorf("mounter state volume %+v, want hostPath /var/lib/nfsrdma (the node plugin's)", v)
+	}
+	if mountAt(m, "/var/lib/kubelet/pods") != nil {
+		t.Error("mounter mounts the pods directory: it needs no mount rights")
+	}
+	if !spec.HostNetwork || spec.PriorityClassName != "system-node-critical" || len(spec.Tolerations) == 0 {
+		t.Errorf("mounter hostNetwork %v priorityClassName %q tolerations %v", spec.HostNetwork, spec.PriorityClassName, spec.Tolerations)
+	}
+	if spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken {
+		t.Error("mounter pods get an API token they do not use")
+	}
+	if ds.Spec.UpdateStrategy.Type != appsv1.OnDeleteDaemonSetStrategyType {
+		t.Errorf("mounter updateStrategy %v, want OnDelete (an upgrade would end every mount)", ds.Spec.UpdateStrategy.Type)
+	}
+}
+
 func TestChartVariants(t *testing.T) {
 	t.Run("ExternalServer", func(t *testing.T) {
 		objs := renderObjects(t, "server.enabled=false", "storageClass.parameters.server=nfs.example.com",
@@ -577,6 +600,7 @@ func TestChartVariants(t *testing.T) {
 			{"storageClass.parameters.onDelete=shred"},
 			{"storageClass.parameters.transport=udp"},
 			{"node.mounter.rdmaDevices=hostpath"},
+			{"node.mounter.updateStrategy=Recreate"},
 			{"node.registration.mode=kubelet"},
 			{"controller.livenessProbe.mode=exec"},
 		} {
@@ -588,7 +612,7 @@ func TestChartVariants(t *testing.T) {
 	t.Run("MounterModes", func(t *testing.T) {
 		for _, mode := range []string{"none", "resource"} {
 			objs := renderObjects(t, "node.mounter.rdmaDevices="+mode)
-			ds := find[*appsv1.DaemonSet](t, objs, "DaemonSet", nodeNm)
+			ds := find[*appsv1.DaemonSet](t, objs, "DaemonSet", mounterNm)
 			m := container(t, &ds.Spec.Template.Spec, "mounter")
 			sc := m.SecurityContext
 			if sc.Privileged != nil && *sc.Privileged {
@@ -750,12 +774,12 @@ func checkBuiltinRegistration(t *testing.T) {
 	objs := renderObjects(t, "node.registration.mode=builtin", "controller.livenessProbe.mode=builtin")
 	ds := find[*appsv1.DaemonSet](t, objs, "DaemonSet", nodeNm)
 	spec := &ds.Spec.Template.Spec
-	if got, want := containerNames(spec), []string{"driver", "mounter"}; !reflect.DeepEqual(got, want) {
+	if got, want := containerNames(spec), []string{"driver"}; !reflect.DeepEqual(got, want) {
 		t.Errorf("node containers %v, want %v", got, want)
 	}
 	drv := container(t, spec, "driver")
 	wantArgs := []string{"node", "--endpoint=unix:///csi/csi.sock", "--nodeid=$(NODE_NAME)", "--node-address=$(NODE_IP)",
-		"--mounter-socket=/run/nfsrdma/mounter.sock", "--namespace=" + namespace, "--device-plugin=true",
+		"--mounter-socket=/var/lib/nfsrdma/mounter.sock", "--namespace=" + namespace, "--device-plugin=true",
 		"--device-plugin-dir=/var/lib/kubelet/device-plugins", "--resource-name=nfsrdma.csi.dev/hca",
 		"--metrics-address=:9811", "--register-with-kubelet",
 		"--kubelet-registration-path=/var/lib/kubelet/plugins/" + driverName + "/csi.sock",
@@ -798,7 +822,7 @@ func checkBuiltinRegistration(t *testing.T) {
 	}
 	objs = renderObjects(t, "controller.livenessProbe.mode=builtin")
 	ds = find[*appsv1.DaemonSet](t, objs, "DaemonSet", nodeNm)
-	if got := containerNames(&ds.Spec.Template.Spec); !reflect.DeepEqual(got, []string{"driver", "mounter", "node-driver-registrar", "liveness-probe"}) {
+	if got := containerNames(&ds.Spec.Template.Spec); !reflect.DeepEqual(got, []string{"driver", "node-driver-registrar", "liveness-probe"}) {
 		t.Errorf("controller.livenessProbe.mode=builtin changed the node containers: %v", got)
 	}
 }

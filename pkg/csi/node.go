@@ -262,6 +262,10 @@ func (n *node) NodePublishVolume(ctx context.Context, req *csipb.NodePublishVolu
 		if uerr := unix.Unmount(target, unix.MNT_DETACH); uerr != nil {
 			klog.ErrorS(uerr, "node: remove failed mount", "target", target)
 		}
+		if codeOf(err) == codes.NotFound {
+			return nil, status.Errorf(codes.NotFound, "volume %s is gone from its server (its directory was removed there): mount %s: %v",
+				req.GetVolumeId(), sp.source, err)
+		}
 		return nil, toStatus(err, "mount "+sp.source)
 	}
 	klog.InfoS("node: volume published", "volume", req.GetVolumeId(), "target", target, "source", sp.source, "options", sp.options, "pid", m.PID, "pod", sp.podUID)

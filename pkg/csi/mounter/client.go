@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nfs3"
 )
 
 // Client calls a mounter on its socket.
@@ -111,9 +113,52 @@ func (c *Client) call(ctx context.Context, req Request, fd *os.File) (Response, 
 	}
 	if resp.Error != "" {
 		if msg, ok := strings.CutPrefix(resp.Error, ErrMount.Error()+": "); ok {
-			return resp, fmt.Errorf("%w: %s", ErrMount, msg)
+			return resp, mountError(msg)
 		}
 		return resp, fmt.Errorf("mounter: %s", resp.Error)
 	}
 	return resp, nil
+}
+
+// goneStatuses are the RFC 1813 statuses with which a serving process
+// reports that the exported path or its file handle does not exist (the
+// volume's directory was removed on the server): NFS3ERR_STALE,
+// NFS3ERR_NOENT, and MNT3ERR_NOENT (matched as nfs3.ErrNoEnt).
+var goneStatuses = []struct {
+	name string
+	err  error
+}{
+	{"NFS3ERR_STALE", nfs3.ErrStale}, {"NFS3ERR_NOENT", nfs3.ErrNoEnt}, {"MNT3ERR_NOENT", nfs3.ErrNoEnt},
+}
+
+// mountFailure is a failed mount as the serving process reported it: its
+// text, and the NFS status it names, if any (nil otherwise).
+type mountFailure struct {
+	msg    string
+	status error
+}
+
+func (e *mountFailure) Error() string { return ErrMount.Error() + ": " + e.msg }
+
+// Unwrap gives ErrMount and the NFS status, so that errors.Is(err,
+// nfs3.ErrStale) holds for a mount refused with NFS3ERR_STALE.
+func (e *mountFailure) Unwrap() []error {
+	if e.status == nil {
+		return []error{ErrMount}
+	}
+	return []error{ErrMount, e.status}
+}
+
+// mountError returns the error for a mount that failed with message msg
+// (the text after ErrMount's): it wraps ErrMount and, when msg names one of
+// goneStatuses ("NFS3ERR_STALE: ..."), that status.
+func mountError(msg string) error {
+	e := &mountFailure{msg: msg}
+	for _, g := range goneStatuses {
+		if strings.Contains(msg, g.name+":") {
+			e.status = g.err
+			break
+		}
+	}
+	return e
 }

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nfs3"
 )
 
 // env is a mounter Server running in this process on a real unix
@@ -655,6 +657,35 @@ func TestListMany(t *testing.T) {
 	for i := 1; i < n; i++ {
 		if ms[i-1].Target >= ms[i].Target {
 			t.Fatalf("List not sorted at %d", i)
+		}
+	}
+}
+
+// TestMountErrorStatus: a mount the serving process reports failed with an
+// NFS status meaning "no such volume" (the directory was removed on the
+// server) matches that status and ErrMount, with the message unchanged;
+// other failures match ErrMount only.
+func TestMountErrorStatus(t *testing.T) {
+	for _, tc := range []struct {
+		msg  string
+		want error
+	}{
+		{"nfs client: mount srv:/pvc-1: nfs3 FSINFO: NFS3ERR_STALE: stale file handle", nfs3.ErrStale},
+		{"nfs client: mount srv:/pvc-1: MNT3ERR_NOENT: no such file or directory", nfs3.ErrNoEnt},
+		{"nfs client: lookup: NFS3ERR_NOENT: no such file or directory", nfs3.ErrNoEnt},
+		{"nfs client: dial: connection refused", nil},
+	} {
+		err := mountError(tc.msg)
+		if !errors.Is(err, ErrMount) {
+			t.Errorf("%q: %v is not ErrMount", tc.msg, err)
+		}
+		if want := ErrMount.Error() + ": " + tc.msg; err.Error() != want {
+			t.Errorf("message %q, want %q", err.Error(), want)
+		}
+		for _, s := range []error{nfs3.ErrStale, nfs3.ErrNoEnt} {
+			if got := errors.Is(err, s); got != (s == tc.want) {
+				t.Errorf("%q: errors.Is(err, %v) = %v", tc.msg, s, got)
+			}
 		}
 	}
 }

@@ -226,7 +226,7 @@ func (r *Registrar) publish(srv *grpc.Server) (*published, error) {
 	}
 	l.(*net.UnixListener).SetUnlinkOnClose(false) // remove checks the file is still ours
 	var st syscall.Stat_t
-	if err := os.Chmod(r.path, 0o600); err == nil {
+	if err = os.Chmod(r.path, 0o600); err == nil {
 		err = syscall.Lstat(r.path, &st)
 	}
 	if err != nil {
