@@ -33,15 +33,15 @@ func (s *Server) lockKey(fh []byte, peer net.Addr) (string, nlm.Stat) {
 }
 
 // RegisterRPCBind registers each mapping with the rpcbind (portmap v2) at
-// addr, first removing an earlier registration of the same program and
-// version (as Linux's RPC services do at start), and returns a function
-// that removes the mappings it made. A mapping rpcbind refuses is
-// reported in the error, after the others were tried.
+// addr and returns a function that removes the mappings it made. A
+// mapping rpcbind refuses (the program and version are registered
+// already, by another server of this host or a previous instance that
+// did not exit cleanly: `rpcinfo -d PROG VERS` removes it) is left alone
+// and reported in the error, after the others were tried.
 func RegisterRPCBind(ctx context.Context, addr string, maps []sunrpc.Mapping) (unregister func(context.Context), err error) {
 	var done []sunrpc.Mapping
 	var errs []error
 	for _, m := range maps {
-		sunrpc.PortmapUnset(ctx, addr, m)
 		if err := sunrpc.PortmapSet(ctx, addr, m); err != nil {
 			errs = append(errs, err)
 			continue
