@@ -16,8 +16,14 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/nfsrdma/nfsrdma-csi/pkg/metrics"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/lockd"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/mount3"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nfs3"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nlm"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nsm"
 	nfsserver "github.com/nfsrdma/nfsrdma-csi/pkg/nfs/server"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/rpcrdma"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/verbs/siw"
 )
 
@@ -32,6 +38,10 @@ func newServerCmd() *cobra.Command {
 		rdmaVersion               int
 		adminListen, adminTokenF  string
 		stateDir, snapshotDir     string
+		nlmPort, nsmPort          int
+		gracePeriod               time.Duration
+		nsmStateDir, nsmName      string
+		useRPCBind                bool
 	)
 	cmd := &cobra.Command{
 		Use:   "server",
@@ -53,6 +63,14 @@ Each RDMA connection speaks the RPC-over-RDMA version of its first message:
 version 2 (draft-ietf-nfsv4-rpcrdma-version-two) with our clients, version 1
 with Linux and other clients; --rdma-version 1 serves version 1 only (version 2
 is answered ERR_VERS and the client falls back).
+
+File locks: NLM v4 (fcntl and flock locks of NFS clients, coherent across every
+client of the server) is served on --nlm-port and NSM v1 (reboot notification)
+on --nsm-port, over TCP. Each client that locks is recorded in --nsm-state-dir;
+after a restart the server sends them SM_NOTIFY and, for --grace-period, grants
+only the locks they reclaim. When a local rpcbind answers on 127.0.0.1:111, NFS,
+MOUNT, NLM and NSM are registered with it (--rpcbind) so that clients such as
+Linux's find them; the registrations are removed at exit.
 
 With --admin-listen, the admin API the CSI controller uses (HTTP + JSON, bearer
 token from --admin-token-file, required) is served on its own address: it
@@ -105,7 +123,14 @@ the controller: handles obtained through it bypass volume quotas and lists.`,
 					}
 				}
 			}
-			opts := nfsserver.Options{Root: root, Exports: exps, StateDir: stateDir, SnapshotDir: snapshotDir, Version: version}
+			if !cmd.Flags().Changed("nsm-state-dir") && stateDir != "" {
+				nsmStateDir = filepath.Join(stateDir, "nsm")
+			}
+			if gracePeriod < 0 {
+				return fmt.Errorf("--grace-period %v: must not be negative", gracePeriod)
+			}
+			opts := nfsserver.Options{Root: root, Exports: exps, StateDir: stateDir, SnapshotDir: snapshotDir, Version: version,
+				Locks: lockd.Options{StateDir: nsmStateDir, GracePeriod: gracePeriod, Name: nsmName}}
 			if keyFile != "" {
 				key, err := os.ReadFile(keyFile)
 				if err != nil {
@@ -128,9 +153,27 @@ the controller: handles obtained through it bypass volume quotas and lists.`,
 				go serveMetrics(ctx, metricsAddr, reg)
 			}
 			defer cancel()
-			errc := make(chan error, 3)
+			errc := make(chan error, 4)
 			go func() { errc <- srv.ListenAndServe(ctx, listen, nfsPort, mntPort) }()
 			n := 1
+			if nlmPort >= 0 {
+				nlmL, err := net.Listen("tcp", net.JoinHostPort(listen, strconv.Itoa(nlmPort)))
+				if err != nil {
+					return fmt.Errorf("nlm: %w", err)
+				}
+				nsmL, err := net.Listen("tcp", net.JoinHostPort(listen, strconv.Itoa(nsmPort)))
+				if err != nil {
+					nlmL.Close()
+					return fmt.Errorf("nsm: %w", err)
+				}
+				klog.InfoS("nfs server: serving locks", "nlm", nlmL.Addr(), "nsm", nsmL.Addr(), "nsmState", srv.Locks().State(), "grace", srv.Locks().GraceRemaining(), "nsmStateDir", nsmStateDir)
+				n++
+				go func() { errc <- srv.ServeLocks(ctx, nlmL, nsmL) }()
+				if useRPCBind {
+					unregister := registerRPCBind(cmd.Context(), nfsPort, mntPort, portOfListener(nlmL), portOfListener(nsmL))
+					defer unregister()
+				}
+			}
 			if adminListen != "" {
 				h, err := srv.AdminHandler(token)
 				if err != nil {
@@ -195,6 +238,54 @@ the controller: handles obtained through it bypass volume quotas and lists.`,
 	f.StringVar(&adminTokenF, "admin-token-file", "", "file holding the admin API's bearer token (required with --admin-listen)")
 	f.StringVar(&stateDir, "state-dir", "/var/lib/nfsrdma-server", "directory of the volume registry (volumes, quotas, client lists, snapshots); empty: in memory only. Without --admin-listen, the default is used only if it holds a registry")
 	f.StringVar(&snapshotDir, "snapshot-dir", "", "directory of the snapshots, not beneath --root (default: STATE-DIR/snapshots)")
+	f.IntVar(&nlmPort, "nlm-port", 0, "TCP port of NLM v4, the lock service (0: any free port, found through rpcbind; -1: no NLM and NSM)")
+	f.IntVar(&nsmPort, "nsm-port", 0, "TCP port of NSM v1, the status monitor receiving clients' reboot notifications (0: any free port)")
+	f.DurationVar(&gracePeriod, "grace-period", lockd.DefaultGracePeriod, "after a restart, how long only the locks clients reclaim are granted (0: none)")
+	f.StringVar(&nsmStateDir, "nsm-state-dir", "", "directory of the NSM state number and the clients to notify after a restart (default: STATE-DIR/nsm when a state directory is used; otherwise in memory)")
+	f.StringVar(&nsmName, "nsm-name", "", "the name this server gives in SM_NOTIFY, as clients know it (default: the address each notification leaves from)")
+	f.BoolVar(&useRPCBind, "rpcbind", true, "register NFS, MOUNT, NLM and NSM with the rpcbind at 127.0.0.1:111 when one answers")
 	_ = cmd.MarkFlagRequired("root")
 	return cmd
+}
+
+func portOfListener(l net.Listener) int { return l.Addr().(*net.TCPAddr).Port }
+
+// registerRPCBind registers the server's programs over TCP with the local
+// rpcbind if one answers, and returns what undoes it. Ports 0 (unknown)
+// are not registered.
+func registerRPCBind(ctx context.Context, nfsPort, mntPort, nlmPort, nsmPort int) func() {
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(sunrpc.PortmapPort))
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		klog.V(1).InfoS("nfs server: no local rpcbind; not registering", "addr", addr, "err", err)
+		return func() {}
+	}
+	c.Close()
+	var maps []sunrpc.Mapping
+	for _, p := range []struct {
+		prog, vers uint32
+		port       int
+	}{
+		{nfs3.Program, nfs3.Version, nfsPort},
+		{mount3.Program, mount3.Version, mntPort},
+		{nlm.Program, nlm.Version, nlmPort},
+		{nsm.Program, nsm.Version, nsmPort},
+	} {
+		if p.port > 0 {
+			maps = append(maps, sunrpc.Mapping{Prog: p.prog, Vers: p.vers, Prot: sunrpc.IPProtoTCP, Port: uint32(p.port)})
+		}
+	}
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	unregister, err := nfsserver.RegisterRPCBind(rctx, addr, maps)
+	if err != nil {
+		klog.InfoS("nfs server: rpcbind registration incomplete", "err", err)
+	} else {
+		klog.InfoS("nfs server: registered with rpcbind", "addr", addr, "programs", len(maps))
+	}
+	return func() {
+		uctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		unregister(uctx)
+	}
 }

@@ -12,8 +12,10 @@ import (
 	"github.com/nfsrdma/nfsrdma-csi/pkg/xdr"
 )
 
-// rpcbindPort asks rpcbind at host:111 for a TCP port.
-func rpcbindPort(ctx context.Context, host string, prog, vers uint32) (int, error) {
+// RPCBindPort asks the rpcbind at host:111 (portmap v2 GETPORT over TCP)
+// for the TCP port of prog/vers: the default Options.LookupPort. 0 means
+// not registered.
+func RPCBindPort(ctx context.Context, host string, prog, vers uint32) (int, error) {
 	return sunrpc.PortmapGetPort(ctx, net.JoinHostPort(host, strconv.Itoa(sunrpc.PortmapPort)),
 		sunrpc.Mapping{Prog: prog, Vers: vers, Prot: sunrpc.IPProtoTCP})
 }

@@ -523,7 +523,7 @@ var errNoPort = errors.New("lockd: service not registered with the client's rpcb
 func (m *Manager) port(ctx context.Context, host string, prog, vers uint32) (string, error) {
 	look := m.opts.LookupPort
 	if look == nil {
-		look = rpcbindPort
+		look = RPCBindPort
 	}
 	p, err := look(ctx, host, prog, vers)
 	if err != nil {

@@ -17,8 +17,11 @@ import (
 	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
 
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/lockd"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/mount3"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nfs3"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nlm"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nsm"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
 )
 
@@ -73,6 +76,13 @@ type Options struct {
 	// use (0: DefaultDRCExpiry). See drc.go.
 	DRCEntries int
 	DRCExpiry  time.Duration
+
+	// Locks configures the NLM v4 and NSM v1 lock manager (package lockd):
+	// its state directory, grace period, callbacks. New sets its FileKey
+	// (locks are per file, whichever export's handle names it; a handle
+	// that does not verify is NLM4_STALE_FH, a client outside the export's
+	// list NLM4_FAILED) and, when nil, its Logger.
+	Locks lockd.Options
 }
 
 // Server is an NFSv3 + MOUNT v3 export server over a local directory. Its
@@ -104,6 +114,9 @@ type Server struct {
 
 	jobs jobRunner
 	drc  *replyCache
+
+	locks     *lockd.Manager
+	locksOnce sync.Once
 
 	closed atomic.Bool
 }
@@ -148,6 +161,18 @@ func New(opts Options) (*Server, error) {
 	s.drc = newReplyCache(drcConfig{MaxEntries: opts.DRCEntries, Expiry: opts.DRCExpiry})
 	s.rpc.Register(nfs3.Program, nfs3.Version, s.nfsHandlersWith(s.drc))
 	s.rpc.Register(mount3.Program, mount3.Version, s.mountHandlers())
+	lo := opts.Locks
+	lo.FileKey = s.lockKey
+	if lo.Logger == nil {
+		lo.Logger = log
+	}
+	if s.locks, err = lockd.New(lo); err != nil {
+		s.jobs.stop()
+		unix.Close(fd)
+		return nil, err
+	}
+	s.rpc.Register(nlm.Program, nlm.Version, s.locks.NLMHandlers())
+	s.rpc.Register(nsm.Program, nsm.Version, s.locks.NSMHandlers())
 	return s, nil
 }
 
@@ -222,7 +247,10 @@ func (s *Server) rebuildLocked() error {
 // DRCStats returns the duplicate request cache's counters (drc.go).
 func (s *Server) DRCStats() DRCStats { return s.drc.Stats() }
 
-// Dispatcher returns the RPC dispatcher serving both NFS v3 and MOUNT v3,
+// Locks returns the NLM/NSM lock manager.
+func (s *Server) Locks() *lockd.Manager { return s.locks }
+
+// Dispatcher returns the RPC dispatcher serving NFS v3, MOUNT v3, NLM v4 and NSM v1,
 // for any transport (sunrpc.ServeTCP, RPC-over-RDMA).
 func (s *Server) Dispatcher() *sunrpc.Server { return s.rpc }
 
@@ -233,11 +261,24 @@ func (s *Server) WriteVerf() nfs3.WriteVerf { return s.wverf }
 // TCP until ctx ends, then closes the listeners and returns nil, or the
 // first accept error.
 func (s *Server) Serve(ctx context.Context, nfsL, mountL net.Listener) error {
+	return s.serveTCP(ctx, nfsL, mountL)
+}
+
+// ServeLocks serves NLM v4 on nlmL and NSM v1 on nsmL (either may be nil)
+// over TCP until ctx ends, like Serve. The first call also starts the
+// lock manager's reboot notifications (SM_NOTIFY to the clients recorded
+// before a restart).
+func (s *Server) ServeLocks(ctx context.Context, nlmL, nsmL net.Listener) error {
+	s.locksOnce.Do(s.locks.Start)
+	return s.serveTCP(ctx, nlmL, nsmL)
+}
+
+func (s *Server) serveTCP(ctx context.Context, ls ...net.Listener) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	errc := make(chan error, 2)
+	errc := make(chan error, len(ls))
 	n := 0
-	for _, l := range []net.Listener{nfsL, mountL} {
+	for _, l := range ls {
 		if l == nil {
 			continue
 		}
@@ -283,6 +324,7 @@ func (s *Server) Close() error {
 		return nil
 	}
 	s.jobs.stop()
+	s.locks.Close()
 	return unix.Close(s.rootFD)
 }
 
