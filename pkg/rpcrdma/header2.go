@@ -81,16 +81,6 @@ func (t HType) String() string {
 	return fmt.Sprintf("rdma_htype(%d)", uint32(t))
 }
 
-// carriesPayload tells whether an RPC message fragment follows the header
-// (the draft, section 6.1, column "Msg").
-func (t HType) carriesPayload() bool {
-	switch t {
-	case HTypeCallMiddle, HTypeCallInline, HTypeReplyMiddle, HTypeReplyInline:
-		return true
-	}
-	return false
-}
-
 // Errcode2 is rdma_err of an RDMA2_ERROR (the draft, sections 7 and 8.4).
 type Errcode2 uint32
 

@@ -154,13 +154,6 @@ func (s *nsmStore) notified(c Client) {
 	}
 }
 
-// list returns the monitored clients, sorted.
-func (s *nsmStore) list() []Client {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.sortedLocked()
-}
-
 func (s *nsmStore) sortedLocked() []Client {
 	out := make([]Client, 0, len(s.clients))
 	for c := range s.clients {
