@@ -159,7 +159,7 @@ func checkController(t *testing.T, objs []object) {
 	}
 	drv := container(t, spec, "driver")
 	wantArgs := []string{"controller", "--endpoint=unix:///csi/csi.sock", "--admin-token-file=/etc/nfsrdma/admin/token",
-		"--admin-port=20050", "--credits-budget=512", "--namespace=" + namespace, "--metrics-address=:9810", "--leader-election", "--leader-election-namespace=" + namespace, "--v=2"}
+		"--admin-port=20050", "--nlm-port=4045", "--credits-budget=512", "--namespace=" + namespace, "--metrics-address=:9810", "--leader-election", "--leader-election-namespace=" + namespace, "--v=2"}
 	if !reflect.DeepEqual(drv.Args, wantArgs) {
 		t.Errorf("driver args %v, want %v", drv.Args, wantArgs)
 	}
@@ -310,7 +310,7 @@ func checkServer(t *testing.T, objs []object) {
 	spec := &ss.Spec.Template.Spec
 	c := container(t, spec, "server")
 	wantArgs := []string{"server", "--root=/export", "--export=/:0.0.0.0/0", "--listen=0.0.0.0", "--nfs-port=2049",
-		"--mount-port=20048", "--rdma-port=20049", "--credits=32", "--credits-budget=512", "--admin-listen=0.0.0.0:20050",
+		"--mount-port=20048", "--rdma-port=20049", "--nlm-port=4045", "--nsm-port=4046", "--credits=32", "--credits-budget=512", "--admin-listen=0.0.0.0:20050",
 		"--admin-token-file=/etc/nfsrdma/admin/token", "--state-dir=/var/lib/nfsrdma-server", "--v=2"}
 	if !reflect.DeepEqual(c.Args, wantArgs) {
 		t.Errorf("server args %v, want %v", c.Args, wantArgs)
@@ -331,7 +331,7 @@ func checkServer(t *testing.T, objs []object) {
 	for _, p := range svc.Spec.Ports {
 		ports[p.Name] = p.Port
 	}
-	if want := map[string]int32{"nfs": 2049, "mount": 20048, "nfs-rdma": 20049, "admin": 20050}; !maps.Equal(ports, want) {
+	if want := map[string]int32{"nfs": 2049, "mount": 20048, "nfs-rdma": 20049, "nlm": 4045, "nsm": 4046, "admin": 20050}; !maps.Equal(ports, want) {
 		t.Errorf("service ports %v, want %v", ports, want)
 	}
 	if !labels.SelectorFromSet(svc.Spec.Selector).Matches(labels.Set(ss.Spec.Template.Labels)) {

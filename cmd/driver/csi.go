@@ -93,6 +93,7 @@ admin API (authenticated with the token in --admin-token-file).`,
 	f.IntVar(&ports.NFS, "nfs-port", 2049, "NFS/TCP port of the export servers (the controller's own connection)")
 	f.IntVar(&ports.RDMA, "rdma-port", 20049, "NFS/RDMA port of the export servers (what nodes mount)")
 	f.IntVar(&ports.Mount, "mount-port", 20048, "MOUNT v3 TCP port of the export servers")
+	f.IntVar(&ports.NLM, "nlm-port", 4045, "NLM v4 TCP port of the export servers, given to mounts as lockport= (0: mounts ask the server's rpcbind)")
 	f.StringArrayVar(&servers, "server", nil, "export server known from the start, for ListVolumes, ListSnapshots and GetCapacity (repeatable)")
 	kube.register(f)
 	f.BoolVar(&ledger, "credit-ledger", true, "keep each pod's RPC-over-RDMA credit grant in the ConfigMap nfsrdma-credits of --namespace (needs the Kubernetes API)")

@@ -247,12 +247,16 @@ func (c *controller) volumeContext(id volumeID, p volumeParams) map[string]strin
 	if p.Transport == "tcp" {
 		port = c.cfg.Ports.NFS
 	}
+	opts := fmt.Sprintf("proto=%s,port=%d,mountport=%d", p.Transport, port, c.cfg.Ports.Mount)
+	if c.cfg.Ports.NLM > 0 {
+		opts += ",lockport=" + strconv.Itoa(c.cfg.Ports.NLM)
+	}
 	return map[string]string{
 		ctxServer:       id.Server,
 		ctxExport:       id.Path(),
 		ctxTransport:    p.Transport,
 		ctxCredits:      strconv.Itoa(p.CreditsPerPod),
-		ctxMountOptions: fmt.Sprintf("proto=%s,port=%d,mountport=%d", p.Transport, port, c.cfg.Ports.Mount),
+		ctxMountOptions: opts,
 	}
 }
 
