@@ -257,6 +257,7 @@ func TestDemo(t *testing.T) {
 			for _, want := range []string{
 				"CreateVolume pvc-demo", "ControllerPublishVolume pvc-demo", "NodePublishVolume pod-a", "NodePublishVolume pod-b",
 				"Write files through pod-a", "64.0 MiB, ", "4 files, SHA-256 of each matches what pod-a wrote",
+				"Lock through pod-a, blocking pod-b", "pod-a's write lock refused pod-b (EAGAIN, F_GETLK saw it); pod-b's F_SETLKW got the lock",
 				"NodeGetVolumeStats", "64.0 MiB used of the 128 MiB quota", "CreateSnapshot snapshot-demo",
 				"CreateVolume pvc-demo-clone (from snapshot)", "NodePublishVolume pod-c", "in the clone has the SHA-256 pod-a wrote",
 				"quota 128 MiB -> 256 MiB; pod-a's mount sees 256 MiB", "NodeUnpublishVolume pod-c", "ControllerUnpublishVolume x2",

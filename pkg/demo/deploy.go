@@ -118,8 +118,8 @@ func (d *deployment) failed() error {
 }
 
 // startServer starts the export server on DIR/export with its registry
-// in DIR/state: NFS and MOUNT over TCP, NFS over RPC-over-RDMA (software
-// iWARP), the admin API with a random token; all on free loopback ports.
+// in DIR/state: NFS, MOUNT, NLM and NSM over TCP, NFS over RPC-over-RDMA
+// (software iWARP), the admin API with a random token; all on free loopback ports.
 func (d *deployment) startServer() error {
 	ctx := d.ctx
 	srv, err := nfsserver.New(nfsserver.Options{
@@ -147,12 +147,28 @@ func (d *deployment) startServer() error {
 		mountL.Close()
 		return err
 	}
+	nlmL, err := net.Listen("tcp", serverHost+":0")
+	if err != nil {
+		nfsL.Close()
+		mountL.Close()
+		adminL.Close()
+		return err
+	}
+	nsmL, err := net.Listen("tcp", serverHost+":0")
+	if err != nil {
+		nfsL.Close()
+		mountL.Close()
+		adminL.Close()
+		nlmL.Close()
+		return err
+	}
 	rdmaPort, err := freePort()
 	if err != nil {
 		return err
 	}
-	d.ports = csi.ServerPorts{NFS: port(nfsL), Mount: port(mountL), Admin: port(adminL), RDMA: rdmaPort}
+	d.ports = csi.ServerPorts{NFS: port(nfsL), Mount: port(mountL), Admin: port(adminL), RDMA: rdmaPort, NLM: port(nlmL)}
 	d.goService("nfs server (tcp)", func() error { return srv.Serve(ctx, nfsL, mountL) })
+	d.goService("lock service (NLM, NSM)", func() error { return srv.ServeLocks(ctx, nlmL, nsmL) })
 	d.goService("nfs server (rdma)", func() error {
 		return srv.ServeRDMA(ctx, siw.NewDevice(siw.Config{}), net.JoinHostPort(serverHost, fmt.Sprint(rdmaPort)),
 			rpcrdma.ServerOptions{Credits: serverCredits})

@@ -29,7 +29,7 @@ const (
 	snapshotName = "snapshot-demo"
 	namespace    = "default"
 	// totalSteps is the number of steps run (printed as [ n/total]).
-	totalSteps = 23
+	totalSteps = 24
 	// teardownTimeout bounds the teardown once the data steps are over
 	// or have failed; it runs even after Ctrl-C.
 	teardownTimeout = 2 * time.Minute
@@ -243,7 +243,7 @@ func (s *scenario) setup(ctx context.Context) error {
 	return nil
 }
 
-// data: steps 7-15, the data through the mounts, stats, snapshot, clone
+// data: steps 7-16, the data through the mounts, stats, snapshot, clone
 // and expansion.
 func (s *scenario) data(ctx context.Context) error {
 	a, b := s.pods[0], s.pods[1]
@@ -262,6 +262,11 @@ func (s *scenario) data(ctx context.Context) error {
 		}
 		st.Bytes(s.o.Size)
 		return fmt.Sprintf("%d files, SHA-256 of each matches what pod-a wrote (%s: %s...)", len(s.files), s.files[0].name, s.files[0].short()), nil
+	}); err != nil {
+		return err
+	}
+	if err := s.r.run("Lock through pod-a, blocking pod-b", func(*step) (string, error) {
+		return lockAcrossPods(ctx, a.target, b.target)
 	}); err != nil {
 		return err
 	}
@@ -356,7 +361,7 @@ func (s *scenario) keep(ctx context.Context) {
 	fmt.Fprintf(w, "\n")
 }
 
-// teardown: steps 16-23, as Kubernetes does when the pods and the PVCs
+// teardown: steps 17-24, as Kubernetes does when the pods and the PVCs
 // go, then the services stop and nothing may be left.
 func (s *scenario) teardown(ctx context.Context) error {
 	for len(s.pods) > 0 {
