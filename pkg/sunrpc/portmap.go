@@ -41,8 +41,8 @@ func (m Mapping) encode(b *Builder) {
 	b.Uint32(m.Port)
 }
 
-func portmapCall(ctx context.Context, addr string, proc uint32, m Mapping, out *uint32) error {
-	c, err := NewClient(TCPDialer(addr, TCPOptions{}), ClientOptions{Retry: RetryPolicy{Soft: true, Retries: 1}})
+func portmapCall(ctx context.Context, addr string, proc uint32, m Mapping, out *uint32, opts TCPOptions) error {
+	c, err := NewClient(TCPDialer(addr, opts), ClientOptions{Retry: RetryPolicy{Soft: true, Retries: 1}})
 	if err != nil {
 		return err
 	}
@@ -62,8 +62,13 @@ func portmapCall(ctx context.Context, addr string, proc uint32, m Mapping, out *
 // of m.Prog, m.Vers over m.Prot (PMAPPROC_GETPORT, RFC 1833 section 3.2);
 // 0 means not registered.
 func PortmapGetPort(ctx context.Context, addr string, m Mapping) (int, error) {
+	return PortmapGetPortWith(ctx, addr, m, TCPOptions{})
+}
+
+// PortmapGetPortWith is PortmapGetPort over a connection made with opts.
+func PortmapGetPortWith(ctx context.Context, addr string, m Mapping, opts TCPOptions) (int, error) {
 	var port uint32
-	if err := portmapCall(ctx, addr, PortmapProcGetPort, m, &port); err != nil {
+	if err := portmapCall(ctx, addr, PortmapProcGetPort, m, &port, opts); err != nil {
 		return 0, fmt.Errorf("sunrpc: rpcbind GETPORT %d/%d at %s: %w", m.Prog, m.Vers, addr, err)
 	}
 	if port > 65535 {
@@ -77,7 +82,7 @@ func PortmapGetPort(ctx context.Context, addr string, m Mapping) (int, error) {
 // FALSE.
 func PortmapSet(ctx context.Context, addr string, m Mapping) error {
 	var ok uint32
-	if err := portmapCall(ctx, addr, PortmapProcSet, m, &ok); err != nil {
+	if err := portmapCall(ctx, addr, PortmapProcSet, m, &ok, TCPOptions{}); err != nil {
 		return fmt.Errorf("sunrpc: rpcbind SET %d/%d at %s: %w", m.Prog, m.Vers, addr, err)
 	}
 	if ok != 1 {
@@ -91,7 +96,7 @@ func PortmapSet(ctx context.Context, addr string, m Mapping) error {
 // ErrPortmapRefused when it answers FALSE (nothing was registered).
 func PortmapUnset(ctx context.Context, addr string, m Mapping) error {
 	var ok uint32
-	if err := portmapCall(ctx, addr, PortmapProcUnset, m, &ok); err != nil {
+	if err := portmapCall(ctx, addr, PortmapProcUnset, m, &ok, TCPOptions{}); err != nil {
 		return fmt.Errorf("sunrpc: rpcbind UNSET %d/%d at %s: %w", m.Prog, m.Vers, addr, err)
 	}
 	if ok != 1 {

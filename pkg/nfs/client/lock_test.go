@@ -552,7 +552,7 @@ func TestHostState(t *testing.T) {
 // the local rpcbind.
 func TestStatdForward(t *testing.T) {
 	ctx := ctxT(t, 20*time.Second)
-	if _, err := GetPort(ctx, CallbackRPCBind, PortmapProgram, PortmapVersion, sunrpc.TCPOptions{}); err != nil {
+	if _, err := GetPort(ctx, CallbackRPCBind, sunrpc.PortmapProgram, sunrpc.PortmapVersion, sunrpc.TCPOptions{}); err != nil {
 		if os.Getenv("CI") == "true" {
 			t.Fatal("CI=true: no rpcbind at", CallbackRPCBind, err)
 		}
