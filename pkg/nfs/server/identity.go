@@ -94,3 +94,23 @@ func (id *identity) mayChown(st *unix.Stat_t, sa *nfs3.Sattr) nfs3.Status {
 	}
 	return nfs3.OK
 }
+
+// setIDAfterWrite returns the mode a regular file with stat st keeps after
+// id writes to it, as the kernel's file_remove_privs (should_remove_suid,
+// setattr_should_drop_sgid) leaves it for a writer without CAP_FSETID:
+// S_ISUID is cleared; S_ISGID is cleared when group execute is set or id is
+// not in the file's group (S_ISGID without group execute is otherwise a
+// mandatory-locking mark, kept). The server writes as root, so it applies
+// this itself; uid 0 (after squashing) keeps both bits. The result is the
+// mode's permission bits (07777) and whether it differs from st's.
+func (id *identity) setIDAfterWrite(st *unix.Stat_t) (uint32, bool) {
+	mode := st.Mode & 0o7777
+	if id.uid == 0 || st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return mode, false
+	}
+	kill := mode & unix.S_ISUID
+	if mode&unix.S_ISGID != 0 && (mode&unix.S_IXGRP != 0 || !id.inGroup(st.Gid)) {
+		kill |= unix.S_ISGID
+	}
+	return mode &^ kill, kill != 0
+}

@@ -130,7 +130,9 @@ func (c *call) read(d *xdr.Decoder, b *sunrpc.Builder) error {
 // the blocks the sync allocates are counted); the reply carries the
 // instance's write verifier. In a volume, a write whose estimated growth
 // (quota.go, writeGrowth) does not fit the quota fails with NFS3ERR_NOSPC
-// and writes nothing.
+// and writes nothing. A write by a caller other than root clears the file's
+// set-user-ID bit (and set-group-ID, see identity.setIDAfterWrite) first, as
+// a local write(2) without CAP_FSETID would.
 func (c *call) write(d *xdr.Decoder, b *sunrpc.Builder) error {
 	var a nfs3.WriteArgs
 	if err := a.DecodeMax(d, c.req.ArgPayload, c.req.ArgPayload != nil, MaxIO); err != nil {
@@ -156,6 +158,13 @@ func (c *call) write(d *xdr.Decoder, b *sunrpc.Builder) error {
 	}
 	if st == nfs3.OK {
 		fd, err := o.reopen(unix.O_WRONLY)
+		if err == nil {
+			if mode, drop := c.id.setIDAfterWrite(&o.st); drop && len(data) > 0 {
+				if err = unix.Fchmod(fd, mode); err != nil {
+					unix.Close(fd)
+				}
+			}
+		}
 		if err != nil {
 			st = statusOf(err)
 		} else {
