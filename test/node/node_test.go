@@ -311,6 +311,10 @@ func (c *cluster) creditsWait(t *testing.T) {
 	// the running pods' mounts went through the export server's restart
 	sh(t, "kubectl -n "+apps+" exec writer -- sh -c 'echo after-server-restart >> /data/after && sha256sum -c /data/blob.sha256'")
 	c.ledgerHas(t, map[string]bool{"writer": true, "reader": true, "restored": true})
+	// the controllers were replaced: wait until the ledger's leader runs
+	// with the new budget (the old one may hold the Lease for a while)
+	waitOut(t, 3*time.Minute, "the credit ledger applies the budget of 3", "kubectl -n "+ns+" get configmap nfsrdma-credits -o jsonpath='{.data._servers}'",
+		func(o string) bool { return strings.Contains(o, `"budget":3,`) })
 	apply(t, pod("extra", "shared"))
 	waitOut(t, 3*time.Minute, "an event tells why pod extra waits", "kubectl -n "+apps+" get events --field-selector involvedObject.name=extra -o custom-columns=REASON:.reason,MESSAGE:.message --no-headers",
 		func(o string) bool { return strings.Contains(o, "credits") })
