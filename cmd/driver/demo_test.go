@@ -4,7 +4,9 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/nfsrdma/nfsrdma-csi/internal/testenv"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/demo"
 )
 
@@ -28,7 +30,7 @@ func TestDemoArgs(t *testing.T) {
 		{[]string{"--transport", "tcp", "--credits", "8"}, "needs --transport rdma"},
 		{[]string{"extra"}, `unknown command "extra"`},
 	} {
-		_, err := execute(t, testCtx(t), append([]string{"demo"}, c.args...)...)
+		_, err := execute(t, testenv.Context(t, 30*time.Second), append([]string{"demo"}, c.args...)...)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("demo %v: %v; want an error with %q", c.args, err, c.want)
 		}

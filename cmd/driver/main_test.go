@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nfsrdma/nfsrdma-csi/internal/testenv"
+
 	"github.com/spf13/cobra"
 
 	"github.com/nfsrdma/nfsrdma-csi/pkg/perftest"
@@ -23,12 +25,6 @@ func execute(t *testing.T, ctx context.Context, args ...string) (string, error) 
 	root.SetArgs(args)
 	err := root.ExecuteContext(ctx)
 	return out.String(), err
-}
-
-func testCtx(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	t.Cleanup(cancel)
-	return ctx
 }
 
 func TestHelpOnEveryCommand(t *testing.T) {
@@ -53,7 +49,7 @@ func TestHelpOnEveryCommand(t *testing.T) {
 		t.Fatalf("commands %q, want %q", got, want)
 	}
 	for _, p := range paths {
-		out, err := execute(t, testCtx(t), append(p, "--help")...)
+		out, err := execute(t, testenv.Context(t, 30*time.Second), append(p, "--help")...)
 		if err != nil || !strings.Contains(out, "Usage:") || !strings.Contains(out, "--v Level") {
 			t.Errorf("%v --help: %v\n%s", p, err, out)
 		}
@@ -62,7 +58,7 @@ func TestHelpOnEveryCommand(t *testing.T) {
 
 func TestGroupsPrintHelp(t *testing.T) {
 	for _, args := range [][]string{{}, {"perf"}} {
-		out, err := execute(t, testCtx(t), args...)
+		out, err := execute(t, testenv.Context(t, 30*time.Second), args...)
 		if err != nil || !strings.Contains(out, "Available Commands:") {
 			t.Errorf("%v: %v\n%s", args, err, out)
 		}
@@ -70,25 +66,25 @@ func TestGroupsPrintHelp(t *testing.T) {
 }
 
 func TestVersion(t *testing.T) {
-	out, err := execute(t, testCtx(t), "version")
+	out, err := execute(t, testenv.Context(t, 30*time.Second), "version")
 	if err != nil || out != "dev\n" {
 		t.Fatalf("version: %q, %v", out, err)
 	}
 	old := version
 	version = "v1.2.3"
 	defer func() { version = old }()
-	if out, _ := execute(t, testCtx(t), "version"); out != "v1.2.3\n" {
+	if out, _ := execute(t, testenv.Context(t, 30*time.Second), "version"); out != "v1.2.3\n" {
 		t.Fatalf("version: %q", out)
 	}
 }
 
 func TestKlogFlags(t *testing.T) {
 	for _, args := range [][]string{{"--v=3", "version"}, {"-v", "2", "version"}, {"--log_dir=/tmp", "--logtostderr=true", "version"}, {"--log-dir=/tmp", "version"}} {
-		if _, err := execute(t, testCtx(t), args...); err != nil {
+		if _, err := execute(t, testenv.Context(t, 30*time.Second), args...); err != nil {
 			t.Errorf("%v: %v", args, err)
 		}
 	}
-	_, _ = execute(t, testCtx(t), "--v=0", "version")
+	_, _ = execute(t, testenv.Context(t, 30*time.Second), "--v=0", "version")
 }
 
 func TestBadArguments(t *testing.T) {
@@ -100,14 +96,14 @@ func TestBadArguments(t *testing.T) {
 		{"server"}, // does not exist yet
 		{"perf", "bogus"},
 	} {
-		if _, err := execute(t, testCtx(t), args...); err == nil {
+		if _, err := execute(t, testenv.Context(t, 30*time.Second), args...); err == nil {
 			t.Errorf("%v: no error", args)
 		}
 	}
 }
 
 func TestPerfLoopbackJSON(t *testing.T) {
-	out, err := execute(t, testCtx(t), "perf", "loopback", "--test", "send_bw", "--size", "4KiB",
+	out, err := execute(t, testenv.Context(t, 30*time.Second), "perf", "loopback", "--test", "send_bw", "--size", "4KiB",
 		"--iters", "10", "--depth", "2", "--verify", "--json")
 	if err != nil {
 		t.Fatal(err)
@@ -122,7 +118,7 @@ func TestPerfLoopbackJSON(t *testing.T) {
 }
 
 func TestPerfLoopbackTable(t *testing.T) {
-	out, err := execute(t, testCtx(t), "perf", "loopback", "--test", "send_lat", "--iters", "20", "--no-crc", "--baseline=false")
+	out, err := execute(t, testenv.Context(t, 30*time.Second), "perf", "loopback", "--test", "send_lat", "--iters", "20", "--no-crc", "--baseline=false")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +129,7 @@ func TestPerfLoopbackTable(t *testing.T) {
 }
 
 func TestPerfClientAgainstServer(t *testing.T) {
-	ctx := testCtx(t)
+	ctx := testenv.Context(t, 30*time.Second)
 	srv, err := perftest.Listen(ctx, "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -154,7 +150,7 @@ func TestPerfClientAgainstServer(t *testing.T) {
 }
 
 func TestPerfServerStopsWithContext(t *testing.T) {
-	ctx, cancel := context.WithCancel(testCtx(t))
+	ctx, cancel := context.WithCancel(testenv.Context(t, 30*time.Second))
 	done := make(chan error, 1)
 	go func() {
 		_, err := execute(t, ctx, "perf", "server", "--listen", "127.0.0.1:0")

@@ -175,7 +175,7 @@ func TestNodeRegistersWithKubelet(t *testing.T) {
 	node := startDriver(t, e.nodeArgs()...)
 	waitFor(t, "registration socket", testenv.Dialable("unix", e.regSock))
 	reg := registerapi.NewRegistrationClient(unixConn(t, e.regSock))
-	ctx := testCtx(t)
+	ctx := testenv.Context(t, 30*time.Second)
 	info, err := reg.GetInfo(ctx, &registerapi.InfoRequest{})
 	if err != nil {
 		t.Fatal(err)
@@ -244,7 +244,7 @@ func TestNodeRegistersWithKubelet(t *testing.T) {
 // (kubelet dials CSI plugins over unix sockets only).
 func TestNodeRegistrationArgs(t *testing.T) {
 	e := newNodeEnv(t)
-	_, err := execute(t, testCtx(t), "node", "--endpoint=tcp://127.0.0.1:0", "--nodeid=node-1", "--node-address=127.0.0.1",
+	_, err := execute(t, testenv.Context(t, 30*time.Second), "node", "--endpoint=tcp://127.0.0.1:0", "--nodeid=node-1", "--node-address=127.0.0.1",
 		"--mounter-socket="+e.mounterSock, "--credit-ledger=false", "--register-with-kubelet", "--plugin-registration-dir="+e.regDir)
 	if err == nil || !strings.Contains(err.Error(), "--kubelet-registration-path is required") {
 		t.Fatalf("tcp endpoint without --kubelet-registration-path: %v", err)

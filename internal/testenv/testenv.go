@@ -5,6 +5,7 @@
 package testenv
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"net"
@@ -135,4 +136,26 @@ func MainCheckingLeaks(m *testing.M) {
 		}
 	}
 	os.Exit(code)
+}
+
+// Context is t.Context() with a deadline d from now: it ends when the
+// test ends or after d, whichever comes first, so that no test waits
+// forever on a peer that never answers.
+func Context(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// NeedRoot skips t (fails it under CI=true) unless the process is root;
+// why says what needs root (e.g. "the export server changes file owners").
+func NeedRoot(t testing.TB, why string) {
+	t.Helper()
+	if os.Geteuid() == 0 {
+		return
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatal("needs root: " + why)
+	}
+	t.Skip("needs root: " + why)
 }

@@ -2,7 +2,6 @@ package perftest
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,14 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nfsrdma/nfsrdma-csi/internal/testenv"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/verbs"
 )
-
-func testCtx(t testing.TB) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
 
 func TestLoopback(t *testing.T) {
 	for _, tc := range []struct {
@@ -38,7 +32,7 @@ func TestLoopback(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			o := tc.opts
 			o.Verify, o.Baseline = true, true
-			rep, err := RunLoopback(testCtx(t), o)
+			rep, err := RunLoopback(testenv.Context(t, 30*time.Second), o)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -69,7 +63,7 @@ func TestVerifyDetectsCorruption(t *testing.T) {
 		t.Run(string(test), func(t *testing.T) {
 			o := Options{Test: test, Size: 4096, Iters: 4, Depth: 2, Verify: true}
 			o.corruptSink = func(b []byte) { b[len(b)/2] ^= 0x40 }
-			_, err := RunLoopback(testCtx(t), o)
+			_, err := RunLoopback(testenv.Context(t, 30*time.Second), o)
 			if !errors.Is(err, ErrVerify) {
 				t.Fatalf("corrupted sink: error %v, want ErrVerify", err)
 			}
@@ -85,13 +79,13 @@ func TestCorruptionIgnoredWithoutVerify(t *testing.T) {
 	o := Options{Test: WriteBW, Size: 4096, Iters: 2, Depth: 2}
 	called := false
 	o.corruptSink = func([]byte) { called = true }
-	if _, err := RunLoopback(testCtx(t), o); err != nil || called {
+	if _, err := RunLoopback(testenv.Context(t, 30*time.Second), o); err != nil || called {
 		t.Fatalf("err %v, verify path ran: %v", err, called)
 	}
 }
 
 func TestReportJSONDecodes(t *testing.T) {
-	rep, err := RunLoopback(testCtx(t), Options{Test: SendLat, Iters: 10, Baseline: true, Verify: true})
+	rep, err := RunLoopback(testenv.Context(t, 30*time.Second), Options{Test: SendLat, Iters: 10, Baseline: true, Verify: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,7 +115,7 @@ func TestReportJSONDecodes(t *testing.T) {
 }
 
 func TestReportTable(t *testing.T) {
-	rep, err := RunLoopback(testCtx(t), Options{Test: WriteBW, Size: 8192, Iters: 4, Baseline: true})
+	rep, err := RunLoopback(testenv.Context(t, 30*time.Second), Options{Test: WriteBW, Size: 8192, Iters: 4, Baseline: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,7 +155,7 @@ func TestReportTable(t *testing.T) {
 // TestServerRejects: a request the server cannot serve is rejected with a
 // reason the client reports.
 func TestServerRejects(t *testing.T) {
-	ctx := testCtx(t)
+	ctx := testenv.Context(t, 30*time.Second)
 	srv, err := Listen(ctx, "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -206,14 +200,14 @@ func TestRunClientOptionErrors(t *testing.T) {
 		{Iters: -1},
 		{Test: SendBW, Size: 1 << 20, Depth: 1024},
 	} {
-		if _, err := RunClient(testCtx(t), "127.0.0.1:1", o); err == nil || !strings.HasPrefix(err.Error(), "perftest: ") {
+		if _, err := RunClient(testenv.Context(t, 30*time.Second), "127.0.0.1:1", o); err == nil || !strings.HasPrefix(err.Error(), "perftest: ") {
 			t.Errorf("%+v: error %v", o, err)
 		}
 	}
 }
 
 func TestRunClientTimeout(t *testing.T) {
-	ctx := testCtx(t)
+	ctx := testenv.Context(t, 30*time.Second)
 	srv, err := Listen(ctx, "127.0.0.1:0") // listens but never serves
 	if err != nil {
 		t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nfsrdma/nfsrdma-csi/internal/testenv"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/xdr"
 )
 
@@ -20,7 +21,7 @@ import (
 func TestCallStatuses(t *testing.T) {
 	addr, _ := serveTCP(t, newTestServer(), TCPOptions{})
 	c := newTestClient(t, addr, ClientOptions{})
-	ctx := testCtx(t, 10*time.Second)
+	ctx := testenv.Context(t, 10*time.Second)
 	tests := []struct {
 		name             string
 		prog, vers, proc uint32
@@ -75,7 +76,7 @@ func TestCallStatuses(t *testing.T) {
 func TestMalformedCalls(t *testing.T) {
 	srv := newTestServer()
 	addr, _ := serveTCP(t, srv, TCPOptions{})
-	ctx := testCtx(t, 10*time.Second)
+	ctx := testenv.Context(t, 10*time.Second)
 	tr, err := DialTCP(ctx, addr, TCPOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -151,7 +152,7 @@ func TestAuthTooWeak(t *testing.T) {
 	srv := newTestServer()
 	srv.SetAuthFlavors(AuthSys)
 	addr, _ := serveTCP(t, srv, TCPOptions{})
-	ctx := testCtx(t, 10*time.Second)
+	ctx := testenv.Context(t, 10*time.Second)
 	c := newTestClient(t, addr, ClientOptions{})
 	err := c.Call(ctx, CallSpec{Prog: testProg, Vers: 3, Proc: procWhoAmI})
 	var ae *AuthError
@@ -169,7 +170,7 @@ func TestAuthTooWeak(t *testing.T) {
 
 func TestAuthSysCall(t *testing.T) {
 	addr, _ := serveTCP(t, newTestServer(), TCPOptions{})
-	ctx := testCtx(t, 10*time.Second)
+	ctx := testenv.Context(t, 10*time.Second)
 	want := AuthSysParams{Stamp: 42, MachineName: "node-17.example", UID: 1000, GID: 100, GIDs: []uint32{4, 24, 27, 1000}}
 	c := newTestClient(t, addr, ClientOptions{AuthSys: &want})
 	for range 3 { // also exercises the server's reuse of the parsed credential
@@ -200,7 +201,7 @@ func TestAuthSysCall(t *testing.T) {
 
 func TestEchoPayloadSizes(t *testing.T) {
 	addr, _ := serveTCP(t, newTestServer(), TCPOptions{})
-	ctx := testCtx(t, 10*time.Second)
+	ctx := testenv.Context(t, 10*time.Second)
 	c := newTestClient(t, addr, ClientOptions{})
 	for _, n := range []int{0, 1, 2, 3, 4, 5, 7, 8, 9, 1000, 65537, 1 << 20} {
 		data := make([]byte, n)
@@ -238,7 +239,7 @@ func TestManyConcurrentCalls(t *testing.T) {
 	}
 	cl := &countingListener{Listener: l}
 	addr, _ := serveListener(t, cl, newTestServer(), TCPOptions{})
-	ctx := testCtx(t, 30*time.Second)
+	ctx := testenv.Context(t, 30*time.Second)
 	c := newTestClient(t, addr, ClientOptions{})
 	const n = 1000
 	var wg sync.WaitGroup
@@ -321,7 +322,7 @@ func TestServerRestartRetransmitsSameXID(t *testing.T) {
 	addr := l.Addr().String()
 	first := &tagServer{xids: map[uint32][]uint32{}, block: func(tag uint32) bool { return tag%2 == 1 }}
 	_, stopFirst := serveListener(t, l, first.server(), TCPOptions{})
-	ctx := testCtx(t, 30*time.Second)
+	ctx := testenv.Context(t, 30*time.Second)
 	c := newTestClient(t, addr, ClientOptions{Retry: RetryPolicy{MaxBackoff: 50 * time.Millisecond}})
 
 	const n = 200
@@ -389,7 +390,7 @@ func TestServerRestartRetransmitsSameXID(t *testing.T) {
 func TestSoftTimeout(t *testing.T) {
 	ts := &tagServer{xids: map[uint32][]uint32{}, block: func(uint32) bool { return true }}
 	addr, _ := serveTCP(t, ts.server(), TCPOptions{})
-	ctx := testCtx(t, 10*time.Second)
+	ctx := testenv.Context(t, 10*time.Second)
 	c := newTestClient(t, addr, ClientOptions{Retry: RetryPolicy{Soft: true, Retries: 2, Timeout: 50 * time.Millisecond}})
 	start := time.Now()
 	err := tagCall(ctx, c, 7)
@@ -438,7 +439,7 @@ func TestHardCallEndsWithContext(t *testing.T) {
 		t.Fatalf("hard call to nobody: %v", err)
 	}
 	soft := newTestClient(t, dead, ClientOptions{Retry: RetryPolicy{Soft: true, Retries: 3, MaxBackoff: 10 * time.Millisecond}})
-	if err := soft.Call(testCtx(t, 5*time.Second), CallSpec{Prog: testProg, Vers: 3}); !errors.Is(err, ErrTimeout) {
+	if err := soft.Call(testenv.Context(t, 5*time.Second), CallSpec{Prog: testProg, Vers: 3}); !errors.Is(err, ErrTimeout) {
 		t.Fatalf("soft call to nobody: %v", err)
 	}
 }
@@ -447,7 +448,7 @@ func TestClientClose(t *testing.T) {
 	ts := &tagServer{xids: map[uint32][]uint32{}, block: func(uint32) bool { return true }}
 	addr, _ := serveTCP(t, ts.server(), TCPOptions{})
 	c := newTestClient(t, addr, ClientOptions{})
-	ctx := testCtx(t, 10*time.Second)
+	ctx := testenv.Context(t, 10*time.Second)
 	done := make(chan error, 1)
 	go func() { done <- tagCall(ctx, c, 1) }()
 	for {
@@ -482,7 +483,7 @@ func TestResultsErrorAndXIDs(t *testing.T) {
 	}})
 	addr, _ := serveTCP(t, srv, TCPOptions{})
 	c := newTestClient(t, addr, ClientOptions{})
-	ctx := testCtx(t, 10*time.Second)
+	ctx := testenv.Context(t, 10*time.Second)
 	for range 3 {
 		err := c.Call(ctx, CallSpec{Prog: testProg, Vers: 3, Proc: 1, Results: func(d *xdr.Decoder, _ int) error {
 			d.Uint32()
@@ -535,7 +536,7 @@ func TestSoftDialTimeout(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer c.Close()
-			ctx := testCtx(t, 30*time.Second)
+			ctx := testenv.Context(t, 30*time.Second)
 			start := time.Now()
 			err = c.Call(ctx, CallSpec{Prog: 1, Vers: 1, Proc: 0})
 			if !errors.Is(err, ErrTimeout) {

@@ -10,7 +10,6 @@ import (
 	"net"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/nfsrdma/nfsrdma-csi/pkg/xdr"
 
@@ -34,13 +33,6 @@ const (
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
-
-// testCtx returns a context that ends after d or when the test ends.
-func testCtx(t testing.TB, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
-}
 
 // testHandlers are the procedures of testProg.
 func testHandlers() []Handler {

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/nfsrdma/nfsrdma-csi/internal/testenv"
 )
 
 // recorder is an Observer keeping every observation.
@@ -45,7 +47,7 @@ func TestObserverStatuses(t *testing.T) {
 	srv.SetObserver(rec)
 	addr, _ := serveTCP(t, srv, TCPOptions{})
 	c := newTestClient(t, addr, ClientOptions{})
-	ctx := testCtx(t, 10*time.Second)
+	ctx := testenv.Context(t, 10*time.Second)
 	tests := []struct {
 		prog, vers, proc uint32
 		want             CallStatus
@@ -126,7 +128,7 @@ func TestObserverDroppedOnStop(t *testing.T) {
 	srv.SetObserver(rec)
 	addr, stop := serveTCP(t, srv, TCPOptions{})
 	c := newTestClient(t, addr, ClientOptions{Retry: RetryPolicy{Soft: true, Retries: 0, Timeout: 200 * time.Millisecond}})
-	ctx := testCtx(t, 10*time.Second)
+	ctx := testenv.Context(t, 10*time.Second)
 	done := make(chan error, 1)
 	go func() { done <- c.Call(ctx, CallSpec{Prog: testProg + 1, Vers: 1, Proc: 1}) }()
 	<-entered

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nfsrdma/nfsrdma-csi/internal/testenv"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/xdr"
 )
 
@@ -88,7 +89,7 @@ func TestTCPPlacesLocatedResult(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			msg := func(xid uint32) []byte { return placementReply(xid, tt.verf, tt.status, tt.data, tt.more) }
 			addr := replyServer(t, func(xid uint32) []byte { return fragments(msg(xid), tt.frags...) })
-			ctx := testCtx(t, 10*time.Second)
+			ctx := testenv.Context(t, 10*time.Second)
 			tr, err := DialTCP(ctx, addr, TCPOptions{Logger: quiet})
 			if err != nil {
 				t.Fatal(err)
@@ -142,7 +143,7 @@ func TestTCPPlacementInterrupted(t *testing.T) {
 				}
 			})
 			defer close(release)
-			ctx := testCtx(t, 10*time.Second)
+			ctx := testenv.Context(t, 10*time.Second)
 			tr, err := DialTCP(ctx, addr, TCPOptions{Logger: quiet})
 			if err != nil {
 				t.Fatal(err)

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nfsrdma/nfsrdma-csi/internal/testenv"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/xdr"
 )
 
@@ -92,7 +93,7 @@ func TestRepliesOutOfOrderAndFragmented(t *testing.T) {
 		io.Copy(io.Discard, conn)
 	})
 	c := newTestClient(t, addr, ClientOptions{})
-	ctx := testCtx(t, 10*time.Second)
+	ctx := testenv.Context(t, 10*time.Second)
 	var wg sync.WaitGroup
 	for i := range uint32(n) {
 		wg.Go(func() {
@@ -116,7 +117,7 @@ func TestClientRefusesOversizedRecord(t *testing.T) {
 		conn.Write([]byte{0xff, 0xff, 0xff, 0xf0}) // last fragment, ~2 GiB
 		io.Copy(io.Discard, conn)
 	})
-	ctx := testCtx(t, 10*time.Second)
+	ctx := testenv.Context(t, 10*time.Second)
 	tr, err := DialTCP(ctx, addr, TCPOptions{MaxRecordSize: 4096, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
@@ -144,7 +145,7 @@ func TestClientRefusesOversizedRecord(t *testing.T) {
 func TestServerRecordLimits(t *testing.T) {
 	const limit = 4096
 	addr, _ := serveTCP(t, newTestServer(), TCPOptions{MaxRecordSize: limit})
-	ctx := testCtx(t, 10*time.Second)
+	ctx := testenv.Context(t, 10*time.Second)
 	dl, _ := ctx.Deadline()
 	call := encodeCall(CallHeader{XID: 77, RPCVers: 2, Prog: testProg, Vers: 3, Proc: procEcho}, 3, 0x61626300)
 
@@ -205,7 +206,7 @@ func TestServerReplyTooLarge(t *testing.T) {
 	}})
 	addr, _ := serveTCP(t, srv, TCPOptions{MaxRecordSize: 4096})
 	c := newTestClient(t, addr, ClientOptions{})
-	ctx := testCtx(t, 10*time.Second)
+	ctx := testenv.Context(t, 10*time.Second)
 	if err := c.Call(ctx, CallSpec{Prog: testProg, Vers: 1, Proc: 1}); !errors.Is(err, ErrSystemErr) {
 		t.Fatalf("err = %v, want ErrSystemErr", err)
 	}
@@ -239,7 +240,7 @@ func TestTransportCancelAndLateReply(t *testing.T) {
 		}
 		io.Copy(io.Discard, b)
 	}()
-	ctx := testCtx(t, 10*time.Second)
+	ctx := testenv.Context(t, 10*time.Second)
 	sctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 	_, err := rawRoundTrip(sctx, tr, encodeCall(CallHeader{XID: 1, RPCVers: 2}, 11))
 	cancel()
@@ -265,7 +266,7 @@ func TestTransportCancelAndLateReply(t *testing.T) {
 func TestDuplicateXID(t *testing.T) {
 	ts := &tagServer{xids: map[uint32][]uint32{}, block: func(uint32) bool { return true }}
 	addr, _ := serveTCP(t, ts.server(), TCPOptions{})
-	ctx := testCtx(t, 10*time.Second)
+	ctx := testenv.Context(t, 10*time.Second)
 	tr, err := DialTCP(ctx, addr, TCPOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -363,7 +364,7 @@ func TestServeTCPConnEndsWithPeer(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	ctx := testCtx(t, 10*time.Second)
+	ctx := testenv.Context(t, 10*time.Second)
 	started := make(chan struct{})
 	srv := NewServer(quiet)
 	srv.Register(testProg, 1, []Handler{1: func(ctx context.Context, req *Request, res *Builder) error {

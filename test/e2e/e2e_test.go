@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nfsrdma/nfsrdma-csi/internal/testenv"
+
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -90,7 +92,7 @@ func TestE2E(t *testing.T) {
 // CSIDriver, the StorageClasses, the namespaces) and what a kubelet would
 // make (the Node with controller-managed attach/detach and its CSINode).
 func (e *env) createObjects(t *testing.T, claims []*claim) {
-	ctx := ctxT(t, 2*time.Minute)
+	ctx := testenv.Context(t, 2*time.Minute)
 	cs := e.cs
 	for _, ns := range []string{ledgerNamespace, appNamespace} {
 		_, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
@@ -157,7 +159,7 @@ func mustCreate(t *testing.T, what string, err error) {
 // the node says otherwise).
 func (e *env) nodeStatus(t *testing.T, inUse []corev1.UniqueVolumeName) {
 	t.Helper()
-	ctx := ctxT(t, time.Minute)
+	ctx := testenv.Context(t, time.Minute)
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		n, err := e.cs.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
 		if err != nil {
@@ -179,7 +181,7 @@ func (e *env) nodeStatus(t *testing.T, inUse []corev1.UniqueVolumeName) {
 // provision: PVC -> CreateVolume (csi-provisioner) -> PV bound; the
 // volume's directory is on the export and registered with its quota.
 func (e *env) provision(t *testing.T, claims []*claim) {
-	ctx := ctxT(t, 3*time.Minute)
+	ctx := testenv.Context(t, 3*time.Minute)
 	for _, c := range claims {
 		class := c.class
 		_, err := e.cs.CoreV1().PersistentVolumeClaims(appNamespace).Create(ctx, &corev1.PersistentVolumeClaim{
@@ -272,7 +274,7 @@ func (e *env) volumeAttachment(ctx context.Context, pv string) (*storagev1.Volum
 // makes a VolumeAttachment -> csi-attacher -> ControllerPublishVolume ->
 // the node's address is granted on the export.
 func (e *env) attach(t *testing.T, c *claim) {
-	ctx := ctxT(t, 3*time.Minute)
+	ctx := testenv.Context(t, 3*time.Minute)
 	no := false
 	_, err := e.cs.CoreV1().Pods(appNamespace).Create(ctx, &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: podName},
@@ -404,7 +406,7 @@ func (e *env) serverGrant(t *testing.T, want int) {
 // VolumeAttachment -> csi-attacher -> ControllerUnpublishVolume -> the
 // node's grant is revoked on the export.
 func (e *env) detach(t *testing.T, c *claim) {
-	ctx := ctxT(t, 6*time.Minute)
+	ctx := testenv.Context(t, 6*time.Minute)
 	zero := int64(0)
 	// no kubelet confirms a graceful deletion: delete at once
 	if err := e.cs.CoreV1().Pods(appNamespace).Delete(ctx, podName, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
@@ -464,7 +466,7 @@ func (e *env) ledgerFreed(t *testing.T) {
 // deleteClaims: PVC deleted -> PV released -> DeleteVolume -> the
 // directory is removed, kept or archived per onDelete.
 func (e *env) deleteClaims(t *testing.T, claims []*claim) {
-	ctx := ctxT(t, 4*time.Minute)
+	ctx := testenv.Context(t, 4*time.Minute)
 	for _, c := range claims {
 		if err := e.cs.CoreV1().PersistentVolumeClaims(appNamespace).Delete(ctx, c.pvc, metav1.DeleteOptions{}); err != nil {
 			t.Fatalf("delete PVC %s: %v", c.pvc, err)
@@ -523,7 +525,7 @@ func (e *env) deleteClaims(t *testing.T, claims []*claim) {
 // events shows the cluster's events and checks the provisioner's.
 func (e *env) events(t *testing.T, claims []*claim) {
 	e.kubectl(t, "get", "events", "-A", "--sort-by=.metadata.creationTimestamp")
-	ctx := ctxT(t, time.Minute)
+	ctx := testenv.Context(t, time.Minute)
 	l, err := e.cs.CoreV1().Events(appNamespace).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatalf("list events: %v", err)

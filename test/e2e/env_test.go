@@ -52,13 +52,6 @@ type proc struct {
 	done chan struct{}
 }
 
-// ctxT returns a context ending after d or with the test.
-func ctxT(t *testing.T, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
-}
-
 // newEnv checks the prerequisites (skip without KUBECONFIG unless
 // CI=true), builds the driver and makes the working directory.
 func newEnv(t *testing.T) *env {

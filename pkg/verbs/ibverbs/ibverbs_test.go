@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nfsrdma/nfsrdma-csi/internal/testenv"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/verbs"
 )
 
@@ -43,12 +44,6 @@ func testDevice(t *testing.T) (name, ip string) {
 	}
 	t.Skip(msg)
 	return
-}
-
-func testCtx(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	t.Cleanup(cancel)
-	return ctx
 }
 
 type end struct {
@@ -92,7 +87,7 @@ func newEnd(t *testing.T, name string) *end {
 func pair(t *testing.T, prepare func(s *end)) (c, s *end) {
 	t.Helper()
 	name, ip := testDevice(t)
-	ctx := testCtx(t)
+	ctx := testenv.Context(t, 30*time.Second)
 	c, s = newEnd(t, name), newEnd(t, name)
 	ln, err := s.dev.Listen(ctx, net.JoinHostPort(ip, "0"))
 	if err != nil {
@@ -371,7 +366,7 @@ func TestBadRKey(t *testing.T) {
 
 func TestRejectWithPrivateData(t *testing.T) {
 	name, ip := testDevice(t)
-	ctx := testCtx(t)
+	ctx := testenv.Context(t, 30*time.Second)
 	c, s := newEnd(t, name), newEnd(t, name)
 	ln, err := s.dev.Listen(ctx, net.JoinHostPort(ip, "0"))
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nfsrdma/nfsrdma-csi/internal/testenv"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/verbs"
 )
 
@@ -79,7 +80,7 @@ func TestCQHandler(t *testing.T) {
 	// send completions are not the handler's: they wake Wait
 	send(100, true)
 	var wc [1]verbs.WC
-	if err := c.scq.Wait(testCtx(t)); err != nil {
+	if err := c.scq.Wait(testenv.Context(t, 20*time.Second)); err != nil {
 		t.Fatal("send CQ Wait:", err)
 	}
 	if c.scq.Poll(wc[:]) != 1 || wc[0].ID != 100 || wc[0].Status != verbs.WCSuccess {
@@ -90,7 +91,7 @@ func TestCQHandler(t *testing.T) {
 	// without the handler, receives wake Wait again
 	h.SetHandler(nil)
 	send(101, false)
-	if err := s.rcq.Wait(testCtx(t)); err != nil {
+	if err := s.rcq.Wait(testenv.Context(t, 20*time.Second)); err != nil {
 		t.Fatal("receive CQ Wait after SetHandler(nil):", err)
 	}
 	if s.rcq.Poll(wc[:]) != 1 || wc[0].Status != verbs.WCSuccess || wc[0].Opcode != verbs.WCRecv {
@@ -100,7 +101,7 @@ func TestCQHandler(t *testing.T) {
 	// flushed receives (the QP closed) wake Wait even with a handler
 	h.SetHandler(func() { calls.Add(100) })
 	s.qp.Close()
-	if err := s.rcq.Wait(testCtx(t)); err != nil {
+	if err := s.rcq.Wait(testenv.Context(t, 20*time.Second)); err != nil {
 		t.Fatal("receive CQ Wait after close:", err)
 	}
 	if s.rcq.Poll(wc[:]) != 1 || wc[0].Status != verbs.WCFlushErr {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nfsrdma/nfsrdma-csi/internal/testenv"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/verbs"
 )
 
@@ -194,7 +195,7 @@ func TestDisconnectFlushes(t *testing.T) {
 }
 
 func TestRejectAndTimeouts(t *testing.T) {
-	ctx := testCtx(t)
+	ctx := testenv.Context(t, 20*time.Second)
 	s := NewDevice(Config{})
 	ln, err := s.Listen(ctx, "127.0.0.1:0")
 	if err != nil {
@@ -361,7 +362,7 @@ func TestPeerStopsReading(t *testing.T) {
 	if testing.Short() {
 		t.Skip("takes a few seconds")
 	}
-	ctx := testCtx(t)
+	ctx := testenv.Context(t, 20*time.Second)
 	// our active side against a raw listener that answers MPA and then sleeps
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

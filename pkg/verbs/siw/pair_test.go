@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nfsrdma/nfsrdma-csi/internal/testenv"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/verbs"
 )
 
@@ -17,12 +18,6 @@ type end struct {
 	rcq  verbs.CQ
 	qp   verbs.QP
 	info verbs.ConnInfo
-}
-
-func testCtx(t testing.TB) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	t.Cleanup(cancel)
-	return ctx
 }
 
 func newEnd(t testing.TB, cfg Config, attr verbs.QPAttr) *end {
@@ -50,7 +45,7 @@ func newEnd(t testing.TB, cfg Config, attr verbs.QPAttr) *end {
 // prepare runs on the server before it accepts (to post receives).
 func pair(t testing.TB, ccfg, scfg Config, attr verbs.QPAttr, prepare func(s *end)) (c, s *end) {
 	t.Helper()
-	ctx := testCtx(t)
+	ctx := testenv.Context(t, 20*time.Second)
 	c = newEnd(t, ccfg, attr)
 	s = newEnd(t, scfg, attr)
 	ln, err := s.dev.Listen(ctx, "127.0.0.1:0")

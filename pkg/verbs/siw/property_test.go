@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
+	"time"
 
+	"github.com/nfsrdma/nfsrdma-csi/internal/testenv"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/verbs"
 )
 
@@ -173,7 +175,7 @@ func randomOps(t *testing.T, r *rand.Rand, cfg Config, ops int) {
 	for len(sends) > 0 {
 		checkRecv()
 		if len(sends) > 0 {
-			if err := s.rcq.Wait(testCtx(t)); err != nil {
+			if err := s.rcq.Wait(testenv.Context(t, 20*time.Second)); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nfsrdma/nfsrdma-csi/internal/testenv"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/verbs"
 )
 
@@ -106,7 +107,7 @@ func (p *rawPeer) readTerminate(t testing.TB) termCtrl {
 // 256-byte receives, accepting one raw client.
 func rawServer(t testing.TB, cfg Config, n int) (s *end, mr verbs.MR, addr string, accepted chan error) {
 	t.Helper()
-	ctx := testCtx(t)
+	ctx := testenv.Context(t, 20*time.Second)
 	s = newEnd(t, cfg, verbs.QPAttr{})
 	mr = regMR(t, s, 4096, allAccess)
 	rb := regMR(t, s, 256*max(n, 1), verbs.AccessLocalWrite)
