@@ -159,3 +159,16 @@ func NeedRoot(t testing.TB, why string) {
 	}
 	t.Skip("needs root: " + why)
 }
+
+// WaitFor polls cond every 10 ms until it holds (true) or d has passed
+// (false): a wait on a condition, for tests that would otherwise sleep.
+func WaitFor(d time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return true
+}

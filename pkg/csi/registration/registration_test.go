@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nfsrdma/nfsrdma-csi/internal/testenv"
+
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"k8s.io/klog/v2"
@@ -95,9 +97,7 @@ func waitSocket(t *testing.T, path string, done chan error) {
 }
 
 func callCtx(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	t.Cleanup(cancel)
-	return ctx
+	return testenv.Context(t, 5*time.Second)
 }
 
 // TestRegistrationAsKubeletSeesIt drives the socket as kubelet does:
@@ -290,13 +290,15 @@ func TestQuietKubeletLogged(t *testing.T) {
 	defer func() { klog.SetOutput(os.Stderr); klog.LogToStderr(true) }()
 
 	_, stop := start(t, Options{Dir: t.TempDir()})
-	time.Sleep(200 * time.Millisecond)
+	warned := testenv.WaitFor(5*time.Second, func() bool {
+		klog.Flush()
+		return strings.Contains(buf.String(), "kubelet has not registered the plugin yet")
+	})
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
-	klog.Flush()
-	if !strings.Contains(buf.String(), "kubelet has not registered the plugin yet") {
-		t.Fatalf("no warning in the log:\n%s", buf.String())
+	if !warned {
+		t.Fatalf("no warning in the log after 5 s:\n%s", buf.String())
 	}
 
 	buf.Reset()
