@@ -46,7 +46,7 @@ func (n *node) OpendirHandle(ctx context.Context, flags uint32) (_ fs.FileHandle
 // Readdirent returns the next entry, nil at the end.
 //
 // Its READDIRPLUS is not given up when the kernel interrupts the FUSE
-// request (see fsys.call): go-fuse v2.8.0 keeps an error returned in the
+// request (see fsys.call): go-fuse (v2.8 to v2.12) keeps an error returned in the
 // middle of a FUSE READDIRPLUS (fileEntry.overflowErrno) and returns it in
 // place of every later entry that does not fit a reply, dropping that
 // entry; with EINTR, which callers retry, entries vanished without an

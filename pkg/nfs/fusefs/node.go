@@ -561,10 +561,12 @@ func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) (errno syscall.E
 	return 0
 }
 
-// Access answers ACCESS (access(2), chdir(2)): the permissions of mask
-// (R_OK, W_OK, X_OK; F_OK is 0) are checked with permit, from the access
-// cache when fresh, else with NFS ACCESS: the server decides. W_OK on a
-// read-only mount is EROFS.
+// Access answers ACCESS (access(2), chdir(2)) on a mount made without
+// KernelOptions (with default_permissions the kernel answers them from
+// the mode bits and sends none): the permissions of mask (R_OK, W_OK,
+// X_OK; F_OK is 0) are checked with permit, from the access cache when
+// fresh, else with NFS ACCESS: the server decides. W_OK on a read-only
+// mount is EROFS.
 func (n *node) Access(ctx context.Context, mask uint32) (errno syscall.Errno) {
 	ctx, done := n.call(ctx, &errno) // the caller's credential, not interrupted; a stale handle (node.call)
 	defer done()
