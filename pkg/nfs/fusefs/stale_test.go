@@ -103,6 +103,13 @@ func TestStaleHandle(t *testing.T) {
 		{"mkdir in", "dir", func(p string) error { return os.Mkdir(filepath.Join(p, "new"), 0o755) }},
 		{"symlink in", "dir", func(p string) error { return os.Symlink("t", filepath.Join(p, "new")) }},
 		{"mknod in", "dir", func(p string) error { return syscall.Mkfifo(filepath.Join(p, "new"), 0o644) }},
+		{"rename into", "dir", func(p string) error {
+			src := filepath.Join(d1, "rename-src")
+			if err := os.WriteFile(src, nil, 0o644); err != nil {
+				return err
+			}
+			return os.Rename(src, filepath.Join(p, "new"))
+		}},
 	} {
 		t.Run(tc.op, func(t *testing.T) {
 			p := known(t, strings.ReplaceAll(tc.op, " ", "-"), tc.kind)
