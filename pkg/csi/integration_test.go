@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -59,6 +60,10 @@ func (e *env) volume(name string, bytes int64, params map[string]string) (string
 	if _, err := e.node().NodePublishVolume(ctx, &csipb.NodePublishVolumeRequest{
 		VolumeId: id, TargetPath: target, VolumeCapability: mountCap(), VolumeContext: vc}); err != nil {
 		t.Fatal("NodePublishVolume:", err)
+	}
+	// the kernel checks mode bits on the volume (fusefs.KernelOptions)
+	if mi, ok, err := mountAt(target); err != nil || !ok || !slices.Contains(mi.SuperOptions, "default_permissions") {
+		t.Fatalf("%s: mounted %v (%v), super options %v: want default_permissions", target, ok, err, mi.SuperOptions)
 	}
 	return id, target
 }

@@ -22,9 +22,10 @@ const fuseType = "fuse.nfsrdma"
 
 // mountFUSE opens /dev/fuse and mounts it on target (mount(2), as
 // libfuse's and go-fuse's direct mount do: fd, rootmode, user_id,
-// group_id, allow_other, max_read; nosuid, nodev), returning the fd for
-// the FUSE server. Until a server answers INIT on it, accesses to target
-// block; closing the fd without one aborts the connection.
+// group_id, allow_other, max_read, and fusefs.KernelOptions; nosuid,
+// nodev), returning the fd for the FUSE server. Until a server answers
+// INIT on it, accesses to target block; closing the fd without one aborts
+// the connection.
 func mountFUSE(source, target string, readOnly bool) (*os.File, error) {
 	f, err := os.OpenFile("/dev/fuse", os.O_RDWR, 0)
 	if err != nil {
@@ -35,12 +36,12 @@ func mountFUSE(source, target string, readOnly bool) (*os.File, error) {
 		f.Close()
 		return nil, fmt.Errorf("stat %s: %w", target, err)
 	}
-	opts := strings.Join([]string{
+	opts := strings.Join(append([]string{
 		"fd=" + strconv.Itoa(int(f.Fd())),
 		fmt.Sprintf("rootmode=%o", st.Mode&unix.S_IFMT),
 		"user_id=0", "group_id=0", "allow_other",
 		"max_read=" + strconv.Itoa(fusefs.MaxWrite),
-	}, ",")
+	}, fusefs.KernelOptions...), ",")
 	flags := uintptr(unix.MS_NOSUID | unix.MS_NODEV)
 	if readOnly {
 		flags |= unix.MS_RDONLY

@@ -211,12 +211,13 @@ func (n *node) dropAccessLocked() {
 // searchable reports whether every user may search directory n (execute
 // permission for owner, group and others in its cached mode): only then
 // may the kernel keep the names in n (entry timeout), since it walks a
-// cached name without asking us and so without the caller's search
-// permission being checked (the mount has no default_permissions). The
-// names in other directories get entry timeout 0: every path walk
-// through them comes to Lookup, which checks it (as Linux's may_lookup
-// does on every walk), answered without an NFS call while the name and
-// the permission are fresh in our caches. Called with n.mu held.
+// cached name without asking us. The kernel checks the caller's search
+// permission on every walk from the mode bits (default_permissions); the
+// names in other directories get entry timeout 0 so that every path walk
+// through them also comes to Lookup, which asks the server (permit: what
+// it refuses beyond the mode bits, as root squash, is refused), answered
+// without an NFS call while the name and the permission are fresh in our
+// caches. Called with n.mu held.
 func (n *node) searchableLocked() bool {
 	return n.ac.valid && n.ac.attr.Mode&0o111 == 0o111
 }
@@ -224,11 +225,11 @@ func (n *node) searchableLocked() bool {
 // unsearchable drops the kernel's cached names in directory n, which is no
 // longer searchable by all (refreshLocked): they were given an entry
 // timeout (searchableLocked), and the kernel would walk them without
-// asking us until it ran out; now each walk comes to Lookup, which checks
-// the caller's search permission, as Linux NFS checks it at once after a
-// chmod through the mount. In its own goroutine, after the request that
-// saw the new mode: the kernel invalidates a name with the directory
-// locked, and a chmod holds that lock until its SETATTR is answered.
+// asking us until it ran out (checking only the mode bits); now each walk
+// comes to Lookup, which asks the server too. In its own goroutine, after
+// the request that saw the new mode: the kernel invalidates a name with
+// the directory locked, and a chmod holds that lock until its SETATTR is
+// answered.
 func (n *node) unsearchable() {
 	for name := range n.Children() {
 		if errno := n.NotifyEntry(name); errno != 0 && errno != syscall.ENOENT {

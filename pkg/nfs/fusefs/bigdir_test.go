@@ -321,7 +321,7 @@ func onSignalledThread(t *testing.T, f func() error) {
 // EINTR found the file it had created (EEXIST), unlink retried found
 // nothing (ENOENT), and listings lost entries: an interrupted READDIRPLUS
 // fill returned EINTR in the middle of a FUSE READDIRPLUS, which go-fuse
-// v2.8.0 keeps (fileEntry.overflowErrno) and returns in place of each
+// (v2.8 to v2.12) keeps (fileEntry.overflowErrno) and returns in place of each
 // later entry that does not fit a reply, dropping that entry, while
 // getdents64 is retried after EINTR (by Go and by many programs) without
 // an error ever showing.

@@ -34,8 +34,8 @@ var (
 
 // OpendirHandle answers OPENDIR: the caller needs read permission on the
 // directory (permit; EACCES), as Linux's may_open asks of NFS.
-func (n *node) OpendirHandle(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
-	cctx, done := n.sys.call(ctx) // the caller's credential, not interrupted (fsys.call)
+func (n *node) OpendirHandle(ctx context.Context, flags uint32) (_ fs.FileHandle, _ uint32, errno syscall.Errno) {
+	cctx, done := n.call(ctx, &errno) // the caller's credential, not interrupted; a stale handle (node.call)
 	defer done()
 	if errno := n.permit(cctx, mayRead); errno != 0 {
 		return nil, 0, errno
@@ -46,20 +46,20 @@ func (n *node) OpendirHandle(ctx context.Context, flags uint32) (fs.FileHandle, 
 // Readdirent returns the next entry, nil at the end.
 //
 // Its READDIRPLUS is not given up when the kernel interrupts the FUSE
-// request (see fsys.call): go-fuse v2.8.0 keeps an error returned in the
+// request (see fsys.call): go-fuse (v2.8 to v2.12) keeps an error returned in the
 // middle of a FUSE READDIRPLUS (fileEntry.overflowErrno) and returns it in
 // place of every later entry that does not fit a reply, dropping that
 // entry; with EINTR, which callers retry, entries vanished without an
 // error (TestSignalledCallers). For the same reason a READDIRPLUS given
 // up past the grace (a hard mount whose server does not answer) ends the
 // listing with EIO, not EINTR (TestInterruptGrace).
-func (d *dirStream) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Errno) {
+func (d *dirStream) Readdirent(ctx context.Context) (_ *fuse.DirEntry, errno syscall.Errno) {
 	for len(d.ents) == 0 {
 		if d.eof {
 			return nil, 0
 		}
-		ctx, done := d.n.sys.call(ctx) // the caller's credential, not interrupted (fsys.call)
-		errno := d.fill(ctx)
+		ctx, done := d.n.call(ctx, &errno) // the caller's credential, not interrupted; a stale handle (node.call)
+		errno = d.fill(ctx)
 		done()
 		if errno == syscall.EINTR {
 			errno = syscall.EIO

@@ -53,36 +53,57 @@
 //     LOOKUP while the directory's attributes are fresh, the trust Linux
 //     gives a negative dentry, so an exclusive create costs one NFS
 //     CREATE (dirnames.go).
-//   - Permissions, as Linux NFS checks them (no default_permissions: the
-//     kernel checks no mode bits; access.go). Each FUSE request's NFS
+//   - Permissions: the kernel checks the mode bits, and the server
+//     decides what reaches it. The mount has default_permissions
+//     (KernelOptions): the kernel checks every access against the mode,
+//     owner and group of its cached attributes, as for a local file
+//     system: each directory of a path walk, opens of every kind of file
+//     (FIFOs and device nodes too, which it opens without asking a FUSE
+//     file system), access(2), chmod, chown, utimes, the sticky bit. It
+//     refreshes the attributes (GETATTR) when their timeout has passed,
+//     and once more before it denies, so a permission granted by a chmod
+//     on another client is seen at once, one taken away after at most the
+//     attribute timeout (with noac at once). Each FUSE request's NFS
 //     calls carry its caller's AUTH_SYS credential (uid, gid, groups;
-//     cred.go), and the server decides: the mount asks it with NFS ACCESS
-//     (RFC 1813 section 3.3.4) and keeps the answer per inode and
+//     cred.go), and the server checks each call; besides, as Linux NFS,
+//     the mount asks the server with NFS ACCESS (RFC 1813 section 3.3.4;
+//     access.go) at open (read for O_RDONLY and O_RDWR, write for
+//     O_WRONLY and O_RDWR, only execute for an exec), at opendir (read),
+//     at truncate(2) and O_TRUNC (write; the server lets an owner
+//     truncate without it, for ftruncate on a descriptor opened for
+//     writing) and at LOOKUP (search), and keeps the answer per inode and
 //     credential while the inode's cached attributes are fresh (the
 //     attribute timeout; never with noac) and show the same mode, owner
 //     and group (a chmod or chown seen by the mount drops it, as
-//     nfs_access_zap_cache), at most acregmax/acdirmax. open(2) needs
-//     read permission for O_RDONLY and O_RDWR and write permission for
-//     O_WRONLY and O_RDWR (execute only, for an exec); O_TRUNC and
-//     truncate(2) need write permission (the server lets an owner
-//     truncate without it, for ftruncate on a descriptor opened for
-//     writing); opendir(3) needs read permission; access(2) is answered
-//     from the same cache. Every directory of a path needs search
-//     permission: LOOKUP checks it for the caller; since the kernel walks
-//     the names it has cached without asking, only names in directories
-//     searchable by all (execute for owner, group and others) are given
-//     an entry timeout; the others get 0 and come to LOOKUP at each walk,
-//     answered without an NFS call while fresh; when the mount sees a
-//     directory lose search permission for some (a chmod through it, or
-//     new attributes), the kernel's names in it are dropped. Not checked:
-//     a walk through names the kernel cached in a directory searchable by
-//     all that another client makes unsearchable, until the mount
-//     refreshes the directory's attributes (at most its attribute
-//     timeout, their entry timeout); the open of a FIFO or device node,
-//     which the kernel does without asking a FUSE file system (only
-//     default_permissions would check it); a file the server created for
-//     a non-exclusive O_CREAT that another client had made meanwhile (as
-//     Linux NFSv3).
+//     nfs_access_zap_cache), at most acregmax/acdirmax. Open GETATTRs
+//     first (close-to-open), so an open is decided on the current mode.
+//     So what the server refuses beyond the mode bits (root squash:
+//     the kernel lets root open anything) is refused at open and at each
+//     walk of a directory not searchable by all: the names in such a
+//     directory get entry timeout 0 and come to LOOKUP at each walk,
+//     answered without an NFS call while fresh. What a user sees: the
+//     kernel's checks are the mode bits only, so a server that grants
+//     more than the mode bits (ACLs) is not followed where the kernel
+//     checks (walks, opens of FIFOs and devices, access(2)), and
+//     access(2) answers from the mode bits, also for root on a
+//     root-squashed export; a file the server created for a
+//     non-exclusive O_CREAT that another client had made meanwhile is
+//     not checked (as Linux NFSv3).
+//   - Set-user-ID and set-group-ID bits: the mount negotiates
+//     FUSE_HANDLE_KILLPRIV_V2 (killpriv.go), so a write, truncate or
+//     chown reaches the server as such, and the server clears the bits
+//     as Linux does for a local file (a write or truncate by a caller
+//     other than root, a chown by anyone); the kernel does not first ask
+//     for a SETATTR of the mode as the writer, which the server refuses
+//     to a user who does not own the file.
+//   - Stale file handles: a request on a node that the server answers
+//     NFS3ERR_STALE (the file was removed, by another client too) makes
+//     the node forget its cached attributes and where the kernel was told
+//     of it (node.call, for every request on a node), so the kernel's
+//     retry of a path operation after ESTALE looks the name up on the
+//     server and finds it gone: by path a removed file is ENOENT for
+//     every operation, through a descriptor opened before ESTALE, as on
+//     Linux NFS; a lookup in a directory that is gone is ENOENT.
 //   - A write that failed after write(2) returned (write-behind: a
 //     refused or failed WRITE or COMMIT) drops the inode's pages from the
 //     kernel's page cache, before close(2) or fsync(2) reports the error,

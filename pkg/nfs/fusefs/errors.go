@@ -31,19 +31,35 @@ func toErrno(err error) syscall.Errno {
 	return syscall.EIO
 }
 
-// fail maps err as toErrno does; when the server says n's file handle is
-// stale (NFS3ERR_STALE, NFS3ERR_BADHANDLE: the file was removed, by
-// another client too), it also forgets n's cached attributes and where the
-// kernel was told of it, so that the kernel's retry of the path walk
-// (LOOKUP_REVAL after ESTALE) reaches the server with a LOOKUP instead of
-// finding n again (knownChild), as Linux NFS marks such an inode stale.
-func (n *node) fail(err error) syscall.Errno {
-	errno := toErrno(err)
-	if errno == syscall.ESTALE {
-		n.mu.Lock()
-		n.ac.valid = false
-		n.seen = entry{}
-		n.mu.Unlock()
+// call starts a FUSE request on n and returns the context of its NFS
+// calls (fsys.call: the caller's credential, not interrupted); done must
+// be called when the request ends, with *errno holding its answer.
+// Every request on a node (and on its open files) goes through here, so
+// that a stale file handle is handled in one place, whichever call found
+// it: when the answer is ESTALE (the server said NFS3ERR_STALE or
+// NFS3ERR_BADHANDLE: the file was removed, by another client too), n
+// forgets its cached attributes and where the kernel was told of it
+// (stale).
+func (n *node) call(ctx context.Context, errno *syscall.Errno) (c context.Context, done func()) {
+	c, end := n.sys.call(ctx)
+	return c, func() {
+		end()
+		if *errno == syscall.ESTALE {
+			n.stale()
+		}
 	}
-	return errno
+}
+
+// stale forgets n's cached attributes and where the kernel was told of
+// it, so that the kernel's retry of a path walk after ESTALE (Linux
+// retries once with LOOKUP_REVAL: stat, open, chmod, truncate and the
+// like) reaches the server with a LOOKUP instead of finding n again
+// (knownChild), and answers ENOENT for a file that is gone, as Linux NFS
+// marks such an inode stale. An operation on an open file of n answers
+// ESTALE, as on Linux NFS.
+func (n *node) stale() {
+	n.mu.Lock()
+	n.ac.valid = false
+	n.seen = entry{}
+	n.mu.Unlock()
 }

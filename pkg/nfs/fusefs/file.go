@@ -83,8 +83,8 @@ func (n *node) waitWrites() error {
 // is checked at the SETATTR that follows (Setattr). When the file changed
 // since we last saw it, the kernel's cached attributes and data of the
 // inode are dropped; otherwise its page cache is kept (FOPEN_KEEP_CACHE).
-func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
-	ctx, done := n.sys.call(ctx) // the caller's credential, not interrupted (fsys.call)
+func (n *node) Open(ctx context.Context, flags uint32) (_ fs.FileHandle, _ uint32, errno syscall.Errno) {
+	ctx, done := n.call(ctx, &errno) // the caller's credential, not interrupted; a stale handle (node.call)
 	defer done()
 	if n.sys.o.ReadOnly && flags&(syscall.O_WRONLY|syscall.O_RDWR|syscall.O_TRUNC) != 0 {
 		return nil, 0, syscall.EROFS
@@ -97,7 +97,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	n.mu.Unlock()
 	a, err := n.sys.c.Getattr(ctx, n.fh)
 	if err != nil {
-		return nil, 0, n.fail(err)
+		return nil, 0, toErrno(err)
 	}
 	_, changed := n.refresh(&a)
 	if changed && flags&syscall.O_TRUNC == 0 {
@@ -143,8 +143,8 @@ func writable(fh fs.FileHandle) bool {
 
 // Read answers READ with client.ReadAt (rsize READs, pipelined), after the
 // inode's writes in flight have reached the server.
-func (n *node) Read(ctx context.Context, _ fs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
-	ctx, done := n.sys.call(ctx) // the caller's credential, not interrupted (fsys.call)
+func (n *node) Read(ctx context.Context, _ fs.FileHandle, dest []byte, off int64) (_ fuse.ReadResult, errno syscall.Errno) {
+	ctx, done := n.call(ctx, &errno) // the caller's credential, not interrupted; a stale handle (node.call)
 	defer done()
 	n.readStart()
 	defer n.readDone()
@@ -162,8 +162,8 @@ func (n *node) Read(ctx context.Context, _ fs.FileHandle, dest []byte, off int64
 // them in order). With noac the write is synchronous. An error of a
 // background write is returned by the next flush or fsync (close(2) or
 // fsync(2)), as Linux NFS does.
-func (n *node) Write(ctx context.Context, fh fs.FileHandle, data []byte, off int64) (uint32, syscall.Errno) {
-	ctx, done := n.sys.call(ctx) // the caller's credential, not interrupted (fsys.call)
+func (n *node) Write(ctx context.Context, fh fs.FileHandle, data []byte, off int64) (_ uint32, errno syscall.Errno) {
+	ctx, done := n.call(ctx, &errno) // the caller's credential, not interrupted; a stale handle (node.call)
 	defer done()
 	n.setFlushed(fh, false)
 	if n.sys.o.ReadOnly {
@@ -312,12 +312,11 @@ func (n *node) sync(ctx context.Context) syscall.Errno {
 // Flush answers FLUSH (each close of a descriptor): write back and COMMIT,
 // the "close" half of close-to-open; nothing for a descriptor opened
 // read-only. The open file is marked closing (node.setFlushed).
-func (n *node) Flush(ctx context.Context, fh fs.FileHandle) syscall.Errno {
+func (n *node) Flush(ctx context.Context, fh fs.FileHandle) (errno syscall.Errno) {
 	n.setFlushed(fh, true)
 	ro, hasOwner := n.sys.owners.ownerOf(ctx) // before ctx is replaced
-	ctx, done := n.sys.call(ctx)              // the caller's credential, not interrupted (fsys.call)
+	ctx, done := n.call(ctx, &errno)          // the caller's credential, not interrupted; a stale handle (node.call)
 	defer done()
-	var errno syscall.Errno
 	if writable(fh) {
 		errno = n.sync(ctx)
 	}
@@ -330,8 +329,8 @@ func (n *node) Flush(ctx context.Context, fh fs.FileHandle) syscall.Errno {
 }
 
 // Fsync answers FSYNC: write back and COMMIT.
-func (n *node) Fsync(ctx context.Context, fh fs.FileHandle, _ uint32) syscall.Errno {
-	ctx, done := n.sys.call(ctx) // the caller's credential, not interrupted (fsys.call)
+func (n *node) Fsync(ctx context.Context, fh fs.FileHandle, _ uint32) (errno syscall.Errno) {
+	ctx, done := n.call(ctx, &errno) // the caller's credential, not interrupted; a stale handle (node.call)
 	defer done()
 	n.setFlushed(fh, false)
 	return n.sync(ctx)

@@ -211,7 +211,13 @@ func Serve(ctx context.Context, c *client.Client, dir string, cfg Config) (*Moun
 			// fcntl and flock locks reach us (lock.go), unless all of
 			// them are local to the mount: then the kernel keeps them
 			EnableLocks: !(o.LocalFlock() && o.LocalPosix()),
-			Debug:       cfg.Debug,
+			// the kernel checks mode bits (KernelOptions) and the
+			// server clears set-ID bits (killpriv.go)
+			Options:           append([]string(nil), KernelOptions...),
+			ExtraCapabilities: capHandleKillprivV2,
+			// READ replies are bytes in memory, never a file to splice
+			DisableSplice: true,
+			Debug:         cfg.Debug,
 		},
 	}
 	if o.ReadOnly {

@@ -41,8 +41,15 @@ func startServer(t testing.TB) *testServer {
 // configured by sc.
 func startServerSIW(t testing.TB, sc siw.Config) *testServer {
 	t.Helper()
+	return startServerExport(t, sc, nfsserver.Export{Path: "/"})
+}
+
+// startServerExport is startServerSIW exporting the temp dir as exp
+// (whose Path must be "/") says, e.g. with RootSquash.
+func startServerExport(t testing.TB, sc siw.Config, exp nfsserver.Export) *testServer {
+	t.Helper()
 	root := t.TempDir()
-	srv, err := nfsserver.New(nfsserver.Options{Root: root, Exports: []nfsserver.Export{{Path: "/"}}})
+	srv, err := nfsserver.New(nfsserver.Options{Root: root, Exports: []nfsserver.Export{exp}})
 	if err != nil {
 		t.Fatal(err)
 	}

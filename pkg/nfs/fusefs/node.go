@@ -180,10 +180,22 @@ func (n *node) lookupRPC(ctx context.Context, name string) (nfs3.FH, nfs3.Fattr,
 // READDIRPLUS entries of a recent listing (see plusTTL) when they have
 // the name, with ENOENT when the directory's whole listing is known and
 // lacks the name (dirnames.go), from the node the kernel has for the name
-// while fresh (knownChild), else with an NFS LOOKUP.
-func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	ctx, done := n.sys.call(ctx) // the caller's credential, not interrupted (fsys.call)
+// while fresh (knownChild), else with an NFS LOOKUP. When n's handle is
+// stale, the answer is ENOENT.
+func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (_ *fs.Inode, errno syscall.Errno) {
+	ctx, done := n.call(ctx, &errno) // the caller's credential, not interrupted; a stale handle (node.call)
 	defer done()
+	defer func() {
+		if errno == syscall.ESTALE {
+			// n is gone: no name is in it, as a lookup in a removed
+			// directory answers on Linux (IS_DEADDIR); ESTALE would
+			// fail mkdir(2), symlink(2), mknod(2) and link(2), which
+			// retry an ESTALE of the operation but not of the lookup
+			// of its new name
+			n.stale()
+			errno = syscall.ENOENT
+		}
+	}()
 	if errno := n.permit(ctx, mayExec); errno != 0 {
 		return nil, errno
 	}
@@ -224,13 +236,13 @@ func (n *node) plusTTL() time.Duration {
 
 // Getattr answers GETATTR with an NFS GETATTR, after the writes in flight
 // of the file have reached the server (so size and mtime are current).
-func (n *node) Getattr(ctx context.Context, _ fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
-	ctx, done := n.sys.call(ctx) // the caller's credential, not interrupted (fsys.call)
+func (n *node) Getattr(ctx context.Context, _ fs.FileHandle, out *fuse.AttrOut) (errno syscall.Errno) {
+	ctx, done := n.call(ctx, &errno) // the caller's credential, not interrupted; a stale handle (node.call)
 	defer done()
 	_ = n.waitWrites()
 	a, err := n.sys.c.Getattr(ctx, n.fh)
 	if err != nil {
-		return n.fail(err)
+		return toErrno(err)
 	}
 	timeo, _ := n.refresh(&a)
 	fillAttr(&out.Attr, &a, n.sys.blksize)
@@ -245,8 +257,8 @@ func (n *node) Getattr(ctx context.Context, _ fs.FileHandle, out *fuse.AttrOut) 
 // Linux's vfs_truncate and may_open ask of the file system: the server
 // lets the owner truncate without it (for ftruncate on a descriptor
 // opened for writing).
-func (n *node) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
-	ctx, done := n.sys.call(ctx) // the caller's credential, not interrupted (fsys.call)
+func (n *node) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) (errno syscall.Errno) {
+	ctx, done := n.call(ctx, &errno) // the caller's credential, not interrupted; a stale handle (node.call)
 	defer done()
 	if n.sys.o.ReadOnly {
 		return syscall.EROFS
@@ -302,8 +314,8 @@ func (n *node) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn
 // Create answers CREATE: NFS CREATE, GUARDED with O_EXCL (EEXIST if the
 // name exists), UNCHECKED otherwise (O_TRUNC then truncates an existing
 // file), and opens the file.
-func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
-	ctx, done := n.sys.call(ctx) // the caller's credential, not interrupted (fsys.call)
+func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (_ *fs.Inode, _ fs.FileHandle, _ uint32, errno syscall.Errno) {
+	ctx, done := n.call(ctx, &errno) // the caller's credential, not interrupted; a stale handle (node.call)
 	defer done()
 	if n.sys.o.ReadOnly {
 		return nil, nil, 0, syscall.EROFS
@@ -332,8 +344,8 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 }
 
 // Mkdir answers MKDIR with NFS MKDIR.
-func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	ctx, done := n.sys.call(ctx) // the caller's credential, not interrupted (fsys.call)
+func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (_ *fs.Inode, errno syscall.Errno) {
+	ctx, done := n.call(ctx, &errno) // the caller's credential, not interrupted; a stale handle (node.call)
 	defer done()
 	if n.sys.o.ReadOnly {
 		return nil, syscall.EROFS
@@ -358,8 +370,8 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 
 // Mknod answers MKNOD (FIFO, socket, character and block devices) with
 // NFS MKNOD; a regular file goes through CREATE.
-func (n *node) Mknod(ctx context.Context, name string, mode uint32, dev uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	ctx, done := n.sys.call(ctx) // the caller's credential, not interrupted (fsys.call)
+func (n *node) Mknod(ctx context.Context, name string, mode uint32, dev uint32, out *fuse.EntryOut) (_ *fs.Inode, errno syscall.Errno) {
+	ctx, done := n.call(ctx, &errno) // the caller's credential, not interrupted; a stale handle (node.call)
 	defer done()
 	if n.sys.o.ReadOnly {
 		return nil, syscall.EROFS
@@ -396,8 +408,8 @@ func (n *node) Mknod(ctx context.Context, name string, mode uint32, dev uint32, 
 }
 
 // Symlink answers SYMLINK with NFS SYMLINK.
-func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	ctx, done := n.sys.call(ctx) // the caller's credential, not interrupted (fsys.call)
+func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (_ *fs.Inode, errno syscall.Errno) {
+	ctx, done := n.call(ctx, &errno) // the caller's credential, not interrupted; a stale handle (node.call)
 	defer done()
 	if n.sys.o.ReadOnly {
 		return nil, syscall.EROFS
@@ -415,8 +427,8 @@ func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.Entry
 }
 
 // Readlink answers READLINK with NFS READLINK.
-func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
-	ctx, done := n.sys.call(ctx) // the caller's credential, not interrupted (fsys.call)
+func (n *node) Readlink(ctx context.Context) (_ []byte, errno syscall.Errno) {
+	ctx, done := n.call(ctx, &errno) // the caller's credential, not interrupted; a stale handle (node.call)
 	defer done()
 	s, _, err := n.sys.c.Readlink(ctx, n.fh)
 	if err != nil {
@@ -426,8 +438,8 @@ func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
 }
 
 // Link answers LINK with NFS LINK; the new name shares target's inode.
-func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	ctx, done := n.sys.call(ctx) // the caller's credential, not interrupted (fsys.call)
+func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, out *fuse.EntryOut) (_ *fs.Inode, errno syscall.Errno) {
+	ctx, done := n.call(ctx, &errno) // the caller's credential, not interrupted; a stale handle (node.call)
 	defer done()
 	if n.sys.o.ReadOnly {
 		return nil, syscall.EROFS
@@ -438,7 +450,10 @@ func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 	}
 	res, err := n.sys.c.Link(ctx, t.fh, n.fh, name)
 	if err != nil {
-		return nil, n.changeFailed(err)
+		if errno = n.changeFailed(err); errno == syscall.ESTALE {
+			t.stale() // or n (node.call): which one, the reply does not say
+		}
+		return nil, errno
 	}
 	n.afterDirChange(&res.LinkDirWcc, name, "")
 	a := res.FileAttr.Attr
@@ -452,8 +467,8 @@ func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 
 // Unlink answers UNLINK with NFS REMOVE, or, for a file open through
 // this mount, with a silly rename (sillyrename.go).
-func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
-	ctx, done := n.sys.call(ctx) // the caller's credential, not interrupted (fsys.call)
+func (n *node) Unlink(ctx context.Context, name string) (errno syscall.Errno) {
+	ctx, done := n.call(ctx, &errno) // the caller's credential, not interrupted; a stale handle (node.call)
 	defer done()
 	if n.sys.o.ReadOnly {
 		return syscall.EROFS
@@ -472,8 +487,8 @@ func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 }
 
 // Rmdir answers RMDIR with NFS RMDIR.
-func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
-	ctx, done := n.sys.call(ctx) // the caller's credential, not interrupted (fsys.call)
+func (n *node) Rmdir(ctx context.Context, name string) (errno syscall.Errno) {
+	ctx, done := n.call(ctx, &errno) // the caller's credential, not interrupted; a stale handle (node.call)
 	defer done()
 	if n.sys.o.ReadOnly {
 		return syscall.EROFS
@@ -488,8 +503,8 @@ func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
 
 // Rename answers RENAME with NFS RENAME (replacing an existing target, as
 // rename(2)); renameat2 flags are refused with EINVAL, as Linux NFSv3 does.
-func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
-	ctx, done := n.sys.call(ctx) // the caller's credential, not interrupted (fsys.call)
+func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedder, newName string, flags uint32) (errno syscall.Errno) {
+	ctx, done := n.call(ctx, &errno) // the caller's credential, not interrupted; a stale handle (node.call)
 	defer done()
 	if n.sys.o.ReadOnly {
 		return syscall.EROFS
@@ -516,7 +531,10 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 			np.unsilly(ctx, tgt, newName)
 		}
 		np.forgetNames()
-		return n.changeFailed(err)
+		if errno = n.changeFailed(err); errno == syscall.ESTALE {
+			np.stale() // or n (node.call): which one, the reply does not say
+		}
+		return errno
 	}
 	if np == n {
 		// one change of one directory: both wcc_data are of it
@@ -529,8 +547,8 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 }
 
 // Statfs answers STATFS from NFS FSSTAT (block size 4 KiB).
-func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
-	ctx, done := n.sys.call(ctx) // the caller's credential, not interrupted (fsys.call)
+func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) (errno syscall.Errno) {
+	ctx, done := n.call(ctx, &errno) // the caller's credential, not interrupted; a stale handle (node.call)
 	defer done()
 	res, err := n.sys.c.Fsstat(ctx, n.fh)
 	if err != nil {
@@ -543,12 +561,14 @@ func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
 	return 0
 }
 
-// Access answers ACCESS (access(2), chdir(2)): the permissions of mask
-// (R_OK, W_OK, X_OK; F_OK is 0) are checked with permit, from the access
-// cache when fresh, else with NFS ACCESS: the server decides. W_OK on a
-// read-only mount is EROFS.
-func (n *node) Access(ctx context.Context, mask uint32) syscall.Errno {
-	ctx, done := n.sys.call(ctx) // the caller's credential, not interrupted (fsys.call)
+// Access answers ACCESS (access(2), chdir(2)) on a mount made without
+// KernelOptions (with default_permissions the kernel answers them from
+// the mode bits and sends none): the permissions of mask (R_OK, W_OK,
+// X_OK; F_OK is 0) are checked with permit, from the access cache when
+// fresh, else with NFS ACCESS: the server decides. W_OK on a read-only
+// mount is EROFS.
+func (n *node) Access(ctx context.Context, mask uint32) (errno syscall.Errno) {
+	ctx, done := n.call(ctx, &errno) // the caller's credential, not interrupted; a stale handle (node.call)
 	defer done()
 	may := mask & (mayRead | mayWrite | mayExec)
 	if may&mayWrite != 0 && n.sys.o.ReadOnly {

@@ -58,6 +58,9 @@ func (c *call) setattr(d *xdr.Decoder, b *sunrpc.Builder) error {
 // uid 0, size write permission (or ownership), times set to the client's
 // time the owner or uid 0, to the server's time write permission. In a
 // volume, growing the size past the quota is errQuota (NFS3ERR_NOSPC).
+// As on a local file system, a chown clears the set-user-ID bit (and
+// set-group-ID with group execute), and a size change by a caller other
+// than root clears them as a WRITE does (identity.setIDAfterWrite).
 func (c *call) applySattr(o *obj, sa *nfs3.Sattr) nfs3.Status {
 	id := &c.id
 	st := &o.st
@@ -111,6 +114,18 @@ func (c *call) applySattr(o *obj, sa *nfs3.Sattr) nfs3.Status {
 		if sa.Size > 1<<63-1 {
 			unix.Close(fd)
 			return nfs3.ErrFBig
+		}
+		// a caller other than root loses the set-ID bits, as the
+		// kernel's do_truncate clears them for one without CAP_FSETID
+		// (the server truncates as root)
+		if sa.SetMode {
+			unix.Fstat(o.fd, st)
+		}
+		if mode, drop := id.setIDAfterWrite(st); drop {
+			if err := unix.Fchmod(fd, mode); err != nil {
+				unix.Close(fd)
+				return statusOf(err)
+			}
 		}
 		s := c.quotaTruncate(o, fd, int64(sa.Size))
 		unix.Close(fd)

@@ -96,8 +96,9 @@ func (id *identity) mayChown(st *unix.Stat_t, sa *nfs3.Sattr) nfs3.Status {
 }
 
 // setIDAfterWrite returns the mode a regular file with stat st keeps after
-// id writes to it, as the kernel's file_remove_privs (should_remove_suid,
-// setattr_should_drop_sgid) leaves it for a writer without CAP_FSETID:
+// id writes to it or sets its size, as the kernel's file_remove_privs and
+// do_truncate (setattr_should_drop_suidgid) leave it for a caller without
+// CAP_FSETID:
 // S_ISUID is cleared; S_ISGID is cleared when group execute is set or id is
 // not in the file's group (S_ISGID without group execute is otherwise a
 // mandatory-locking mark, kept). The server writes as root, so it applies
