@@ -3,15 +3,17 @@
 // ends, per owner, where a new lock replaces, splits and merges the
 // owner's own locks over its range, and a lock conflicts with another
 // owner's overlapping lock when either is exclusive. flock(2) locks are
-// the same with one whole-file range per open file.
+// the same with one whole-file range per open file. NLM (X/Open XNFS
+// chapter 10) carries the same locks between hosts.
 //
-// Set is the locks of one owner on one file; Table is every owner's
-// locks on one file, with waiting for a conflicting lock to go.
+// Owners is every owner's locks on one file; Set is the locks of one
+// owner on one file; Table is Owners for owners numbered by this process,
+// with waiting for a conflicting lock to go. Span and Length convert
+// between a range and its offset and length.
 package posixlock
 
 import (
 	"context"
-	"slices"
 	"sync"
 )
 
@@ -26,35 +28,50 @@ type Range struct {
 	Exclusive  bool
 }
 
-func (r Range) overlaps(start, end uint64) bool { return r.Start <= end && start <= r.End }
+// Span returns the inclusive range of length bytes at offset, as fcntl's
+// (l_start, l_len) and NLM v4's (l_offset, l_len) give it: length 0
+// reaches MaxOffset, the end of the file. ok is false when the range
+// starts or ends past MaxOffset (fcntl's EOVERFLOW, NLM4_FBIG), offset +
+// length wrapping past 2^64 included.
+func Span(offset, length uint64) (start, end uint64, ok bool) {
+	if offset > MaxOffset || (length != 0 && length-1 > MaxOffset-offset) {
+		return 0, 0, false
+	}
+	if length == 0 {
+		return offset, MaxOffset, true
+	}
+	return offset, offset + length - 1, true
+}
 
-// Set is the locks of one owner on one file, sorted by Start, disjoint,
-// with adjacent ranges of the same type merged. The zero value is empty.
+// Length returns the l_len of the inclusive range start..end: 0 when it
+// reaches MaxOffset (to the end of the file), else end-start+1.
+func Length(start, end uint64) uint64 {
+	if end >= MaxOffset {
+		return 0
+	}
+	return end - start + 1
+}
+
+// Set is the locks of one owner on one file: disjoint, with adjacent
+// ranges of the same type merged. The zero value is empty.
 type Set struct {
-	r []Range
+	o Owners[struct{}]
 }
 
 // Ranges returns the locks, sorted by Start.
-func (s *Set) Ranges() []Range { return slices.Clone(s.r) }
+func (s *Set) Ranges() []Range { return s.o.Ranges(struct{}{}) }
 
 // Empty reports whether s holds no lock.
-func (s *Set) Empty() bool { return len(s.r) == 0 }
+func (s *Set) Empty() bool { return s.o.Len() == 0 }
 
 // Overlaps reports whether any lock of s overlaps start..end.
-func (s *Set) Overlaps(start, end uint64) bool {
-	for _, r := range s.r {
-		if r.overlaps(start, end) {
-			return true
-		}
-	}
-	return false
-}
+func (s *Set) Overlaps(start, end uint64) bool { return s.o.Overlaps(struct{}{}, start, end) }
 
 // Covers reports whether locks of s of type exclusive (or exclusive
 // ones, when a shared lock is asked) cover all of start..end.
 func (s *Set) Covers(start, end uint64, exclusive bool) bool {
 	next := start
-	for _, r := range s.r {
+	for _, r := range s.Ranges() {
 		if r.End < next || (exclusive && !r.Exclusive) {
 			continue
 		}
@@ -71,54 +88,18 @@ func (s *Set) Covers(start, end uint64, exclusive bool) bool {
 
 // Clear removes start..end from the locks of s (F_UNLCK), splitting a
 // lock that extends past either end.
-func (s *Set) Clear(start, end uint64) {
-	out := s.r[:0:0]
-	for _, r := range s.r {
-		if !r.overlaps(start, end) {
-			out = append(out, r)
-			continue
-		}
-		if r.Start < start {
-			out = append(out, Range{r.Start, start - 1, r.Exclusive})
-		}
-		if r.End > end {
-			out = append(out, Range{end + 1, r.End, r.Exclusive})
-		}
-	}
-	s.r = out
-}
+func (s *Set) Clear(start, end uint64) { s.o.Unlock(struct{}{}, start, end) }
 
 // Add sets start..end to a lock of the given type, replacing what s held
 // there (an upgrade or downgrade of part of a lock splits it), and merges
 // it with adjacent or overlapping locks of the same type.
-func (s *Set) Add(start, end uint64, exclusive bool) {
-	s.Clear(start, end)
-	n := Range{start, end, exclusive}
-	out := make([]Range, 0, len(s.r)+1)
-	for _, r := range s.r {
-		if r.Exclusive == exclusive && (r.End+1 == n.Start && r.End != MaxOffset || n.End+1 == r.Start && n.End != MaxOffset) {
-			n.Start, n.End = min(n.Start, r.Start), max(n.End, r.End)
-			continue
-		}
-		out = append(out, r)
-	}
-	i, _ := slices.BinarySearchFunc(out, n.Start, func(r Range, s uint64) int {
-		switch {
-		case r.Start < s:
-			return -1
-		case r.Start > s:
-			return 1
-		}
-		return 0
-	})
-	s.r = slices.Insert(out, i, n)
-}
+func (s *Set) Add(start, end uint64, exclusive bool) { s.o.Set(struct{}{}, start, end, exclusive) }
 
 // Table is the locks of every owner on one file, for locks kept by this
 // process alone (a mount's local locks). It is safe for concurrent use.
 type Table struct {
 	mu     sync.Mutex
-	owners map[uint64]*Set
+	o      Owners[uint64]
 	change chan struct{} // closed and replaced at every unlock
 }
 
@@ -128,21 +109,8 @@ type Table struct {
 func (t *Table) Conflict(owner uint64, start, end uint64, exclusive bool) (r Range, holder uint64, ok bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.conflictLocked(owner, start, end, exclusive)
-}
-
-func (t *Table) conflictLocked(owner uint64, start, end uint64, exclusive bool) (Range, uint64, bool) {
-	for o, s := range t.owners {
-		if o == owner {
-			continue
-		}
-		for _, r := range s.r {
-			if r.overlaps(start, end) && (exclusive || r.Exclusive) {
-				return r, o, true
-			}
-		}
-	}
-	return Range{}, 0, false
+	l, ok := t.o.Conflict(owner, start, end, exclusive)
+	return l.Range, l.Owner, ok
 }
 
 // TryLock sets owner's lock on start..end if no other owner's lock
@@ -150,20 +118,12 @@ func (t *Table) conflictLocked(owner uint64, start, end uint64, exclusive bool) 
 func (t *Table) TryLock(owner uint64, start, end uint64, exclusive bool) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if _, _, c := t.conflictLocked(owner, start, end, exclusive); c {
+	if _, c := t.o.Conflict(owner, start, end, exclusive); c {
 		return false
 	}
-	if t.owners == nil {
-		t.owners = make(map[uint64]*Set)
-	}
-	s := t.owners[owner]
-	if s == nil {
-		s = &Set{}
-		t.owners[owner] = s
-	}
 	// a downgrade or unlocked part lets waiters in
-	wake := s.Overlaps(start, end)
-	s.Add(start, end, exclusive)
+	wake := t.o.Overlaps(owner, start, end)
+	t.o.Set(owner, start, end, exclusive)
 	if wake {
 		t.wakeLocked()
 	}
@@ -195,22 +155,16 @@ func (t *Table) Lock(ctx context.Context, owner uint64, start, end uint64, exclu
 func (t *Table) Unlock(owner uint64, start, end uint64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	s := t.owners[owner]
-	if s == nil {
-		return
+	if t.o.Unlock(owner, start, end) {
+		t.wakeLocked()
 	}
-	s.Clear(start, end)
-	if s.Empty() {
-		delete(t.owners, owner)
-	}
-	t.wakeLocked()
 }
 
 // Empty reports whether no owner holds a lock.
 func (t *Table) Empty() bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return len(t.owners) == 0
+	return t.o.Len() == 0
 }
 
 func (t *Table) wakeLocked() {
@@ -224,8 +178,5 @@ func (t *Table) wakeLocked() {
 func (t *Table) Ranges(owner uint64) []Range {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if s := t.owners[owner]; s != nil {
-		return s.Ranges()
-	}
-	return nil
+	return t.o.Ranges(owner)
 }

@@ -423,31 +423,23 @@ func (h *Header) Encode(dst []byte) ([]byte, error) {
 // Bytes after an RDMA_NOMSG, RDMA_DONE or RDMA_ERROR header are ignored.
 func (h *Header) Decode(msg []byte, lim *Limits) (n int, err error) {
 	h.Reset()
-	if len(msg) >= 4 {
-		h.XID = be.Uint32(msg)
+	proc, err := h.readPrefix(msg)
+	if err != nil {
+		return 0, err
 	}
-	if len(msg) >= 8 {
-		h.Vers = be.Uint32(msg[4:])
-	}
-	if len(msg) >= 12 {
-		h.Credits = be.Uint32(msg[8:])
-	}
-	if len(msg) < FixedLen {
-		return 0, headerErr(ErrShort, len(msg), "%d bytes, the fixed header fields need %d", len(msg), FixedLen)
-	}
-	h.Proc = Proc(be.Uint32(msg[12:]))
+	h.Proc = Proc(proc)
 	if h.Vers != Version {
 		return 0, headerErr(ErrVers, 4, "rdma_vers %d", h.Vers)
 	}
-	var d xdr.Decoder
-	d.Reset(msg[FixedLen:])
+	r := listReader{lim: lim.orDefault()}
+	r.d.Reset(msg[FixedLen:])
 	switch h.Proc {
 	case ProcMsg, ProcNoMsg:
-		err = h.decodeLists(&d, lim.orDefault())
+		err = h.decodeLists(&r)
 	case ProcDone:
 		return FixedLen, nil
 	case ProcError:
-		err = h.decodeError(&d)
+		err = h.decodeError(&r.d)
 	case ProcMsgP:
 		err = headerErr(ErrChunk, 12, "RDMA_MSGP is not supported (RFC 8166 section 4.6.1)")
 	default:
@@ -456,7 +448,7 @@ func (h *Header) Decode(msg []byte, lim *Limits) (n int, err error) {
 	if err != nil {
 		return 0, err
 	}
-	return FixedLen + d.Offset(), nil
+	return r.off(), nil
 }
 
 func (h *Header) decodeError(d *xdr.Decoder) error {
@@ -478,131 +470,22 @@ func (h *Header) decodeError(d *xdr.Decoder) error {
 	return nil
 }
 
-// present reads an optional-data discriminator (RFC 4506 section 4.19).
-func present(d *xdr.Decoder) (bool, error) {
-	off := FixedLen + d.Offset()
-	if d.Remaining() < 4 {
-		return false, headerErr(ErrShort, off, "missing list discriminator")
-	}
-	switch v := d.Uint32(); v {
-	case 0:
-		return false, nil
-	case 1:
-		return true, nil
-	default:
-		return false, headerErr(ErrChunk, off, "optional-data discriminator %d is not 0 or 1", v)
-	}
-}
-
-func readSegment(d *xdr.Decoder) Segment {
-	return Segment{Handle: d.Uint32(), Length: d.Uint32(), Offset: d.Uint64()}
-}
-
-func (h *Header) decodeLists(d *xdr.Decoder, lim Limits) error {
-	total := 0 // segments in the whole header
-	inChunk := 0
-	for {
-		off := FixedLen + d.Offset()
-		more, err := present(d)
-		if err != nil {
-			return err
-		}
-		if !more {
-			break
-		}
-		if len(h.Reads) >= lim.MaxReadSegments || total >= lim.MaxSegments {
-			return headerErr(ErrChunk, off, "Read list longer than %d segments (header %d)", lim.MaxReadSegments, lim.MaxSegments)
-		}
-		if d.Remaining() < ReadSegmentLen-4 {
-			return headerErr(ErrShort, off+4, "truncated read segment")
-		}
-		pos := d.Uint32()
-		seg := readSegment(d)
-		if pos%4 != 0 {
-			return headerErr(ErrChunk, off+4, "read position %d is not a multiple of 4 (RFC 8166 section 3.4.5)", pos)
-		}
-		if n := len(h.Reads); n > 0 && pos == h.Reads[n-1].Position {
-			inChunk++
-		} else if n > 0 && pos < h.Reads[n-1].Position {
-			return headerErr(ErrChunk, off+4, "read position %d after %d: Read list not in Payload stream order", pos, h.Reads[n-1].Position)
-		} else {
-			inChunk = 1
-		}
-		if inChunk > lim.MaxChunkSegments {
-			return headerErr(ErrChunk, off, "Read chunk at position %d has more than %d segments", pos, lim.MaxChunkSegments)
-		}
-		if segmentWraps(seg) {
-			return headerErr(ErrChunk, off+8, "read segment offset %#x + length %d wraps", seg.Offset, seg.Length)
-		}
-		h.Reads = append(h.Reads, ReadSegment{Position: pos, Segment: seg})
-		total++
-	}
-	for {
-		more, err := present(d)
-		if err != nil {
-			return err
-		}
-		if !more {
-			break
-		}
-		n := len(h.Writes)
-		if n >= lim.MaxWriteChunks {
-			return headerErr(ErrChunk, FixedLen+d.Offset()-4, "Write list longer than %d chunks", lim.MaxWriteChunks)
-		}
-		var slot []Segment
-		if n < cap(h.Writes) {
-			slot = h.Writes[:n+1][n]
-		}
-		segs, err := decodeSegments(d, slot, lim, &total)
-		if err != nil {
-			return err
-		}
-		h.Writes = append(h.Writes, segs)
-	}
-	more, err := present(d)
-	if err != nil {
+// decodeLists reads the chunk lists of an RDMA_MSG or RDMA_NOMSG (RFC
+// 8166 section 4.3).
+func (h *Header) decodeLists(r *listReader) error {
+	if err := r.readList(h, anyPosition); err != nil {
 		return err
 	}
-	if more {
-		segs, err := decodeSegments(d, h.Reply, lim, &total)
-		if err != nil {
-			return err
-		}
-		h.Reply = segs
-		h.HasReply = true
+	if err := r.writeList(h); err != nil {
+		return err
+	}
+	if err := r.replyChunk(h); err != nil {
+		return err
 	}
 	if h.Proc == ProcNoMsg && len(h.PositionZero()) == 0 && !h.HasReply {
 		return headerErr(ErrChunk, 12, "RDMA_NOMSG with neither a Position Zero Read chunk nor a Reply chunk (RFC 8166 section 4.5.2)")
 	}
 	return nil
-}
-
-// decodeSegments reads a counted array of plain segments into dst[:0].
-func decodeSegments(d *xdr.Decoder, dst []Segment, lim Limits, total *int) ([]Segment, error) {
-	off := FixedLen + d.Offset()
-	if d.Remaining() < 4 {
-		return dst, headerErr(ErrShort, off, "missing segment count")
-	}
-	count := d.Uint32()
-	if count > uint32(lim.MaxChunkSegments) || *total+int(count) > lim.MaxSegments {
-		return dst, headerErr(ErrChunk, off, "chunk of %d segments (limits: %d per chunk, %d per header)", count, lim.MaxChunkSegments, lim.MaxSegments)
-	}
-	if uint64(count)*SegmentLen > uint64(d.Remaining()) {
-		return dst, headerErr(ErrShort, off, "%d segments need %d bytes, %d left", count, uint64(count)*SegmentLen, d.Remaining())
-	}
-	dst = dst[:0]
-	if cap(dst) < int(count) {
-		dst = make([]Segment, 0, count)
-	}
-	for i := 0; i < int(count); i++ {
-		s := readSegment(d)
-		if segmentWraps(s) {
-			return dst, headerErr(ErrChunk, off+4+i*SegmentLen, "segment offset %#x + length %d wraps", s.Offset, s.Length)
-		}
-		dst = append(dst, s)
-	}
-	*total += int(count)
-	return dst, nil
 }
 
 // CheckCall reports, wrapping ErrChunk, what makes a decoded RDMA_MSG or

@@ -423,196 +423,61 @@ func (h *Header) encode2(dst []byte) ([]byte, error) {
 // Bytes after a header that carries no RPC message are ignored.
 func (h *Header) Decode2(msg []byte, lim *Limits) (n int, err error) {
 	h.Reset()
-	if len(msg) >= 4 {
-		h.XID = be.Uint32(msg)
+	htype, err := h.readPrefix(msg)
+	if err != nil {
+		return 0, err
 	}
-	if len(msg) >= 8 {
-		h.Vers = be.Uint32(msg[4:])
-	}
-	if len(msg) >= 12 {
-		h.Credits = be.Uint32(msg[8:])
-	}
-	if len(msg) < PrefixLen {
-		return 0, headerErr(ErrShort, len(msg), "%d bytes, the header prefix needs %d", len(msg), PrefixLen)
-	}
-	h.HType = HType(be.Uint32(msg[12:]))
+	h.HType = HType(htype)
 	h.Proc = h.HType.v1Proc()
 	if h.Vers != Version2 {
 		return 0, headerErr(ErrVers, 4, "rdma_vers %d", h.Vers)
 	}
-	var d xdr.Decoder
-	d.Reset(msg[PrefixLen:])
-	l := lim.orDefault()
+	r := listReader{lim: lim.orDefault(), v2: true}
+	r.d.Reset(msg[PrefixLen:])
 	switch h.HType {
 	case HTypeCallInline, HTypeCallExternal:
-		if d.Remaining() < 4 {
+		if r.d.Remaining() < 4 {
 			return 0, headerErr(ErrShort, PrefixLen, "missing rdma_inv_handle")
 		}
-		h.InvHandle = d.Uint32()
-		var st listState
+		h.InvHandle = r.d.Uint32()
 		if h.HType == HTypeCallExternal {
-			if err = h.decodeReadList2(&d, l, &st, true); err == nil && len(h.Reads) == 0 {
+			if err = r.readList(h, zeroPosition); err == nil && len(h.Reads) == 0 {
 				err = headerErr(ErrChunk, PrefixLen+4, "RDMA2_CALL_EXTERNAL without a Call chunk (section 6.3.5)")
 			}
 		}
 		if err == nil {
-			err = h.decodeReadList2(&d, l, &st, false)
+			err = r.readList(h, dataPosition)
 		}
 		if err == nil {
-			err = h.decodeWriteList2(&d, l, &st)
+			err = r.writeList(h)
 		}
 		if err == nil {
-			err = h.decodeReplyChunk2(&d, l, &st)
+			err = r.replyChunk(h)
 		}
 	case HTypeReplyInline, HTypeReplyExternal:
-		var st listState
-		err = h.decodeWriteList2(&d, l, &st)
+		err = r.writeList(h)
 		if err == nil && h.HType == HTypeReplyExternal {
-			if err = h.decodeReplyChunk2(&d, l, &st); err == nil && !h.HasReply {
-				err = headerErr(ErrChunk, PrefixLen+d.Offset()-4, "RDMA2_REPLY_EXTERNAL without a Reply chunk (section 6.3.8)")
+			if err = r.replyChunk(h); err == nil && !h.HasReply {
+				err = headerErr(ErrChunk, r.off()-4, "RDMA2_REPLY_EXTERNAL without a Reply chunk (section 6.3.8)")
 			}
 		}
 	case HTypeCallMiddle, HTypeReplyMiddle:
-		if d.Remaining() < 4 {
+		if r.d.Remaining() < 4 {
 			return 0, headerErr(ErrShort, PrefixLen, "missing rdma_remaining")
 		}
-		h.Remaining = d.Uint32()
+		h.Remaining = r.d.Uint32()
 	case HTypeGrant:
 	case HTypeError:
-		err = h.decodeError2(&d)
+		err = h.decodeError2(&r.d)
 	case HTypeConnPropMiddle, HTypeConnPropFinal:
-		h.Props, err = decodeProps(&d, h.Props[:0])
+		h.Props, err = decodeProps(&r.d, h.Props[:0])
 	default:
 		err = headerErr(ErrHType, 12, "unknown rdma_htype %d", uint32(h.HType))
 	}
 	if err != nil {
 		return 0, err
 	}
-	return PrefixLen + d.Offset(), nil
-}
-
-// listState counts segments across the lists of one header.
-type listState struct{ total int }
-
-func (h *Header) decodeReadList2(d *xdr.Decoder, lim Limits, st *listState, call bool) error {
-	inChunk := 0
-	first := len(h.Reads)
-	for {
-		off := PrefixLen + d.Offset()
-		more, err := present2(d)
-		if err != nil || !more {
-			return err
-		}
-		if d.Remaining() < ReadSegmentLen-4 {
-			return headerErr(ErrShort, off+4, "truncated read segment")
-		}
-		pos := d.Uint32()
-		seg := readSegment(d)
-		switch {
-		case call && pos != 0:
-			return headerErr(ErrChunk, off+4, "Call chunk segment at position %d (section 6.6.3)", pos)
-		case !call && pos == 0:
-			return headerErr(ErrChunk, off+4, "Position-zero Read segment in rdma_reads (section 6.3.7)")
-		case pos%4 != 0:
-			return headerErr(ErrChunk, off+4, "read position %d is not a multiple of 4 (section 4.5.1)", pos)
-		}
-		n := len(h.Reads)
-		switch {
-		case n > first && pos == h.Reads[n-1].Position:
-			inChunk++
-		case n > first && pos < h.Reads[n-1].Position:
-			return headerErr(ErrChunk, off+4, "read position %d after %d (section 4.5.1.1)", pos, h.Reads[n-1].Position)
-		default:
-			inChunk = 1
-		}
-		if n >= lim.MaxReadSegments || inChunk > lim.MaxChunkSegments || st.total >= lim.MaxSegments {
-			return &HeaderError{Kind: ErrSegments, Offset: off, Reason: fmt.Sprintf("more than %d segments in a chunk or %d in the header", lim.MaxChunkSegments, lim.MaxSegments), Max: uint32(lim.MaxChunkSegments)}
-		}
-		if segmentWraps(seg) {
-			return headerErr(ErrChunk, off+8, "read segment offset %#x + length %d wraps", seg.Offset, seg.Length)
-		}
-		h.Reads = append(h.Reads, ReadSegment{Position: pos, Segment: seg})
-		st.total++
-	}
-}
-
-func (h *Header) decodeWriteList2(d *xdr.Decoder, lim Limits, st *listState) error {
-	for {
-		off := PrefixLen + d.Offset()
-		more, err := present2(d)
-		if err != nil || !more {
-			return err
-		}
-		n := len(h.Writes)
-		if n >= lim.MaxWriteChunks {
-			return &HeaderError{Kind: ErrWriteChunks, Offset: off, Reason: fmt.Sprintf("Write list longer than %d chunks", lim.MaxWriteChunks), Max: uint32(lim.MaxWriteChunks)}
-		}
-		var slot []Segment
-		if n < cap(h.Writes) {
-			slot = h.Writes[:n+1][n]
-		}
-		segs, err := decodeSegments2(d, slot, lim, st)
-		if err != nil {
-			return err
-		}
-		h.Writes = append(h.Writes, segs)
-	}
-}
-
-func (h *Header) decodeReplyChunk2(d *xdr.Decoder, lim Limits, st *listState) error {
-	more, err := present2(d)
-	if err != nil || !more {
-		return err
-	}
-	segs, err := decodeSegments2(d, h.Reply, lim, st)
-	if err != nil {
-		return err
-	}
-	h.Reply, h.HasReply = segs, true
-	return nil
-}
-
-// present2 is present with version 2 offsets.
-func present2(d *xdr.Decoder) (bool, error) {
-	off := PrefixLen + d.Offset()
-	if d.Remaining() < 4 {
-		return false, headerErr(ErrShort, off, "missing list discriminator")
-	}
-	switch v := d.Uint32(); v {
-	case 0:
-		return false, nil
-	case 1:
-		return true, nil
-	default:
-		return false, headerErr(ErrChunk, off, "optional-data discriminator %d is not 0 or 1", v)
-	}
-}
-
-func decodeSegments2(d *xdr.Decoder, dst []Segment, lim Limits, st *listState) ([]Segment, error) {
-	off := PrefixLen + d.Offset()
-	if d.Remaining() < 4 {
-		return dst, headerErr(ErrShort, off, "missing segment count")
-	}
-	count := d.Uint32()
-	if count > uint32(lim.MaxChunkSegments) || st.total+int(count) > lim.MaxSegments {
-		return dst, &HeaderError{Kind: ErrSegments, Offset: off, Reason: fmt.Sprintf("chunk of %d segments (limits: %d per chunk, %d per header)", count, lim.MaxChunkSegments, lim.MaxSegments), Max: uint32(lim.MaxChunkSegments)}
-	}
-	if uint64(count)*SegmentLen > uint64(d.Remaining()) {
-		return dst, headerErr(ErrShort, off, "%d segments need %d bytes, %d left", count, uint64(count)*SegmentLen, d.Remaining())
-	}
-	dst = dst[:0]
-	if cap(dst) < int(count) {
-		dst = make([]Segment, 0, count)
-	}
-	for i := 0; i < int(count); i++ {
-		s := readSegment(d)
-		if segmentWraps(s) {
-			return dst, headerErr(ErrChunk, off+4+i*SegmentLen, "segment offset %#x + length %d wraps", s.Offset, s.Length)
-		}
-		dst = append(dst, s)
-	}
-	st.total += int(count)
-	return dst, nil
+	return r.off(), nil
 }
 
 func (h *Header) decodeError2(d *xdr.Decoder) error {

@@ -282,3 +282,22 @@ func TestDecode2NoAllocs(t *testing.T) {
 		t.Fatalf("%v allocations", n)
 	}
 }
+
+// BenchmarkDecode2 decodes an RDMA2_CALL_INLINE with a Read chunk of two
+// segments, a Write chunk and a Reply chunk into a reused Header.
+func BenchmarkDecode2(b *testing.B) {
+	var msg []byte
+	for _, c := range wire2Cases() {
+		if c.name == "call-inline-chunks" {
+			msg = c.wire
+		}
+	}
+	var h Header
+	b.ReportAllocs()
+	b.SetBytes(int64(len(msg)))
+	for b.Loop() {
+		if _, err := h.Decode2(msg, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

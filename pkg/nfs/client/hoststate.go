@@ -7,7 +7,6 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -16,6 +15,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nsm"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nsmstate"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
 )
 
@@ -24,9 +24,9 @@ var bootIDPath = "/proc/sys/kernel/random/boot_id"
 
 // HostState is this host's NSM state (X/Open XNFS chapter 11) kept in a
 // directory, as Linux rpc.statd keeps /var/lib/nfs: the state number
-// ("state", odd while the host is up, increased by 2 at each boot), the
-// boot it belongs to ("boot_id"), and the servers this host held locks
-// on ("sm/<server>"). Every mount of the host may share one directory:
+// ("state", package nsmstate: odd while the host is up, the next odd
+// number at each boot), the boot it belongs to ("boot_id"), and the
+// servers this host held locks on ("sm/<server>"). Every mount of the host may share one directory:
 // the first HostState opened after a reboot increases the state and
 // sends SM_NOTIFY to the recorded servers, which then free the locks the
 // host held before it went down; later opens in the same boot keep the
@@ -71,13 +71,12 @@ func OpenHostState(dir, callerName string, o NotifyOptions) (*HostState, error) 
 		return nil, fmt.Errorf("nsm state: lock %s: %w", dir, err)
 	}
 	h := &HostState{dir: dir, callerName: callerName, opts: o, mon: map[string]bool{}}
-	b, err := os.ReadFile(filepath.Join(dir, "state"))
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("nsm state: %w", err)
+	statePath := filepath.Join(dir, "state")
+	st, err := nsmstate.Read(statePath)
+	if err != nil && !errors.Is(err, nsmstate.ErrBad) {
+		return nil, err
 	}
-	if n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 32); err == nil {
-		h.state = int32(n)
-	}
+	h.state = st // a bad number counts as none: the host starts over
 	boot, _ := os.ReadFile(bootIDPath)
 	old, _ := os.ReadFile(filepath.Join(dir, "boot_id"))
 	servers, err := h.recorded()
@@ -86,14 +85,11 @@ func OpenHostState(dir, callerName string, o NotifyOptions) (*HostState, error) 
 	}
 	rebooted := len(boot) == 0 || string(old) != string(boot)
 	if rebooted || h.state&1 == 0 {
-		h.state = (h.state | 1) + 2
-		if h.state <= 0 {
-			h.state = 1
-		}
-		if err := writeFileSync(filepath.Join(dir, "state"), []byte(strconv.Itoa(int(h.state))+"\n")); err != nil {
+		h.state = nsmstate.Next(h.state)
+		if err := nsmstate.Write(statePath, h.state); err != nil {
 			return nil, err
 		}
-		if err := writeFileSync(filepath.Join(dir, "boot_id"), boot); err != nil {
+		if err := nsmstate.WriteFile(filepath.Join(dir, "boot_id"), boot); err != nil {
 			return nil, err
 		}
 		if len(servers) > 0 {
@@ -128,6 +124,9 @@ func (h *HostState) recorded() ([]string, error) {
 	}
 	var out []string
 	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), ".") {
+			continue // nsmstate.WriteFile's temporary file; no host name starts with "."
+		}
 		if s, err := url.PathUnescape(e.Name()); err == nil {
 			out = append(out, s)
 		}
@@ -142,7 +141,7 @@ func (h *HostState) monitor(server string) {
 	if h.mon[server] {
 		return
 	}
-	if err := writeFileSync(filepath.Join(h.dir, "sm", url.PathEscape(server)), []byte(server+"\n")); err != nil {
+	if err := nsmstate.WriteFile(filepath.Join(h.dir, "sm", url.PathEscape(server)), []byte(server+"\n")); err != nil {
 		klog.ErrorS(err, "NSM: server not recorded: it will not be told of this host's reboot", "server", server)
 		return
 	}
@@ -197,29 +196,5 @@ func (h *HostState) Notify(ctx context.Context, server string) error {
 		return fmt.Errorf("nsm SM_NOTIFY %s: %w", server, err)
 	}
 	klog.InfoS("NSM: SM_NOTIFY sent", "server", server, "mon_name", h.callerName, "state", a.State)
-	return nil
-}
-
-// writeFileSync writes a file through a temporary name, synced, then
-// renames it over the old one.
-func writeFileSync(path string, b []byte) error {
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
-	if err != nil {
-		return fmt.Errorf("nsm state: %w", err)
-	}
-	_, err = f.Write(b)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		return fmt.Errorf("nsm state: %w", err)
-	}
 	return nil
 }

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nfsrdma/nfsrdma-csi/internal/nlmtest"
+	"github.com/nfsrdma/nfsrdma-csi/internal/lockdtest"
 	"github.com/nfsrdma/nfsrdma-csi/internal/posixlock"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/lockd"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nfs3"
@@ -48,7 +48,7 @@ func TestNLMRange(t *testing.T) {
 var testFH = func() nfs3.FH { fh, _ := nfs3.NewFH([]byte("file-handle-1")); return fh }()
 
 // newTestLocker is a Locker of host name caller against srv.
-func newTestLocker(t *testing.T, srv *nlmtest.Server, caller string, lo LockOptions) *Locker {
+func newTestLocker(t *testing.T, srv *lockdtest.Server, caller string, lo LockOptions) *Locker {
 	t.Helper()
 	lo.Port, lo.CallerName = srv.Port, caller
 	if lo.Poll == 0 {
@@ -66,14 +66,9 @@ func newTestLocker(t *testing.T, srv *nlmtest.Server, caller string, lo LockOpti
 	return l
 }
 
-func startNLM(t *testing.T) *nlmtest.Server {
-	srv := nlmtest.Start(t)
-	srv.CallbackAddr = func() string {
-		if p := CallbackPort(); p != 0 {
-			return "127.0.0.1:" + strconv.Itoa(p)
-		}
-		return ""
-	}
+func startNLM(t *testing.T) *lockdtest.Server {
+	srv := lockdtest.Start(t)
+	srv.CallbackPort = CallbackPort
 	return srv
 }
 
@@ -94,7 +89,7 @@ func lockAsync(ctx context.Context, l *Locker, r LockRequest) <-chan error {
 	return ch
 }
 
-func waitBlocked(t *testing.T, srv *nlmtest.Server, n int) {
+func waitBlocked(t *testing.T, srv *lockdtest.Server, n int) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
@@ -221,7 +216,7 @@ func TestLockBlockingGranted(t *testing.T) {
 // every Poll and completes when the lock is free.
 func TestLockBlockingPolled(t *testing.T) {
 	srv := startNLM(t)
-	srv.CallbackAddr = nil
+	srv.CallbackPort = nil
 	a := newTestLocker(t, srv, "host-a", LockOptions{})
 	b := newTestLocker(t, srv, "host-b", LockOptions{NoCallbacks: true, Poll: 100 * time.Millisecond})
 	ctx := ctxT(t, 20*time.Second)
@@ -285,7 +280,10 @@ func TestLockCancel(t *testing.T) {
 // nothing blocked, and the client unlocks what it was granted.
 func TestLockCancelGrantRace(t *testing.T) {
 	srv := startNLM(t)
-	srv.CallbackAddr = func() string { return "" } // the GRANTED is lost
+	srv.CallbackPort = nil // the GRANTED is lost
+	// and the CANCEL finds no blocked request (NLM4_DENIED), as when the
+	// server granted the lock as the CANCEL went out
+	srv.Answer = func(proc uint32, _ *nlm.Lock) (nlm.Stat, bool) { return nlm.Denied, proc == nlm.ProcCancel }
 	a := newTestLocker(t, srv, "host-a", LockOptions{})
 	b := newTestLocker(t, srv, "host-b", LockOptions{})
 	ctx := ctxT(t, 20*time.Second)
@@ -374,7 +372,7 @@ func TestLockReclaimOnNotify(t *testing.T) {
 	if reclaims != 3 || a.Stats().Reclaims != 1 {
 		t.Fatalf("%d reclaim LOCKs, stats %+v; want 3 and one reclaim", reclaims, a.Stats())
 	}
-	srv.SetGrace(false)
+	srv.EndGrace()
 	want := []posixlock.Range{{Start: 0, End: 39}, {Start: 40, End: 59, Exclusive: true}, {Start: 60, End: 99}}
 	got := srv.Held(1001)
 	for i := range want {
@@ -402,7 +400,7 @@ func TestLockReclaimOnGrace(t *testing.T) {
 		t.Fatalf("lock in the grace period returned %v", err)
 	case <-time.After(100 * time.Millisecond):
 	}
-	srv.SetGrace(false)
+	srv.EndGrace()
 	if err := <-got; err != nil {
 		t.Fatal(err)
 	}

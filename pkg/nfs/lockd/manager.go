@@ -223,7 +223,7 @@ func (m *Manager) Test(q *Request) (nlm.Stat, *nlm.Holder) {
 	if f == nil {
 		return nlm.Granted, nil
 	}
-	if h := f.locks.conflict(q.Owner, q.Exclusive, q.Range); h != nil {
+	if h, ok := f.locks.conflict(q.Owner, q.Exclusive, q.Range); ok {
 		return nlm.Denied, h.Holder()
 	}
 	return nlm.Granted, nil
@@ -243,7 +243,7 @@ func (m *Manager) Lock(q *Request, wait, reclaim bool) nlm.Stat {
 		return nlm.DeniedGracePeriod
 	}
 	f := m.fileLocked(q.Key)
-	if f.locks.conflict(q.Owner, q.Exclusive, q.Range) != nil {
+	if _, ok := f.locks.conflict(q.Owner, q.Exclusive, q.Range); ok {
 		if !wait {
 			m.dropFileIfIdleLocked(f)
 			return nlm.Denied
@@ -326,9 +326,8 @@ func (m *Manager) FreeAll(caller string) int {
 				m.removeBlockLocked(b)
 			}
 		}
-		before := len(f.locks.held)
-		if f.locks.removeIf(func(h *Held) bool { return h.Owner.Caller == caller }) {
-			n += before - len(f.locks.held)
+		if freed := f.locks.o.RemoveIf(func(o Owner) bool { return o.Caller == caller }); freed > 0 {
+			n += freed
 			m.wakeLocked(f)
 		}
 		m.dropFileIfIdleLocked(f)
@@ -341,7 +340,7 @@ func (m *Manager) Held(key string) []Held {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if f := m.files[key]; f != nil {
-		return append([]Held(nil), f.locks.held...)
+		return f.locks.held()
 	}
 	return nil
 }
@@ -366,7 +365,7 @@ func (m *Manager) fileLocked(key string) *file {
 }
 
 func (m *Manager) dropFileIfIdleLocked(f *file) {
-	if len(f.locks.held) == 0 && len(f.blocks) == 0 {
+	if f.locks.o.Len() == 0 && len(f.blocks) == 0 {
 		delete(m.files, f.key)
 	}
 }
@@ -403,7 +402,7 @@ func (m *Manager) removeBlockLocked(b *block) {
 // longer conflict, and starts their GRANTED callbacks.
 func (m *Manager) wakeLocked(f *file) {
 	for _, b := range f.blocks {
-		if b.granted || f.locks.conflict(b.owner, b.exclusive, b.r) != nil {
+		if _, ok := f.locks.conflict(b.owner, b.exclusive, b.r); b.granted || ok {
 			continue
 		}
 		f.locks.set(b.owner, b.exclusive, b.r)

@@ -8,9 +8,10 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nsmstate"
 )
 
 // Files of the NSM state directory.
@@ -37,8 +38,9 @@ type nsmStore struct {
 	prev    []Client        // recorded by the previous instance, to notify
 }
 
-// openNSMStore reads dir's state number n and makes it n+2 (n+1 if n was
-// even; 1 for a new directory), writing it back before returning.
+// openNSMStore makes dir's state number the next odd one
+// (nsmstate.Up: 1 for a new directory), writing it back before
+// returning, and reads the clients recorded there.
 func openNSMStore(dir string) (*nsmStore, error) {
 	s := &nsmStore{dir: dir, clients: map[Client]bool{}, st: 1}
 	if dir == "" {
@@ -47,30 +49,12 @@ func openNSMStore(dir string) (*nsmStore, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("lockd: state dir: %w", err)
 	}
-	b, err := os.ReadFile(filepath.Join(dir, stateFile))
-	switch {
-	case err == nil:
-		n, perr := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 32)
-		if perr != nil || n < 0 {
-			return nil, fmt.Errorf("lockd: %s: bad state number %q", filepath.Join(dir, stateFile), b)
-		}
-		if n%2 == 1 {
-			n += 2
-		} else {
-			n++
-		}
-		if n > 1<<31-1 {
-			n = 1
-		}
-		s.st = int32(n)
-	case errors.Is(err, fs.ErrNotExist):
-	default:
+	st, err := nsmstate.Up(filepath.Join(dir, stateFile))
+	if err != nil {
 		return nil, fmt.Errorf("lockd: %w", err)
 	}
-	if err := writeAtomic(filepath.Join(dir, stateFile), []byte(strconv.Itoa(int(s.st))+"\n")); err != nil {
-		return nil, err
-	}
-	b, err = os.ReadFile(filepath.Join(dir, clientsFile))
+	s.st = st
+	b, err := os.ReadFile(filepath.Join(dir, clientsFile))
 	switch {
 	case err == nil:
 		if err := json.Unmarshal(b, &s.prev); err != nil {
@@ -176,28 +160,5 @@ func (s *nsmStore) saveLocked() error {
 	if err != nil {
 		return err
 	}
-	return writeAtomic(filepath.Join(s.dir, clientsFile), append(b, '\n'))
-}
-
-// writeAtomic replaces path with b durably (temporary file, fsync, rename).
-func writeAtomic(path string, b []byte) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
-	if err != nil {
-		return fmt.Errorf("lockd: %w", err)
-	}
-	_, err = f.Write(b)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(f.Name(), path)
-	}
-	if err != nil {
-		os.Remove(f.Name())
-		return fmt.Errorf("lockd: %w", err)
-	}
-	return nil
+	return nsmstate.WriteFile(filepath.Join(s.dir, clientsFile), append(b, '\n'))
 }

@@ -1,14 +1,13 @@
 package lockd
 
 import (
-	"math"
-
+	"github.com/nfsrdma/nfsrdma-csi/internal/posixlock"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nlm"
 )
 
 // MaxOffset is the largest byte offset a lock may cover, 2^63-1, as Linux
 // lockd's OFFSET_MAX: NLM v4 ranges map onto signed 64-bit file offsets.
-const MaxOffset = math.MaxInt64
+const MaxOffset = posixlock.MaxOffset
 
 // Owner is a lock owner: the client host's caller_name and the owner
 // handle (oh) and svid it sent, as Linux lockd tells lock owners apart by
@@ -29,27 +28,17 @@ type Range struct {
 // reaches MaxOffset. A range starting past MaxOffset or ending past it is
 // nlm.FBig, as Linux lockd's nlm4svc_retrieve_args answers NLM4_FBIG.
 func RangeOf(offset, length uint64) (Range, nlm.Stat) {
-	if offset > MaxOffset || (length != 0 && length-1 > MaxOffset-offset) {
+	start, end, ok := posixlock.Span(offset, length)
+	if !ok {
 		return Range{}, nlm.FBig
 	}
-	if length == 0 {
-		return Range{offset, MaxOffset}, nlm.Granted
-	}
-	return Range{offset, offset + length - 1}, nlm.Granted
+	return Range{start, end}, nlm.Granted
 }
 
 // Length returns the range as an NLM l_len: 0 when it reaches MaxOffset.
-func (r Range) Length() uint64 {
-	if r.End >= MaxOffset {
-		return 0
-	}
-	return r.End - r.Start + 1
-}
+func (r Range) Length() uint64 { return posixlock.Length(r.Start, r.End) }
 
 func (r Range) overlaps(o Range) bool { return r.Start <= o.End && o.Start <= r.End }
-
-// touches reports whether r and o overlap or are adjacent.
-func (r Range) touches(o Range) bool { return r.Start <= o.End+1 && o.Start <= r.End+1 }
 
 // Held is one lock held on a file.
 type Held struct {
@@ -69,90 +58,37 @@ func (h *Held) Holder() *nlm.Holder {
 	}
 }
 
-// locks is the set of POSIX byte-range locks held on one file. A lock
-// owner's ranges never overlap each other, and adjacent or overlapping
-// ranges of one owner and one kind are merged, as fcntl(2) F_SETLK keeps
-// them. It is not safe for concurrent use.
-type locks struct {
-	held []Held
+func heldOf(l posixlock.Lock[Owner]) Held {
+	return Held{Owner: l.Owner, Exclusive: l.Exclusive, Range: Range{l.Start, l.End}}
 }
 
-// conflict returns a lock of another owner that overlaps r and is
-// exclusive or would be met by an exclusive request, or nil.
-func (l *locks) conflict(o Owner, exclusive bool, r Range) *Held {
-	for i := range l.held {
-		h := &l.held[i]
-		if h.Owner != o && h.Range.overlaps(r) && (exclusive || h.Exclusive) {
-			return h
-		}
-	}
-	return nil
+// locks is the set of POSIX byte-range locks held on one file, by NLM
+// lock owner (posixlock.Owners). It is not safe for concurrent use.
+type locks struct {
+	o posixlock.Owners[Owner]
+}
+
+// conflict returns the first lock of another owner that overlaps r and
+// is exclusive or would be met by an exclusive request.
+func (l *locks) conflict(o Owner, exclusive bool, r Range) (Held, bool) {
+	h, ok := l.o.Conflict(o, r.Start, r.End, exclusive)
+	return heldOf(h), ok
 }
 
 // set gives owner o a lock of the given kind on r, replacing (upgrading,
 // downgrading, splitting) its locks there and merging with its adjacent
 // locks of the same kind. The caller has checked conflict.
-func (l *locks) set(o Owner, exclusive bool, r Range) {
-	out := l.held[:0:0]
-	for _, h := range l.held {
-		switch {
-		case h.Owner != o:
-			out = append(out, h)
-		case h.Exclusive == exclusive && h.Range.touches(r):
-			r.Start, r.End = min(r.Start, h.Range.Start), max(r.End, h.Range.End)
-		default:
-			out = appendOutside(out, h, r)
-		}
-	}
-	l.held = append(out, Held{Owner: o, Exclusive: exclusive, Range: r})
-}
+func (l *locks) set(o Owner, exclusive bool, r Range) { l.o.Set(o, r.Start, r.End, exclusive) }
 
 // unlock releases owner o's locks on r, splitting a lock that extends
 // past r on both sides. It reports whether anything was released.
-func (l *locks) unlock(o Owner, r Range) bool {
-	out := l.held[:0:0]
-	changed := false
-	for _, h := range l.held {
-		if h.Owner != o || !h.Range.overlaps(r) {
-			out = append(out, h)
-			continue
-		}
-		changed = true
-		out = appendOutside(out, h, r)
-	}
-	l.held = out
-	return changed
-}
+func (l *locks) unlock(o Owner, r Range) bool { return l.o.Unlock(o, r.Start, r.End) }
 
-// removeIf drops every lock for which drop is true and reports whether
-// any was dropped.
-func (l *locks) removeIf(drop func(*Held) bool) bool {
-	out := l.held[:0]
-	for i := range l.held {
-		if !drop(&l.held[i]) {
-			out = append(out, l.held[i])
-		}
-	}
-	changed := len(out) != len(l.held)
-	clear(l.held[len(out):])
-	l.held = out
-	return changed
-}
-
-// appendOutside appends the parts of h outside r (none, one or two).
-func appendOutside(out []Held, h Held, r Range) []Held {
-	if !h.Range.overlaps(r) {
-		return append(out, h)
-	}
-	if h.Range.Start < r.Start {
-		left := h
-		left.Range.End = r.Start - 1
-		out = append(out, left)
-	}
-	if h.Range.End > r.End {
-		right := h
-		right.Range.Start = r.End + 1
-		out = append(out, right)
+// held returns a copy of the locks, in the order they were set.
+func (l *locks) held() []Held {
+	var out []Held
+	for _, h := range l.o.Locks() {
+		out = append(out, heldOf(h))
 	}
 	return out
 }

@@ -30,7 +30,7 @@ type op struct {
 }
 
 func show(l *locks) string {
-	hs := slices.Clone(l.held)
+	hs := l.held()
 	slices.SortFunc(hs, func(a, b Held) int {
 		if c := cmp.Compare(a.Range.Start, b.Range.Start); c != 0 {
 			return c
@@ -106,11 +106,11 @@ func TestLocks(t *testing.T) {
 					l.unlock(o.o, o.r)
 				default:
 					excl := o.kind == 'X'
-					h := l.conflict(o.o, excl, o.r)
-					if (h != nil) != o.denied {
-						t.Fatalf("op %d %c %v: conflict %v, want denied=%v (held: %s)", i, o.kind, o.r, h, o.denied, show(&l))
+					h, ok := l.conflict(o.o, excl, o.r)
+					if ok != o.denied {
+						t.Fatalf("op %d %c %v: conflict %v %v, want denied=%v (held: %s)", i, o.kind, o.r, h, ok, o.denied, show(&l))
 					}
-					if h == nil {
+					if !ok {
 						l.set(o.o, excl, o.r)
 					}
 				}
