@@ -12,6 +12,8 @@ import (
 
 	"github.com/nfsrdma/nfsrdma-csi/pkg/metrics"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/fusefs"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/mountopts"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/transport"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/rpcrdma"
 )
 
@@ -74,19 +76,31 @@ servers are told of a reboot of the node so that they free its old locks.`,
   driver mount -o proto=tcp,port=2049,mountport=20048,actimeo=0 127.0.0.1:/ /mnt`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			mo, err := fusefs.ParseOptions(opts)
+			mo, err := mountopts.Parse(opts)
 			if err != nil {
+				return err
+			}
+			server, _, err := mountopts.SplitSource(args[0])
+			if err != nil {
+				ready(readyFD, err)
 				return err
 			}
 			ctx := cmd.Context()
 			cfg := fusefs.Config{Source: args[0], Options: mo, Debug: debug, FD: fuseFD, LockCallerName: caller, StateDir: state}
 			cfg.AuthSys.MachineName = machine
 			var rc *metrics.RPCClient
+			var rdmaMetrics *rpcrdma.ClientMetrics
 			if msock != "" {
 				rc = metrics.NewRPCClient(nil) // per-procedure calls, latency and bytes of this pod's mount
 				cfg.WrapDial = rc.Dial
-				cfg.RDMAMetrics = new(rpcrdma.ClientMetrics)
+				rdmaMetrics = new(rpcrdma.ClientMetrics)
 			}
+			tr, err := transport.ForMount(server, mo, rdmaMetrics)
+			if err != nil {
+				ready(readyFD, err)
+				return err
+			}
+			cfg.Dial, cfg.Transport = tr.Dial, tr.Name
 			m, err := fusefs.NewMount(ctx, args[1], cfg)
 			ready(readyFD, err)
 			if err != nil {
@@ -97,8 +111,8 @@ servers are told of a reboot of the node so that they free its old locks.`,
 				reg := prometheus.NewRegistry()
 				reg.MustRegister(rc, metrics.NewClientCollector(m.Client.Stats, nil), metrics.NewDeviceCollector(nil, nil),
 					metrics.NewMountMemoryCollector(m.Memory, nil))
-				if mo.Proto == fusefs.ProtoRDMA {
-					reg.MustRegister(metrics.NewTransportCollector(metrics.RoleRequester, cfg.RDMAMetrics.Metrics, nil))
+				if mo.Proto == mountopts.ProtoRDMA {
+					reg.MustRegister(metrics.NewTransportCollector(metrics.RoleRequester, rdmaMetrics.Metrics, nil))
 				}
 				go func() {
 					if err := metrics.ServeUnix(ctx, msock, reg); err != nil {

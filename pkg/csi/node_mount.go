@@ -10,11 +10,10 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/client"
 	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
 	mountutils "k8s.io/mount-utils"
-
-	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/fusefs"
 )
 
 // fuseType is the file system type of our mounts in /proc/self/mountinfo.
@@ -39,7 +38,7 @@ func mountFUSE(source, target string, readOnly bool) (*os.File, error) {
 		"fd=" + strconv.Itoa(int(f.Fd())),
 		fmt.Sprintf("rootmode=%o", st.Mode&unix.S_IFMT),
 		"user_id=0", "group_id=0", "allow_other",
-		"max_read=" + strconv.Itoa(fusefs.MaxWrite),
+		"max_read=" + strconv.Itoa(client.MaxIOSize), // fusefs.MaxWrite, the largest READ it serves
 	}, ",")
 	flags := uintptr(unix.MS_NOSUID | unix.MS_NODEV)
 	if readOnly {

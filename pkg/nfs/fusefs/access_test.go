@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/mountopts"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nfs3"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
 )
@@ -204,10 +205,10 @@ func helperCmd(t *testing.T, u user, op string, args ...string) *exec.Cmd {
 // every user reaches, with the export's root searchable by all.
 func permMount(t *testing.T, s *testServer, extra string) string {
 	t.Helper()
-	return permMountProto(t, s, ProtoTCP, extra)
+	return permMountProto(t, s, mountopts.ProtoTCP, extra)
 }
 
-// permMountProto is permMount over proto (ProtoTCP, ProtoRDMA).
+// permMountProto is permMount over proto (mountopts.ProtoTCP, mountopts.ProtoRDMA).
 func permMountProto(t *testing.T, s *testServer, proto, extra string) string {
 	t.Helper()
 	must(t, os.Chmod(s.root, 0o755))
@@ -249,7 +250,7 @@ func readBack(t *testing.T, path string) string {
 // the server grants it (the kernel only checks that someone may execute).
 func TestOpenPermission(t *testing.T) {
 	needFUSE(t)
-	for _, proto := range []string{ProtoTCP, ProtoRDMA} {
+	for _, proto := range []string{mountopts.ProtoTCP, mountopts.ProtoRDMA} {
 		t.Run(proto, func(t *testing.T) { testOpenPermission(t, proto) })
 	}
 }
@@ -327,7 +328,7 @@ func testOpenPermission(t *testing.T, proto string) {
 // the file changed on the server (its pages would be kept at open).
 func TestFailedWriteLeavesNoData(t *testing.T) {
 	needFUSE(t)
-	for _, proto := range []string{ProtoTCP, ProtoRDMA} {
+	for _, proto := range []string{mountopts.ProtoTCP, mountopts.ProtoRDMA} {
 		t.Run(proto, func(t *testing.T) { testFailedWriteLeavesNoData(t, proto) })
 	}
 }
@@ -422,7 +423,7 @@ func TestAccessCache(t *testing.T) {
 		pc = &procCount{ClientTransport: ct, n: map[uint32]int{}}
 		return pc
 	})
-	mnt, _ := s.mountWith(t, ProtoTCP, "acregmin=3,acregmax=3", wrap)
+	mnt, _ := s.mountWith(t, mountopts.ProtoTCP, "acregmin=3,acregmax=3", wrap)
 	openUp(t, filepath.Dir(mnt))
 	noac := permMount(t, s, "noac")
 	other := permMount(t, s, "")
@@ -523,7 +524,7 @@ func TestUnsearchableDirLookups(t *testing.T) {
 		pc = &procCount{ClientTransport: ct, n: map[uint32]int{}}
 		return pc
 	})
-	mnt, _ := s.mountWith(t, ProtoTCP, "", wrap)
+	mnt, _ := s.mountWith(t, mountopts.ProtoTCP, "", wrap)
 	for _, mode := range []uint32{0o755, 0o700} {
 		d := fmt.Sprintf("d%o", mode)
 		must(t, os.MkdirAll(filepath.Join(s.root, d, "sub"), 0o755))
@@ -552,7 +553,7 @@ func TestUnsearchableDirLookups(t *testing.T) {
 // it was given for, and at most acregmax; forgetting the inode frees them
 // all.
 func TestAccessCacheEntries(t *testing.T) {
-	sys := &fsys{o: MountOptions{ACRegMin: 10 * time.Second, ACRegMax: time.Minute}}
+	sys := &fsys{o: mountopts.Options{ACRegMin: 10 * time.Second, ACRegMax: time.Minute}}
 	n := &node{sys: sys}
 	a := attrForTest(1)
 	a.Mode = 0o644

@@ -1,8 +1,9 @@
 package fusefs
 
 import (
-	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/client"
 	"sync"
+
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/client"
 
 	"k8s.io/klog/v2"
 )

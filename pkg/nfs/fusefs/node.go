@@ -11,13 +11,14 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/client"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/mountopts"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nfs3"
 )
 
 // fsys is what every node of one mount shares.
 type fsys struct {
 	c       *client.Client
-	o       MountOptions
+	o       mountopts.Options
 	blksize uint32
 	// nameMax is the longest name in bytes the server takes (PATHCONF
 	// name_max at mount, at most nfs3.MaxNameLen).
@@ -96,9 +97,9 @@ var (
 // timeouts returns the attribute cache bounds for n's type.
 func (n *node) timeouts(isDir bool) (time.Duration, time.Duration) {
 	if isDir {
-		return n.sys.o.dirTimeouts()
+		return n.sys.o.DirTimeouts()
 	}
-	return n.sys.o.regTimeouts()
+	return n.sys.o.RegTimeouts()
 }
 
 // refresh records fresh attributes and returns the attribute timeout and
@@ -218,7 +219,7 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 // plusTTL is how long READDIRPLUS results answer LOOKUPs: acdirmin, or
 // 100 ms with noac (long enough for the LOOKUPs of the same listing).
 func (n *node) plusTTL() time.Duration {
-	lo, _ := n.sys.o.dirTimeouts()
+	lo, _ := n.sys.o.DirTimeouts()
 	return max(lo, 100*time.Millisecond)
 }
 

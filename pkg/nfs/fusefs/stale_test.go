@@ -4,6 +4,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/mountopts"
 )
 
 // TestRemovedByAnotherMount: a file that another client removed, whose
@@ -19,8 +21,8 @@ func TestRemovedByAnotherMount(t *testing.T) {
 	if err := os.Chmod(srv.root, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	d1, _ := srv.mount(t, ProtoTCP, "")
-	d2, _ := srv.mount(t, ProtoTCP, "")
+	d1, _ := srv.mount(t, mountopts.ProtoTCP, "")
+	d2, _ := srv.mount(t, mountopts.ProtoTCP, "")
 	p1, p2 := filepath.Join(d1, "journal"), filepath.Join(d2, "journal")
 	for round := range 3 {
 		if err := os.WriteFile(p1, []byte("one"), 0o644); err != nil {
