@@ -1,9 +1,8 @@
 package fusefs
 
 import (
-	"sync"
-
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/client"
+	"sync"
 
 	"k8s.io/klog/v2"
 )

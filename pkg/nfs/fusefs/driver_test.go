@@ -3,6 +3,7 @@ package fusefs
 import (
 	"bytes"
 	"errors"
+	"github.com/nfsrdma/nfsrdma-csi/internal/testenv"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,8 +11,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/nfsrdma/nfsrdma-csi/internal/testenv"
 )
 
 // TestDriverMountBinary runs `driver mount` against our server, uses the
