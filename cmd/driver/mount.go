@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/klog/v2"
 
+	"github.com/nfsrdma/nfsrdma-csi/internal/metricsource"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/metrics"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/fusefs"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/mountopts"
@@ -109,10 +110,10 @@ servers are told of a reboot of the node so that they free its old locks.`,
 			if msock != "" {
 				// only nfsrdma_* metrics: the node gathers nothing else from mounts
 				reg := prometheus.NewRegistry()
-				reg.MustRegister(rc, metrics.NewClientCollector(m.Client.Stats, nil), metrics.NewDeviceCollector(nil, nil),
-					metrics.NewMountMemoryCollector(m.Memory, nil))
+				reg.MustRegister(rc, metrics.NewClientCollector(m.Client.Stats, nil), metrics.NewDeviceCollector(metricsource.Devices, nil),
+					metrics.NewMountMemoryCollector(metricsource.MountMemory(m.Memory), nil))
 				if mo.Proto == mountopts.ProtoRDMA {
-					reg.MustRegister(metrics.NewTransportCollector(metrics.RoleRequester, rdmaMetrics.Metrics, nil))
+					reg.MustRegister(metrics.NewTransportCollector(metrics.RoleRequester, metricsource.Transport(rdmaMetrics.Metrics), nil))
 				}
 				go func() {
 					if err := metrics.ServeUnix(ctx, msock, reg); err != nil {
