@@ -318,7 +318,7 @@ func SplitSource(src string) (server, export string, err error) {
 	i := strings.Index(src, ":/")
 	if strings.HasPrefix(src, "[") {
 		j := strings.Index(src, "]:/")
-		if j < 0 {
+		if j <= 1 {
 			return "", "", fmt.Errorf("%w: source %q: want [IPV6]:/EXPORT", ErrBadOption, src)
 		}
 		return src[1:j], src[j+2:], nil

@@ -112,7 +112,7 @@ func TestNFSPortAndSource(t *testing.T) {
 			t.Errorf("SplitSource(%q) = %q, %q, %v", tt.in, s, e, err)
 		}
 	}
-	for _, bad := range []string{"host", ":/x", "host:x", "[::1/x"} {
+	for _, bad := range []string{"host", ":/x", "host:x", "[::1/x", "[]:/x"} {
 		if _, _, err := SplitSource(bad); !errors.Is(err, ErrBadOption) {
 			t.Errorf("SplitSource(%q): %v", bad, err)
 		}
