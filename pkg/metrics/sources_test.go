@@ -37,7 +37,7 @@ func transportStats(m rpcrdma.Metrics) TransportStats {
 		SendWithInvalidate: m.SendWithInvalidate,
 		Registrations:      m.Registrations,
 		RegisteredBytes:    m.RegisteredBytes,
-		Errors2: map[string]uint64{},
+		Errors2:            map[string]uint64{},
 	}
 	for code, n := range m.Errors2 {
 		s.Errors2[code.String()] = n
