@@ -22,6 +22,11 @@ import (
 	"github.com/nfsrdma/nfsrdma-csi/pkg/verbs/siw"
 )
 
+// LogDeviceChosen is the message of the log line that names the RDMA
+// device chosen for a mount, with the keys server, provider, device,
+// transport, reason and nompacrc (klog's key="value" form).
+const LogDeviceChosen = "transport: RDMA device chosen"
+
 // NFS is the transport of a mount's NFS service, what client.Options.Dial
 // and client.Options.Transport take.
 type NFS struct {
@@ -52,7 +57,7 @@ func ForMount(server string, o mountopts.Options, metrics *rpcrdma.ClientMetrics
 	if err != nil {
 		return NFS{}, fmt.Errorf("%w: rdmadev=%s: %w", mountopts.ErrBadOption, o.RDMADevice, err)
 	}
-	klog.InfoS("transport: RDMA device chosen", "server", server, "provider", choice.Provider, "device", choice.Device,
+	klog.InfoS(LogDeviceChosen, "server", server, "provider", choice.Provider, "device", choice.Device,
 		"transport", choice.Transport, "reason", choice.Reason, "nompacrc", o.NoMPACRC)
 	addr := net.JoinHostPort(server, strconv.Itoa(o.NFSPort()))
 	dial := rpcrdma.Dialer(dev, addr, rpcrdma.ClientOptions{Credits: o.Credits, Metrics: metrics, MaxVersion: o.RDMAVers,
