@@ -20,7 +20,10 @@ func TestClientOptionsDial(t *testing.T) {
 		t.Fatalf("proto=rdma without a dialer: %v; want ErrBadOption", err)
 	}
 	dialed := false
-	dial := func(context.Context) (sunrpc.ClientTransport, error) { dialed = true; return nil, errors.New("test dialer") }
+	dial := func(context.Context) (sunrpc.ClientTransport, error) {
+		dialed = true
+		return nil, errors.New("test dialer")
+	}
 	co, err := ClientOptions(Config{Source: "10.0.0.1:/vol", Options: rdma, Dial: dial, Transport: "rdma/test"})
 	if err != nil {
 		t.Fatal(err)
