@@ -4,19 +4,15 @@ import (
 	"context"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"k8s.io/klog/v2"
 
 	"github.com/nfsrdma/nfsrdma-csi/pkg/metrics"
 )
 
 // newRegistry returns a registry with the Go runtime and process
-// collectors and cs.
+// collectors and cs (metrics.NewProcessRegistry).
 func newRegistry(cs ...prometheus.Collector) *prometheus.Registry {
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	reg.MustRegister(cs...)
-	return reg
+	return metrics.NewProcessRegistry(cs...)
 }
 
 // serveMetrics serves reg's /metrics on addr until ctx ends ("" = off);

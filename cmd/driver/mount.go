@@ -1,31 +1,13 @@
 package main
 
 import (
-	"fmt"
-	"os"
-	"strings"
-	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
-	"k8s.io/klog/v2"
 
-	"github.com/nfsrdma/nfsrdma-csi/pkg/metrics"
-	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/fusefs"
-	"github.com/nfsrdma/nfsrdma-csi/pkg/rpcrdma"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/fusemount"
 )
 
 func newMountCmd() *cobra.Command {
-	var (
-		opts    string
-		debug   bool
-		fuseFD  int
-		readyFD int
-		machine string
-		msock   string
-		caller  string
-		state   string
-	)
+	var cfg fusemount.Config
 	cmd := &cobra.Command{
 		Use:   "mount [-o OPTIONS] SERVER:/EXPORT MOUNTPOINT",
 		Short: "Mount an NFSv3 export through FUSE with the user-space NFS client (foreground)",
@@ -74,84 +56,18 @@ servers are told of a reboot of the node so that they free its old locks.`,
   driver mount -o proto=tcp,port=2049,mountport=20048,actimeo=0 127.0.0.1:/ /mnt`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			mo, err := fusefs.ParseOptions(opts)
-			if err != nil {
-				return err
-			}
-			ctx := cmd.Context()
-			cfg := fusefs.Config{Source: args[0], Options: mo, Debug: debug, FD: fuseFD, LockCallerName: caller, StateDir: state}
-			cfg.AuthSys.MachineName = machine
-			var rc *metrics.RPCClient
-			if msock != "" {
-				rc = metrics.NewRPCClient(nil) // per-procedure calls, latency and bytes of this pod's mount
-				cfg.WrapDial = rc.Dial
-				cfg.RDMAMetrics = new(rpcrdma.ClientMetrics)
-			}
-			m, err := fusefs.NewMount(ctx, args[1], cfg)
-			ready(readyFD, err)
-			if err != nil {
-				return err
-			}
-			if msock != "" {
-				// only nfsrdma_* metrics: the node gathers nothing else from mounts
-				reg := prometheus.NewRegistry()
-				reg.MustRegister(rc, metrics.NewClientCollector(m.Client.Stats, nil), metrics.NewDeviceCollector(nil, nil),
-					metrics.NewMountMemoryCollector(m.Memory, nil))
-				if mo.Proto == fusefs.ProtoRDMA {
-					reg.MustRegister(metrics.NewTransportCollector(metrics.RoleRequester, cfg.RDMAMetrics.Metrics, nil))
-				}
-				go func() {
-					if err := metrics.ServeUnix(ctx, msock, reg); err != nil {
-						klog.ErrorS(err, "mount: metrics socket", "path", msock)
-					}
-				}()
-			}
-			done := make(chan error, 1)
-			go func() { done <- m.Wait() }()
-			select {
-			case err := <-done: // unmounted from outside
-				return err
-			case <-ctx.Done():
-				klog.InfoS("mount: signal received, unmounting", "dir", args[1])
-				if err := m.Unmount(10 * time.Second); err != nil {
-					return fmt.Errorf("unmount %s: %w", args[1], err)
-				}
-				// After a lazy unmount of a busy mount point the kernel
-				// keeps the connection until its last user leaves; do not
-				// wait for that forever: exiting closes /dev/fuse, which
-				// ends the connection (its users then get ENOTCONN).
-				select {
-				case err := <-done:
-					return err
-				case <-time.After(10 * time.Second):
-					return fmt.Errorf("unmount %s: still in use after a lazy unmount; connection dropped", args[1])
-				}
-			}
+			cfg.Source, cfg.Dir = args[0], args[1]
+			return fusemount.Run(cmd.Context(), cfg)
 		},
 	}
 	f := cmd.Flags()
-	f.StringVarP(&opts, "options", "o", "", "mount options, comma-separated (see above)")
-	f.BoolVar(&debug, "fuse-debug", false, "log every FUSE request")
-	f.IntVar(&fuseFD, "fuse-fd", 0, "serve an inherited /dev/fuse fd that another process already mounted on MOUNTPOINT (mount(2) with fd=N) instead of mounting")
-	f.IntVar(&readyFD, "ready-fd", 0, "inherited fd to write one line to once mounted (\"ok\" or \"error: ...\"), then close")
-	f.StringVar(&msock, "metrics-socket", "", "unix socket to serve this mount's Prometheus metrics on (the node plugin gathers them)")
-	f.StringVar(&machine, "machine-name", "", "AUTH_SYS machine name of NFS calls (default: the host name); the CSI node plugin sets the pod's identity")
-	f.StringVar(&caller, "lock-caller-name", "", "caller_name of NLM locks, the name servers know this node by (default: the host name); the CSI node plugin sets the node's name")
-	f.StringVar(&state, "state-dir", "", "directory of the node's NSM state (reboot counter, servers to notify after a reboot), shared by the node's mounts; none: kept in memory")
+	f.StringVarP(&cfg.Options, "options", "o", "", "mount options, comma-separated (see above)")
+	f.BoolVar(&cfg.Debug, "fuse-debug", false, "log every FUSE request")
+	f.IntVar(&cfg.FD, "fuse-fd", 0, "serve an inherited /dev/fuse fd that another process already mounted on MOUNTPOINT (mount(2) with fd=N) instead of mounting")
+	f.IntVar(&cfg.ReadyFD, "ready-fd", 0, "inherited fd to write one line to once mounted (\"ok\" or \"error: ...\"), then close")
+	f.StringVar(&cfg.MetricsSocket, "metrics-socket", "", "unix socket to serve this mount's Prometheus metrics on (the node plugin gathers them)")
+	f.StringVar(&cfg.MachineName, "machine-name", "", "AUTH_SYS machine name of NFS calls (default: the host name); the CSI node plugin sets the pod's identity")
+	f.StringVar(&cfg.LockCallerName, "lock-caller-name", "", "caller_name of NLM locks, the name servers know this node by (default: the host name); the CSI node plugin sets the node's name")
+	f.StringVar(&cfg.StateDir, "state-dir", "", "directory of the node's NSM state (reboot counter, servers to notify after a reboot), shared by the node's mounts; none: kept in memory")
 	return cmd
-}
-
-// ready reports the outcome of mounting on the inherited fd (a pipe to the
-// process that started us), if any: "ok\n" or "error: MESSAGE\n".
-func ready(fd int, err error) {
-	if fd <= 0 {
-		return
-	}
-	f := os.NewFile(uintptr(fd), "ready")
-	if err != nil {
-		fmt.Fprintf(f, "error: %s\n", strings.ReplaceAll(err.Error(), "\n", " "))
-	} else {
-		fmt.Fprintln(f, "ok")
-	}
-	f.Close()
 }

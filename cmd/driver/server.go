@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/klog/v2"
 
+	"github.com/nfsrdma/nfsrdma-csi/internal/metricsource"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/metrics"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/lockd"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/mount3"
@@ -148,8 +149,8 @@ the controller: handles obtained through it bypass volume quotas and lists.`,
 				rpcm := metrics.NewRPCServer(nil)
 				srv.Dispatcher().SetObserver(rpcm)
 				reg := newRegistry(rpcm, metrics.NewVolumeCollector(srv.Volumes, nil),
-					metrics.NewTransportCollector(metrics.RoleResponder, srv.RDMAMetrics, nil),
-					metrics.NewConnectionCollector(srv.RDMAConnections), metrics.NewDRCCollector(srv.DRCStats))
+					metrics.NewTransportCollector(metrics.RoleResponder, metricsource.Transport(srv.RDMAMetrics), nil),
+					metrics.NewConnectionCollector(metricsource.Connections(srv.RDMAConnections)), metrics.NewDRCCollector(metricsource.DRC(srv.DRCStats)))
 				go serveMetrics(ctx, metricsAddr, reg)
 			}
 			defer cancel()

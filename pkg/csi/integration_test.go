@@ -61,7 +61,7 @@ func (e *env) volume(name string, bytes int64, params map[string]string) (string
 		VolumeId: id, TargetPath: target, VolumeCapability: mountCap(), VolumeContext: vc}); err != nil {
 		t.Fatal("NodePublishVolume:", err)
 	}
-	// the kernel checks mode bits on the volume (fusefs.KernelOptions)
+	// the kernel checks mode bits on the volume (mountopts.KernelOptions)
 	if mi, ok, err := mountAt(target); err != nil || !ok || !slices.Contains(mi.SuperOptions, "default_permissions") {
 		t.Fatalf("%s: mounted %v (%v), super options %v: want default_permissions", target, ok, err, mi.SuperOptions)
 	}

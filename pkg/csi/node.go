@@ -21,7 +21,7 @@ import (
 
 	"github.com/nfsrdma/nfsrdma-csi/pkg/csi/credits"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/csi/mounter"
-	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/fusefs"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/mountopts"
 )
 
 // node is the CSI Node service: one FUSE mount per NodePublishVolume
@@ -162,11 +162,11 @@ func (n *node) spec(req *csipb.NodePublishVolumeRequest) (publishSpec, error) {
 	if s.ro {
 		opts = append(opts, "ro")
 	}
-	mo, err := fusefs.ParseOptions(strings.Join(opts, ","))
+	mo, err := mountopts.Parse(strings.Join(opts, ","))
 	if err != nil {
 		return s, err
 	}
-	s.rdma = mo.Proto == fusefs.ProtoRDMA
+	s.rdma = mo.Proto == mountopts.ProtoRDMA
 	if s.rdma && mo.Credits == 0 {
 		// the class's share (validated above), unless the pod's mount
 		// options say otherwise

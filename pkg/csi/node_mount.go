@@ -14,7 +14,8 @@ import (
 	"k8s.io/klog/v2"
 	mountutils "k8s.io/mount-utils"
 
-	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/fusefs"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/client"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/mountopts"
 )
 
 // fuseType is the file system type of our mounts in /proc/self/mountinfo.
@@ -22,7 +23,7 @@ const fuseType = "fuse.nfsrdma"
 
 // mountFUSE opens /dev/fuse and mounts it on target (mount(2), as
 // libfuse's and go-fuse's direct mount do: fd, rootmode, user_id,
-// group_id, allow_other, max_read, and fusefs.KernelOptions; nosuid,
+// group_id, allow_other, max_read, and mountopts.KernelOptions; nosuid,
 // nodev), returning the fd for the FUSE server. Until a server answers
 // INIT on it, accesses to target block; closing the fd without one aborts
 // the connection.
@@ -40,8 +41,8 @@ func mountFUSE(source, target string, readOnly bool) (*os.File, error) {
 		"fd=" + strconv.Itoa(int(f.Fd())),
 		fmt.Sprintf("rootmode=%o", st.Mode&unix.S_IFMT),
 		"user_id=0", "group_id=0", "allow_other",
-		"max_read=" + strconv.Itoa(fusefs.MaxWrite),
-	}, fusefs.KernelOptions...), ",")
+		"max_read=" + strconv.Itoa(client.MaxIOSize), // fusefs.MaxWrite, the largest READ it serves
+	}, mountopts.KernelOptions...), ",")
 	flags := uintptr(unix.MS_NOSUID | unix.MS_NODEV)
 	if readOnly {
 		flags |= unix.MS_RDONLY

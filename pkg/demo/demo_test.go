@@ -2,6 +2,7 @@ package demo
 
 import (
 	"github.com/nfsrdma/nfsrdma-csi/internal/testenv"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/transport"
 
 	"bytes"
 	"errors"
@@ -373,8 +374,8 @@ func TestRunRefusesTestBinary(t *testing.T) {
 func TestMountDevice(t *testing.T) {
 	dir := t.TempDir()
 	for _, c := range []struct{ log, want string }{
-		{`I1121 04:30:50.1 1 mount.go:91] "fusefs: RDMA device chosen" server="127.0.0.1" provider="siw" device="siw0" transport="iwarp" reason="built without the ibverbs tag"`, "software iWARP siw0"},
-		{`I1121 04:30:50.1 1 mount.go:91] "fusefs: RDMA device chosen" server="10.0.0.5" provider="ibverbs" device="mlx5_0" transport="roce" reason="rdma_cm resolves it"`, "mlx5_0 (roce)"},
+		{`I1121 04:30:50.1 1 transport.go:55] "` + transport.LogDeviceChosen + `" server="127.0.0.1" provider="siw" device="siw0" transport="iwarp" reason="built without the ibverbs tag"`, "software iWARP siw0"},
+		{`I1121 04:30:50.1 1 transport.go:55] "` + transport.LogDeviceChosen + `" server="10.0.0.5" provider="ibverbs" device="mlx5_0" transport="roce" reason="rdma_cm resolves it"`, "mlx5_0 (roce)"},
 		{`I1121 04:30:50.1 1 mount.go:180] "fusefs: mounted" source="127.0.0.1:/pvc-demo"`, ""},
 	} {
 		p := filepath.Join(dir, "mount.log")

@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/transport"
 	"golang.org/x/sys/unix"
 	mountutils "k8s.io/mount-utils"
 )
@@ -194,7 +195,7 @@ func freeBytes(dir string) (int64, error) {
 var kvRE = regexp.MustCompile(`(\w+)="([^"]*)"`)
 
 // mountDevice reads the RDMA device a `driver mount` process chose from
-// its log (the "fusefs: RDMA device chosen" line): "software iWARP siw0"
+// its log (the transport.LogDeviceChosen line): "software iWARP siw0"
 // or "mlx5_0 (roce)". ok is false when the log has no such line.
 func mountDevice(logPath string) (string, bool) {
 	b, err := os.ReadFile(logPath)
@@ -202,7 +203,7 @@ func mountDevice(logPath string) (string, bool) {
 		return "", false
 	}
 	for _, l := range strings.Split(string(b), "\n") {
-		if !strings.Contains(l, "fusefs: RDMA device chosen") {
+		if !strings.Contains(l, `"`+transport.LogDeviceChosen+`"`) {
 			continue
 		}
 		kv := map[string]string{}

@@ -8,8 +8,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/status"
-
-	"github.com/nfsrdma/nfsrdma-csi/pkg/verbs/devselect"
 )
 
 // CSI is the metrics of a CSI gRPC server (controller or node), a
@@ -78,20 +76,25 @@ func (m *CSI) Collect(ch chan<- prometheus.Metric) {
 	m.dur.Collect(ch)
 }
 
+// DeviceCount is how many times one RDMA device was chosen for mounts:
+// its verbs provider ("siw", "ibverbs"), device name and transport
+// ("iwarp", "roce", "ib").
+type DeviceCount struct {
+	Provider, Device, Transport string
+	N                           uint64
+}
+
 // DeviceCollector exports the RDMA device choices made in this process
-// (devselect.Counts), read at scrape time:
+// (DeviceCount), read at scrape time:
 // nfsrdma_transport_selections_total{provider,device,transport}.
 type DeviceCollector struct {
-	counts func() []devselect.Count
+	counts func() []DeviceCount
 	desc   *prometheus.Desc
 }
 
-// NewDeviceCollector returns a collector of counts (nil:
-// devselect.Counts), with constLabels on every series.
-func NewDeviceCollector(counts func() []devselect.Count, constLabels prometheus.Labels) *DeviceCollector {
-	if counts == nil {
-		counts = devselect.Counts
-	}
+// NewDeviceCollector returns a collector of counts (nil: none), with
+// constLabels on every series.
+func NewDeviceCollector(counts func() []DeviceCount, constLabels prometheus.Labels) *DeviceCollector {
 	return &DeviceCollector{counts: counts, desc: prometheus.NewDesc(Namespace+"_transport_selections_total",
 		"RDMA device choices made for mounts, by verbs provider (siw, ibverbs), device and transport (iwarp, roce, ib).",
 		[]string{"provider", "device", "transport"}, constLabels)}
@@ -102,6 +105,9 @@ func (c *DeviceCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
 
 // Collect implements prometheus.Collector.
 func (c *DeviceCollector) Collect(ch chan<- prometheus.Metric) {
+	if c.counts == nil {
+		return
+	}
 	for _, n := range c.counts() {
 		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.CounterValue, float64(n.N), n.Provider, n.Device, n.Transport)
 	}

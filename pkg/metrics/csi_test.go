@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"net"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,8 +13,6 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
-
-	"github.com/nfsrdma/nfsrdma-csi/pkg/verbs/devselect"
 )
 
 // The CSI interceptor on a real gRPC server: calls counted by method and
@@ -40,7 +39,9 @@ func TestCSIInterceptor(t *testing.T) {
 	hc := healthpb.NewHealthClient(conn)
 
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(m, NewDeviceCollector(nil, nil))
+	var devices atomic.Pointer[[]DeviceCount]
+	devices.Store(&[]DeviceCount{})
+	reg.MustRegister(m, NewDeviceCollector(func() []DeviceCount { return *devices.Load() }, nil))
 	url := serveReg(t, reg) + "/metrics"
 
 	for range 3 {
@@ -62,17 +63,17 @@ func TestCSIInterceptor(t *testing.T) {
 		t.Errorf("duration samples %v, want 4", v)
 	}
 
-	// Device choices made in this process (devselect.Counts).
-	before := value(f, "nfsrdma_transport_selections_total", l("provider", "siw"))
-	dev, ch, err := devselect.Select("127.0.0.1", devselect.OverrideSIW)
-	if err != nil {
-		t.Fatal(err)
+	// Device choices, read at scrape time.
+	if v := value(f, "nfsrdma_transport_selections_total", l("provider", "siw")); v >= 0 {
+		t.Errorf("a selection series before any choice: %v", v)
 	}
-	dev.Close()
+	devices.Store(&[]DeviceCount{{Provider: "siw", Device: "siw0", Transport: "iwarp", N: 2}, {Provider: "ibverbs", Device: "mlx5_0", Transport: "roce", N: 1}})
 	f = scrape(t, nil, url)
-	want := max(before, 0) + 1
-	if v := mustValue(t, f, "nfsrdma_transport_selections_total", l("provider", ch.Provider, "device", ch.Device, "transport", ch.Transport)); v != want {
-		t.Errorf("selections %v, want %v", v, want)
+	if v := mustValue(t, f, "nfsrdma_transport_selections_total", l("provider", "siw", "device", "siw0", "transport", "iwarp")); v != 2 {
+		t.Errorf("siw selections %v, want 2", v)
+	}
+	if v := mustValue(t, f, "nfsrdma_transport_selections_total", l("provider", "ibverbs", "device", "mlx5_0", "transport", "roce")); v != 1 {
+		t.Errorf("ibverbs selections %v, want 1", v)
 	}
 
 	var nilCSI *CSI

@@ -6,6 +6,12 @@
 // CSI gRPC calls (CSI) and transport choices (DeviceCollector), and the
 // node's view of its per-pod mount processes (MountCollector).
 //
+// Collectors read snapshots of types this package owns (TransportStats,
+// Connection, DRCStats, MountMemory, DeviceCount) through functions
+// called at scrape time, so that it imports none of the packages that
+// count (rpcrdma, the export server, fusefs, devselect); the binary wires
+// them (internal/metricsource).
+//
 // Every metric is named nfsrdma_..., in base units (seconds, bytes),
 // counters ending in _total (https://prometheus.io/docs/practices/naming/).
 //

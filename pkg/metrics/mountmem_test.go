@@ -5,18 +5,15 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/client"
-	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/fusefs"
 )
 
-// The memory of a mount, scraped over HTTP: every figure of
-// fusefs.MemoryStats under its name, the bounds beside them.
+// The memory of a mount, scraped over HTTP: every figure of MountMemory
+// under its name, the bounds beside them.
 func TestMountMemoryCollector(t *testing.T) {
-	s := fusefs.MemoryStats{WriteBehindBytes: 3 << 20, UncommittedBytes: 5 << 20, Inodes: 42, DirEntries: 7, AccessEntries: 11, HeapBytes: 9 << 20,
-		Write: client.WriteStats{VerifierChanges: 2, ResentBytes: 4096}}
+	s := MountMemory{WriteBehindBytes: 3 << 20, UncommittedBytes: 5 << 20, Inodes: 42, DirEntries: 7, AccessEntries: 11, HeapBytes: 9 << 20,
+		WriteBehindLimit: 32 << 20, UncommittedLimit: 64 << 20, VerifierChanges: 2, ResentBytes: 4096}
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(NewMountMemoryCollector(func() fusefs.MemoryStats { return s }, prometheus.Labels{"pod": "p"}))
+	reg.MustRegister(NewMountMemoryCollector(func() MountMemory { return s }, prometheus.Labels{"pod": "p"}))
 	fams := scrape(t, http.DefaultClient, serveReg(t, reg)+"/metrics")
 	for _, c := range []struct {
 		name   string
@@ -26,8 +23,8 @@ func TestMountMemoryCollector(t *testing.T) {
 		{"nfsrdma_mount_memory_bytes", l("kind", "write_behind", "pod", "p"), 3 << 20},
 		{"nfsrdma_mount_memory_bytes", l("kind", "uncommitted", "pod", "p"), 5 << 20},
 		{"nfsrdma_mount_memory_bytes", l("kind", "heap", "pod", "p"), 9 << 20},
-		{"nfsrdma_mount_memory_limit_bytes", l("kind", "write_behind", "pod", "p"), fusefs.MountWriteBehindBytes},
-		{"nfsrdma_mount_memory_limit_bytes", l("kind", "uncommitted", "pod", "p"), fusefs.MountDirtyBytes},
+		{"nfsrdma_mount_memory_limit_bytes", l("kind", "write_behind", "pod", "p"), 32 << 20},
+		{"nfsrdma_mount_memory_limit_bytes", l("kind", "uncommitted", "pod", "p"), 64 << 20},
 		{"nfsrdma_mount_inodes", l("pod", "p"), 42},
 		{"nfsrdma_mount_dir_entries", l("pod", "p"), 7},
 		{"nfsrdma_mount_access_entries", l("pod", "p"), 11},

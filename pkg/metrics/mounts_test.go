@@ -118,7 +118,9 @@ func TestMountCollector(t *testing.T) {
 	})
 	mc.Timeout = 300 * time.Millisecond
 	node := prometheus.NewRegistry()
-	node.MustRegister(mc, NewDeviceCollector(nil, nil))
+	node.MustRegister(mc, NewDeviceCollector(func() []DeviceCount {
+		return []DeviceCount{{Provider: "siw", Device: "siw0", Transport: "iwarp", N: 1}}
+	}, nil))
 	url := serveReg(t, node) + "/metrics"
 
 	a.calls.Store(5)

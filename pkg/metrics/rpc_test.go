@@ -83,7 +83,7 @@ func TestRPCServerAndClientMetrics(t *testing.T) {
 
 	srvReg := prometheus.NewRegistry()
 	rpcm := NewRPCServer(nil)
-	srvReg.MustRegister(rpcm, NewVolumeCollector(e.srv.Volumes, nil), NewDRCCollector(e.srv.DRCStats))
+	srvReg.MustRegister(rpcm, NewVolumeCollector(e.srv.Volumes, nil), NewDRCCollector(func() DRCStats { return drcStats(e.srv.DRCStats()) }))
 	e.srv.Dispatcher().SetObserver(rpcm)
 	srvURL := serveReg(t, srvReg) + "/metrics"
 

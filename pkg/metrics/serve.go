@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"k8s.io/klog/v2"
 )
@@ -100,4 +101,14 @@ func serveListener(ctx context.Context, l net.Listener, reg *prometheus.Registry
 		return fmt.Errorf("metrics: %w", err)
 	}
 	return nil
+}
+
+// NewProcessRegistry returns a registry with the Go runtime and process
+// collectors (go_*, process_*) and cs: the registry of one of the
+// driver's processes.
+func NewProcessRegistry(cs ...prometheus.Collector) *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(cs...)
+	return reg
 }

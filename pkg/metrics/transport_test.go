@@ -76,8 +76,9 @@ func TestTransportCollector(t *testing.T) {
 	// As in the processes: the export server's registry, a mount's.
 	srvReg, mountReg := prometheus.NewRegistry(), prometheus.NewRegistry()
 	mount := prometheus.Labels{"volume": "pvc-1", "pod": "uid-1"}
-	srvReg.MustRegister(NewTransportCollector(RoleResponder, srv.Metrics, nil), rpcm, NewConnectionCollector(srv.Connections))
-	mountReg.MustRegister(NewTransportCollector(RoleRequester, cm.Metrics, mount), NewClientCollector(cli.Stats, mount))
+	srvReg.MustRegister(NewTransportCollector(RoleResponder, func() TransportStats { return transportStats(srv.Metrics()) }, nil), rpcm,
+		NewConnectionCollector(func() []Connection { return connections(srv.Connections()) }))
+	mountReg.MustRegister(NewTransportCollector(RoleRequester, func() TransportStats { return transportStats(cm.Metrics()) }, mount), NewClientCollector(cli.Stats, mount))
 	srvURL, mountURL := serveReg(t, srvReg)+"/metrics", serveReg(t, mountReg)+"/metrics"
 	scrapeBoth := func() map[string]*dto.MetricFamily {
 		f := scrape(t, nil, srvURL)

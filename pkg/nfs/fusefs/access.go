@@ -292,7 +292,7 @@ func (n *node) childEntry(cn *node, name string) time.Duration {
 	n.mu.Lock()
 	timeo := n.ac.timeo
 	if !n.ac.valid {
-		timeo, _ = n.sys.o.dirTimeouts()
+		timeo, _ = n.sys.o.DirTimeouts()
 	}
 	search := n.searchableLocked()
 	n.mu.Unlock()

@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/mountopts"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nfs3"
 	nfsserver "github.com/nfsrdma/nfsrdma-csi/pkg/nfs/server"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
@@ -206,10 +207,10 @@ func helperCmd(t *testing.T, u user, op string, args ...string) *exec.Cmd {
 // every user reaches, with the export's root searchable by all.
 func permMount(t *testing.T, s *testServer, extra string) string {
 	t.Helper()
-	return permMountProto(t, s, ProtoTCP, extra)
+	return permMountProto(t, s, mountopts.ProtoTCP, extra)
 }
 
-// permMountProto is permMount over proto (ProtoTCP, ProtoRDMA).
+// permMountProto is permMount over proto (mountopts.ProtoTCP, mountopts.ProtoRDMA).
 func permMountProto(t *testing.T, s *testServer, proto, extra string) string {
 	t.Helper()
 	must(t, os.Chmod(s.root, 0o755))
@@ -251,7 +252,7 @@ func readBack(t *testing.T, path string) string {
 // the server grants it (the kernel only checks that someone may execute).
 func TestOpenPermission(t *testing.T) {
 	needFUSE(t)
-	for _, proto := range []string{ProtoTCP, ProtoRDMA} {
+	for _, proto := range []string{mountopts.ProtoTCP, mountopts.ProtoRDMA} {
 		t.Run(proto, func(t *testing.T) { testOpenPermission(t, proto) })
 	}
 }
@@ -329,7 +330,7 @@ func testOpenPermission(t *testing.T, proto string) {
 // the file changed on the server (its pages would be kept at open).
 func TestFailedWriteLeavesNoData(t *testing.T) {
 	needFUSE(t)
-	for _, proto := range []string{ProtoTCP, ProtoRDMA} {
+	for _, proto := range []string{mountopts.ProtoTCP, mountopts.ProtoRDMA} {
 		t.Run(proto, func(t *testing.T) { testFailedWriteLeavesNoData(t, proto) })
 	}
 }
@@ -425,7 +426,7 @@ func TestAccessCache(t *testing.T) {
 		pc = &procCount{ClientTransport: ct, n: map[uint32]int{}}
 		return pc
 	})
-	mnt, _ := s.mountWith(t, ProtoTCP, "acregmin=30,acregmax=30", wrap)
+	mnt, _ := s.mountWith(t, mountopts.ProtoTCP, "acregmin=30,acregmax=30", wrap)
 	openUp(t, filepath.Dir(mnt))
 	onServer := filepath.Join(s.root, "f")
 	writeFile(t, onServer, "user's", 1000, 1000, 0o600)
@@ -532,7 +533,7 @@ func TestUnsearchableDirLookups(t *testing.T) {
 		pc = &procCount{ClientTransport: ct, n: map[uint32]int{}}
 		return pc
 	})
-	mnt, _ := s.mountWith(t, ProtoTCP, "", wrap)
+	mnt, _ := s.mountWith(t, mountopts.ProtoTCP, "", wrap)
 	for _, mode := range []uint32{0o755, 0o700} {
 		d := fmt.Sprintf("d%o", mode)
 		must(t, os.MkdirAll(filepath.Join(s.root, d, "sub"), 0o755))
@@ -561,7 +562,7 @@ func TestUnsearchableDirLookups(t *testing.T) {
 // it was given for, and at most acregmax; forgetting the inode frees them
 // all.
 func TestAccessCacheEntries(t *testing.T) {
-	sys := &fsys{o: MountOptions{ACRegMin: 10 * time.Second, ACRegMax: time.Minute}}
+	sys := &fsys{o: mountopts.Options{ACRegMin: 10 * time.Second, ACRegMax: time.Minute}}
 	n := &node{sys: sys}
 	a := attrForTest(1)
 	a.Mode = 0o644

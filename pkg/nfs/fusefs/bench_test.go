@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nfsrdma/nfsrdma-csi/internal/testenv"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/mountopts"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/verbs/siw"
 )
 
@@ -82,7 +83,7 @@ import (
 var (
 	benchMiB    = flag.Int("fusebench.mib", 1024, "MiB written and read per iteration by BenchmarkFUSESeqWrite and BenchmarkFUSESeqRead")
 	benchFiles  = flag.Int("fusebench.files", 10000, "files created, stated and unlinked per iteration by BenchmarkFUSEMetadata")
-	benchRA     = flag.Int("fusebench.ra", DefaultReadAheadKB, "kernel read-ahead of every mount of the benchmarks, in KiB (read_ahead_kb)")
+	benchRA     = flag.Int("fusebench.ra", mountopts.DefaultReadAheadKB, "kernel read-ahead of every mount of the benchmarks, in KiB (read_ahead_kb)")
 	benchMetaFS = flag.String("fusebench.metafs", "tmpfs", "where BenchmarkFUSEMetadata's mounts keep their files: tmpfs (a fresh tmpfs per sub-benchmark) or disk (the temp directory)")
 	benchOpts   = flag.String("fusebench.opts", "", "more mount options (nfs(5) vocabulary, comma-separated) of our mounts in the benchmarks, e.g. rsize=262144")
 )
@@ -105,13 +106,13 @@ type namedMount struct {
 // benchMounts are the mounts of every FUSE benchmark, baseline first.
 var benchMounts = []namedMount{
 	{"loopback", mountLoopback},
-	{"rdma", func(b *testing.B) benchMount { return mountOurs(b, ProtoRDMA, false) }},
-	{"tcp", func(b *testing.B) benchMount { return mountOurs(b, ProtoTCP, false) }},
+	{"rdma", func(b *testing.B) benchMount { return mountOurs(b, mountopts.ProtoRDMA, false) }},
+	{"tcp", func(b *testing.B) benchMount { return mountOurs(b, mountopts.ProtoTCP, false) }},
 }
 
 // seqMounts are the mounts of the sequential benchmarks: benchMounts and
 // rdma-nocrc.
-var seqMounts = append(slices.Clip(benchMounts), namedMount{"rdma-nocrc", func(b *testing.B) benchMount { return mountOurs(b, ProtoRDMA, true) }})
+var seqMounts = append(slices.Clip(benchMounts), namedMount{"rdma-nocrc", func(b *testing.B) benchMount { return mountOurs(b, mountopts.ProtoRDMA, true) }})
 
 // mountOurs starts our export server and mounts it over proto with the
 // tests' shared helpers (unmounted and stopped at the end of b); noCRC
@@ -128,9 +129,9 @@ func mountOurs(b *testing.B, proto string, noCRC bool) benchMount {
 	dir, _ := srv.mount(b, proto, o)
 	return benchMount{mnt: dir, backing: srv.root, check: func(b *testing.B) {
 		m := srv.rdma.Metrics()
-		if proto == ProtoRDMA && m.Calls == 0 {
+		if proto == mountopts.ProtoRDMA && m.Calls == 0 {
 			b.Fatalf("no RPC-over-RDMA calls over an RDMA mount: %+v", m)
-		} else if proto == ProtoTCP && m.Calls != 0 {
+		} else if proto == mountopts.ProtoTCP && m.Calls != 0 {
 			b.Fatalf("RPC-over-RDMA calls over a TCP mount: %+v", m)
 		}
 		for _, c := range srv.rdma.Connections() {
@@ -160,7 +161,7 @@ func mountLoopback(b *testing.B) benchMount {
 	}
 	root := &noPassthroughNode{fs.LoopbackNode{RootData: lr}}
 	lr.RootNode = root
-	defaults := DefaultMountOptions()
+	defaults := mountopts.Default()
 	entry, attr := defaults.ACDirMin, defaults.ACRegMin
 	srv, err := fs.Mount(mnt, root, &fs.Options{
 		EntryTimeout:    &entry,

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/mountopts"
 	"golang.org/x/sys/unix"
 )
 
@@ -30,7 +31,7 @@ const bigDirEntries = 10000
 func TestBigDirectory(t *testing.T) {
 	needFUSE(t)
 	srv := startServer(t)
-	dir, m := srv.mount(t, ProtoRDMA, "")
+	dir, m := srv.mount(t, mountopts.ProtoRDMA, "")
 	start := time.Now()
 	stage := func(what string) {
 		t.Logf("%s: %v, NFS client %+v", what, time.Since(start).Round(time.Millisecond), m.Client.Stats())
@@ -328,7 +329,7 @@ func onSignalledThread(t *testing.T, f func() error) {
 func TestSignalledCallers(t *testing.T) {
 	needFUSE(t)
 	srv := startServer(t)
-	dir, _ := srv.mount(t, ProtoRDMA, "")
+	dir, _ := srv.mount(t, mountopts.ProtoRDMA, "")
 
 	t.Run("files", func(t *testing.T) {
 		d := filepath.Join(dir, "files")
@@ -388,7 +389,7 @@ func TestSignalledCallers(t *testing.T) {
 func TestListWhileCreating(t *testing.T) {
 	needFUSE(t)
 	srv := startServer(t)
-	dir, _ := srv.mount(t, ProtoRDMA, "")
+	dir, _ := srv.mount(t, mountopts.ProtoRDMA, "")
 	d := filepath.Join(dir, "busy")
 	if err := os.Mkdir(d, 0o755); err != nil {
 		t.Fatal(err)

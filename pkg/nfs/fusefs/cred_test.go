@@ -7,6 +7,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/mountopts"
 )
 
 // TestCallerCredential: NFS calls made for a process carry that process's
@@ -24,7 +26,7 @@ func TestCallerCredential(t *testing.T) {
 	must(t, os.Mkdir(filepath.Join(s.root, "pub"), 0o777))
 	must(t, os.Chmod(filepath.Join(s.root, "pub"), 0o777))
 	must(t, os.WriteFile(filepath.Join(s.root, "pub", "readme"), []byte("for all"), 0o644))
-	for _, proto := range []string{ProtoTCP, ProtoRDMA} {
+	for _, proto := range []string{mountopts.ProtoTCP, mountopts.ProtoRDMA} {
 		t.Run(proto, func(t *testing.T) {
 			mnt, _ := s.mount(t, proto, "")
 			// the temporary directories above the mount point are 0700

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/mountopts"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nfs3"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/xdr"
@@ -65,7 +66,7 @@ func TestKnownNames(t *testing.T) {
 	})
 	// acdirmin=1: the directory's attributes (and so its known names)
 	// are trusted for 1 s after each refresh
-	dir, m := s.mountWith(t, ProtoRDMA, "acdirmin=1,acdirmax=1", wrap)
+	dir, m := s.mountWith(t, mountopts.ProtoRDMA, "acdirmin=1,acdirmax=1", wrap)
 	d := filepath.Join(dir, "made")
 	if err := os.Mkdir(d, 0o755); err != nil {
 		t.Fatal(err)

@@ -55,7 +55,7 @@
 //     CREATE (dirnames.go).
 //   - Permissions: the kernel checks the mode bits, and the server
 //     decides what reaches it. The mount has default_permissions
-//     (KernelOptions): the kernel checks every access against the mode,
+//     (mountopts.KernelOptions): the kernel checks every access against the mode,
 //     owner and group of its cached attributes, as for a local file
 //     system: each directory of a path walk, opens of every kind of file
 //     (FIFOs and device nodes too, which it opens without asking a FUSE

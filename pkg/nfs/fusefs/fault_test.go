@@ -31,6 +31,7 @@ import (
 
 	"github.com/nfsrdma/nfsrdma-csi/internal/testenv"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/client"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/mountopts"
 )
 
 const (
@@ -412,7 +413,7 @@ func (s *faultServer) ts() *testServer {
 // disk and reads back through a new mount.
 func TestFaultServerRestartMidWrite(t *testing.T) {
 	needFUSE(t)
-	for _, proto := range []string{ProtoTCP, ProtoRDMA} {
+	for _, proto := range []string{mountopts.ProtoTCP, mountopts.ProtoRDMA} {
 		t.Run(proto, func(t *testing.T) {
 			srv := startFaultServer(t)
 			dir, m := srv.ts().mount(t, proto, "")
@@ -454,7 +455,7 @@ func TestFaultServerRestartMidWrite(t *testing.T) {
 // read(2) succeeds with the right bytes.
 func TestFaultServerRestartMidRead(t *testing.T) {
 	needFUSE(t)
-	for _, proto := range []string{ProtoTCP, ProtoRDMA} {
+	for _, proto := range []string{mountopts.ProtoTCP, mountopts.ProtoRDMA} {
 		t.Run(proto, func(t *testing.T) {
 			srv := startFaultServer(t)
 			const seed = 12
@@ -493,7 +494,7 @@ func TestFaultServerRestartMidRead(t *testing.T) {
 // the client saw the verifier change at COMMIT and re-sent the data.
 func TestFaultWriteVerifierChange(t *testing.T) {
 	needFUSE(t)
-	for _, proto := range []string{ProtoTCP, ProtoRDMA} {
+	for _, proto := range []string{mountopts.ProtoTCP, mountopts.ProtoRDMA} {
 		t.Run(proto, func(t *testing.T) {
 			srv := startFaultServer(t)
 			dir, m := srv.ts().mount(t, proto, "")
@@ -564,7 +565,7 @@ func TestFaultWriteVerifierChange(t *testing.T) {
 // by close(2). When the server is back, the same mount works again.
 func TestFaultSoftMount(t *testing.T) {
 	needFUSE(t)
-	for _, proto := range []string{ProtoTCP, ProtoRDMA} {
+	for _, proto := range []string{mountopts.ProtoTCP, mountopts.ProtoRDMA} {
 		for _, how := range []string{"killed", "hung"} {
 			t.Run(proto+"/"+how, func(t *testing.T) {
 				srv := startFaultServer(t)
@@ -705,11 +706,11 @@ func (p *faultMountProc) wait(t *testing.T) error {
 func TestFaultKilledMountProcess(t *testing.T) {
 	needFUSE(t)
 	bin := testenv.Driver(t, false)
-	for _, proto := range []string{ProtoTCP, ProtoRDMA} {
+	for _, proto := range []string{mountopts.ProtoTCP, mountopts.ProtoRDMA} {
 		t.Run(proto, func(t *testing.T) {
 			srv := startServer(t)
 			port := srv.nfsPort
-			if proto == ProtoRDMA {
+			if proto == mountopts.ProtoRDMA {
 				port = srv.rdmaPort
 			}
 			opts := fmt.Sprintf("proto=%s,port=%d,mountport=%d", proto, port, srv.mountPort)
@@ -790,7 +791,7 @@ func TestFaultKilledMountProcess(t *testing.T) {
 // and succeeds once it is back, the data on its disk.
 func TestFaultReadOnlyCloseWhileServerHung(t *testing.T) {
 	needFUSE(t)
-	for _, proto := range []string{ProtoTCP, ProtoRDMA} {
+	for _, proto := range []string{mountopts.ProtoTCP, mountopts.ProtoRDMA} {
 		t.Run(proto, func(t *testing.T) {
 			srv := startFaultServer(t)
 			dir, _ := srv.ts().mount(t, proto, "")

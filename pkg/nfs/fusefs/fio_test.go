@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/mountopts"
 )
 
 // fioJobSize is the file of each fio job, 64 MiB; fioJobs jobs of each
@@ -84,7 +86,7 @@ func TestFio(t *testing.T) {
 		}
 		t.Skip("fio not installed (apt-get install fio): skipping the fio verify jobs")
 	}
-	for _, proto := range []string{ProtoRDMA, ProtoTCP} {
+	for _, proto := range []string{mountopts.ProtoRDMA, mountopts.ProtoTCP} {
 		t.Run(proto, func(t *testing.T) {
 			srv := startServer(t)
 			dir, _ := srv.mount(t, proto, "")

@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/mountopts"
 )
 
 func randBytes(n int, seed uint64) []byte {
@@ -30,7 +32,7 @@ func randBytes(n int, seed uint64) []byte {
 // export server through the FUSE layer, over TCP and over RPC-over-RDMA.
 func TestFileSystem(t *testing.T) {
 	needFUSE(t)
-	for _, proto := range []string{ProtoTCP, ProtoRDMA} {
+	for _, proto := range []string{mountopts.ProtoTCP, mountopts.ProtoRDMA} {
 		t.Run(proto, func(t *testing.T) {
 			srv := startServer(t)
 			dir, m := srv.mount(t, proto, "")
@@ -46,9 +48,9 @@ func TestFileSystem(t *testing.T) {
 					b.inflight, b.dirty, len(b.dirtyNodes))
 			}
 			b.mu.Unlock()
-			if m := srv.rdma.Metrics(); proto == ProtoRDMA && (m.Calls < 100 || m.ReadChunks+m.PositionZeroChunks == 0 || m.WriteChunks == 0) {
+			if m := srv.rdma.Metrics(); proto == mountopts.ProtoRDMA && (m.Calls < 100 || m.ReadChunks+m.PositionZeroChunks == 0 || m.WriteChunks == 0) {
 				t.Errorf("RPC-over-RDMA not used as expected: %+v", m)
-			} else if proto == ProtoTCP && m.Calls != 0 {
+			} else if proto == mountopts.ProtoTCP && m.Calls != 0 {
 				t.Errorf("RDMA calls over a TCP mount: %+v", m)
 			}
 		})
@@ -360,8 +362,8 @@ func testMisc(t *testing.T, dir string) {
 func TestCloseToOpen(t *testing.T) {
 	needFUSE(t)
 	srv := startServer(t)
-	a, _ := srv.mount(t, ProtoTCP, "actimeo=60")
-	b, _ := srv.mount(t, ProtoTCP, "actimeo=60")
+	a, _ := srv.mount(t, mountopts.ProtoTCP, "actimeo=60")
+	b, _ := srv.mount(t, mountopts.ProtoTCP, "actimeo=60")
 	pa, pb := filepath.Join(a, "f"), filepath.Join(b, "f")
 	if err := os.WriteFile(pa, []byte("version one"), 0o644); err != nil {
 		t.Fatal(err)
@@ -398,7 +400,7 @@ func TestReadOnly(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(srv.root, "f"), []byte("data"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	dir, _ := srv.mount(t, ProtoTCP, "ro,noac")
+	dir, _ := srv.mount(t, mountopts.ProtoTCP, "ro,noac")
 	if got, err := os.ReadFile(filepath.Join(dir, "f")); err != nil || string(got) != "data" {
 		t.Fatalf("read: %q %v", got, err)
 	}
@@ -416,7 +418,7 @@ func TestReadOnly(t *testing.T) {
 func TestMountWideCommit(t *testing.T) {
 	needFUSE(t)
 	srv := startServer(t)
-	dir, m := srv.mount(t, ProtoTCP, "")
+	dir, m := srv.mount(t, mountopts.ProtoTCP, "")
 	chunk := randBytes(1<<20, 5)
 	var files []*os.File
 	for i := range 5 {
@@ -464,7 +466,7 @@ func TestMountWideCommit(t *testing.T) {
 func TestSoftMount(t *testing.T) {
 	needFUSE(t)
 	srv := startServer(t)
-	dir, _ := srv.mount(t, ProtoTCP, "soft,timeo=2,retrans=1,noac")
+	dir, _ := srv.mount(t, mountopts.ProtoTCP, "soft,timeo=2,retrans=1,noac")
 	if err := os.WriteFile(filepath.Join(dir, "f"), []byte("x"), 0o644); err != nil {
 		t.Fatal(err)
 	}

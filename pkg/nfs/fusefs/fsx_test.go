@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/mountopts"
 	"golang.org/x/sys/unix"
 )
 
@@ -74,7 +75,7 @@ func fsxParams(t *testing.T) (seed uint64, ops int) {
 func TestFsx(t *testing.T) {
 	needFUSE(t)
 	seed, ops := fsxParams(t)
-	for i, proto := range []string{ProtoTCP, ProtoRDMA} {
+	for i, proto := range []string{mountopts.ProtoTCP, mountopts.ProtoRDMA} {
 		t.Run(proto, func(t *testing.T) {
 			srv := startServer(t)
 			dir, _ := srv.mount(t, proto, "")

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/mountopts"
 	"golang.org/x/sys/unix"
 )
 
@@ -18,7 +19,7 @@ func hardMount(t *testing.T) (srv *testServer, dir, f string, m *Mount) {
 	t.Helper()
 	needFUSE(t)
 	srv = startServer(t)
-	dir, m = srv.mount(t, ProtoTCP, "hard,noac,timeo=5")
+	dir, m = srv.mount(t, mountopts.ProtoTCP, "hard,noac,timeo=5")
 	f = filepath.Join(dir, "f")
 	if err := os.WriteFile(f, []byte("x"), 0o644); err != nil {
 		t.Fatal(err)

@@ -20,6 +20,8 @@ import (
 
 	"github.com/nfsrdma/nfsrdma-csi/internal/kernelpeer"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/client"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/mountopts"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/transport"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/rpcrdma"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
 )
@@ -36,7 +38,7 @@ import (
 func TestKnfsdMountOverRDMA(t *testing.T) {
 	env := kernelpeer.Env(t, "KP_NFSRDMA_PORT")
 	needFUSE(t)
-	k := mountKnfsd(t, env, ProtoRDMA)
+	k := mountKnfsd(t, env, mountopts.ProtoRDMA)
 	before := k.rdma.Metrics()
 	testKnfsdFiles(t, k, 32<<20, 300)
 	st := k.rdma.Metrics()
@@ -56,7 +58,7 @@ func TestKnfsdMountOverRDMA(t *testing.T) {
 func TestKnfsdMountOverTCP(t *testing.T) {
 	env := kernelpeer.Env(t, "KP_NFS_PORT")
 	needFUSE(t)
-	k := mountKnfsd(t, env, ProtoTCP)
+	k := mountKnfsd(t, env, mountopts.ProtoTCP)
 	testKnfsdFiles(t, k, 4<<20, 50)
 }
 
@@ -82,18 +84,22 @@ func mountKnfsd(t *testing.T, env map[string]string, proto string) *knfsdMount {
 	host := env["KP_HOST"]
 	opts := "proto=tcp,port=" + env["KP_NFS_PORT"]
 	k := &knfsdMount{}
-	if proto == ProtoRDMA {
+	if proto == mountopts.ProtoRDMA {
 		// Software iWARP with the MPA CRC off (nompacrc): the guest's
 		// 6.1 siw honours a CRC we ask for, but its check of a trailer
 		// split across two TCP segments fails and drops the connection.
 		opts = "proto=rdma,rdmadev=siw,nompacrc,port=" + env["KP_NFSRDMA_PORT"]
 		k.rdma = new(rpcrdma.ClientMetrics)
 	}
-	mo, err := ParseOptions(opts + ",mountport=" + env["KP_MOUNT_PORT"] + ",soft,timeo=300,retrans=1")
+	mo, err := mountopts.Parse(opts + ",mountport=" + env["KP_MOUNT_PORT"] + ",soft,timeo=300,retrans=1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := Config{Source: host + ":/export", Options: mo, AuthSys: sunrpc.AuthSysParams{MachineName: "fusefs-knfsd-test"}, RDMAMetrics: k.rdma}
+	tr, err := transport.ForMount(host, mo, k.rdma)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{Source: host + ":/export", Options: mo, AuthSys: sunrpc.AuthSysParams{MachineName: "fusefs-knfsd-test"}, Dial: tr.Dial, Transport: tr.Name}
 	co, err := ClientOptions(cfg)
 	if err != nil {
 		t.Fatal(err)

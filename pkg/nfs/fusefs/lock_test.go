@@ -17,6 +17,7 @@ import (
 
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/client"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/lockd"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/mountopts"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nlm"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nsm"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
@@ -240,7 +241,7 @@ func (s *lockService) Calls() int {
 
 func newLockEnv(t *testing.T, extra string) *lockEnv {
 	t.Helper()
-	return newLockEnvProto(t, ProtoTCP, extra)
+	return newLockEnvProto(t, mountopts.ProtoTCP, extra)
 }
 
 // newLockEnvProto is newLockEnv with NFS over proto (NLM is TCP).
@@ -254,7 +255,7 @@ func newLockEnvProto(t *testing.T, proto, extra string) *lockEnv {
 		o += "," + extra
 	}
 	e.d1, e.m1 = e.srv.mount(t, proto, o)
-	e.d2, e.m2 = e.srv.mount(t, ProtoTCP, o) // the other mount over TCP
+	e.d2, e.m2 = e.srv.mount(t, mountopts.ProtoTCP, o) // the other mount over TCP
 	if err := os.WriteFile(filepath.Join(e.srv.root, "f"), make([]byte, 1000), 0o666); err != nil {
 		t.Fatal(err)
 	}
@@ -428,7 +429,7 @@ func TestLocksReleasedAtUnmount(t *testing.T) {
 	needPython(t)
 	srv := startServer(t)
 	n := nlmService(t)
-	mo, err := ParseOptions("proto=tcp,mountport=" + strconv.Itoa(srv.mountPort) + ",port=" + strconv.Itoa(srv.nfsPort) + ",lockport=" + strconv.Itoa(n.Port))
+	mo, err := mountopts.Parse("proto=tcp,mountport=" + strconv.Itoa(srv.mountPort) + ",port=" + strconv.Itoa(srv.nfsPort) + ",lockport=" + strconv.Itoa(n.Port))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -580,7 +581,7 @@ func TestLockReclaimAfterServerRestart(t *testing.T) {
 // every transaction sees the one before, whichever mount made it, and
 // the database is intact.
 func TestSQLiteAcrossMounts(t *testing.T) {
-	for _, proto := range []string{ProtoTCP, ProtoRDMA} {
+	for _, proto := range []string{mountopts.ProtoTCP, mountopts.ProtoRDMA} {
 		t.Run(proto, func(t *testing.T) { testSQLite(t, newLockEnvProto(t, proto, "")) })
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/mountopts"
 )
 
 // TestMemory: Mount.Memory follows what the mount holds: nodes in the tree
@@ -15,7 +17,7 @@ import (
 func TestMemory(t *testing.T) {
 	needFUSE(t)
 	s := startServer(t)
-	dir, m := s.mount(t, ProtoTCP, "")
+	dir, m := s.mount(t, mountopts.ProtoTCP, "")
 	if got := m.Memory(); got.Inodes != 1 || got.WriteBehindBytes != 0 || got.UncommittedBytes != 0 || got.DirEntries != 0 || got.HeapBytes <= 0 {
 		t.Fatalf("fresh mount: %+v", got)
 	}

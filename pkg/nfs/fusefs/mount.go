@@ -4,36 +4,30 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
-	"net"
 	"os"
 	"strconv"
-	"strings"
 	"time"
 
-	"github.com/go-logr/logr"
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"k8s.io/klog/v2"
 
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/client"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/mountopts"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nfs3"
-	"github.com/nfsrdma/nfsrdma-csi/pkg/rpcrdma"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
-	"github.com/nfsrdma/nfsrdma-csi/pkg/verbs/devselect"
-	"github.com/nfsrdma/nfsrdma-csi/pkg/verbs/siw"
 )
 
 // MaxWrite is the largest FUSE WRITE (and READ) request, 1 MiB, the
 // largest NFS rsize/wsize of this client.
-const MaxWrite = 1 << 20
+const MaxWrite = client.MaxIOSize
 
 // Config says what Mount mounts and how.
 type Config struct {
 	// Source is "SERVER:/EXPORT" (an IPv6 server in brackets).
 	Source string
 	// Options are the parsed -o options.
-	Options MountOptions
+	Options mountopts.Options
 	// AuthSys is the credential of every NFS and MOUNT call; the zero
 	// value means uid 0, gid 0 and the host name. The server checks
 	// permissions against it, whoever the local caller is.
@@ -42,9 +36,13 @@ type Config struct {
 	Debug bool
 	// WrapDial wraps the NFS client's dialer (client.Options.WrapDial).
 	WrapDial func(sunrpc.DialFunc) sunrpc.DialFunc
-	// RDMAMetrics, if not nil, counts the RPC-over-RDMA transport of a
-	// proto=rdma mount (credits, chunks, registered memory).
-	RDMAMetrics *rpcrdma.ClientMetrics
+	// Dial dials the NFS service (client.Options.Dial), as package
+	// nfs/transport builds it from Options: required for proto=rdma; nil
+	// for proto=tcp dials TCP.
+	Dial sunrpc.DialFunc
+	// Transport names Dial's transport in logs (client.Options.Transport,
+	// e.g. "rdma/siw").
+	Transport string
 	// FD, when positive, is an open /dev/fuse file descriptor that a
 	// privileged process already mounted on the mount point (mount(2)
 	// with "fd=FD", the libfuse /dev/fd/N convention): Serve answers the
@@ -63,28 +61,13 @@ type Config struct {
 	StateDir string
 }
 
-// SplitSource splits "SERVER:/EXPORT" into server and export path. The
-// server may be a bracketed IPv6 address. Errors wrap ErrBadOption.
-func SplitSource(src string) (server, export string, err error) {
-	i := strings.Index(src, ":/")
-	if strings.HasPrefix(src, "[") {
-		j := strings.Index(src, "]:/")
-		if j < 0 {
-			return "", "", fmt.Errorf("%w: source %q: want [IPV6]:/EXPORT", ErrBadOption, src)
-		}
-		return src[1:j], src[j+2:], nil
-	}
-	if i <= 0 {
-		return "", "", fmt.Errorf("%w: source %q: want SERVER:/EXPORT", ErrBadOption, src)
-	}
-	return src[:i], src[i+1:], nil
-}
-
 // ClientOptions builds the NFS client options for cfg: ports, sizes, the
-// retry policy (hard/soft, timeo, retrans) and, for proto=rdma, an
-// RPC-over-RDMA dialer over the software iWARP device (MOUNT stays TCP).
+// retry policy (hard/soft, timeo, retrans), the lock options and the
+// dialer cfg.Dial (MOUNT stays TCP). Errors wrap mountopts.ErrBadOption
+// (a bad source; proto=rdma without cfg.Dial), or are those of opening
+// the host's NSM state.
 func ClientOptions(cfg Config) (client.Options, error) {
-	server, export, err := SplitSource(cfg.Source)
+	server, export, err := mountopts.SplitSource(cfg.Source)
 	if err != nil {
 		return client.Options{}, err
 	}
@@ -112,18 +95,10 @@ func ClientOptions(cfg Config) (client.Options, error) {
 		}
 		co.Lock.State = hs
 	}
-	if o.Proto == ProtoRDMA {
-		addr := net.JoinHostPort(server, strconv.Itoa(o.NFSPort()))
-		dev, choice, err := devselect.SelectWith(server, o.RDMADevice, siw.Config{NoCRC: o.NoMPACRC})
-		if err != nil {
-			return client.Options{}, fmt.Errorf("%w: rdmadev=%s: %w", ErrBadOption, o.RDMADevice, err)
-		}
-		klog.InfoS("fusefs: RDMA device chosen", "server", server, "provider", choice.Provider, "device", choice.Device,
-			"transport", choice.Transport, "reason", choice.Reason, "nompacrc", o.NoMPACRC)
-		co.Dial = rpcrdma.Dialer(dev, addr, rpcrdma.ClientOptions{Credits: o.Credits, Metrics: cfg.RDMAMetrics, MaxVersion: o.RDMAVers,
-			Logger: slog.New(logr.ToSlogHandler(klog.Background()))}) // logs each connection's version
-		co.Transport = "rdma/" + choice.Provider
+	if o.Proto == mountopts.ProtoRDMA && cfg.Dial == nil {
+		return client.Options{}, fmt.Errorf("%w: proto=rdma needs an RPC-over-RDMA dialer (Config.Dial)", mountopts.ErrBadOption)
 	}
+	co.Dial, co.Transport = cfg.Dial, cfg.Transport
 	return co, nil
 }
 
@@ -154,7 +129,7 @@ type Mount struct {
 // NewMount mounts the NFS export with the NFS client (bounded by ctx),
 // then mounts it with FUSE on dir (as root a direct mount(2), no
 // fusermount3 needed), serving requests in the background.
-// Errors: ErrBadOption, the client's mount errors (client.ErrMountFailed,
+// Errors: mountopts.ErrBadOption, the client's mount errors (client.ErrMountFailed,
 // nfs3/mount3 statuses, RPC and dial errors), and mount(2) errors.
 func NewMount(ctx context.Context, dir string, cfg Config) (*Mount, error) {
 	co, err := ClientOptions(cfg)
@@ -211,9 +186,9 @@ func Serve(ctx context.Context, c *client.Client, dir string, cfg Config) (*Moun
 			// fcntl and flock locks reach us (lock.go), unless all of
 			// them are local to the mount: then the kernel keeps them
 			EnableLocks: !(o.LocalFlock() && o.LocalPosix()),
-			// the kernel checks mode bits (KernelOptions) and the
+			// the kernel checks mode bits (mountopts.KernelOptions) and the
 			// server clears set-ID bits (killpriv.go)
-			Options:           append([]string(nil), KernelOptions...),
+			Options:           append([]string(nil), mountopts.KernelOptions...),
 			ExtraCapabilities: capHandleKillprivV2,
 			// READ replies are bytes in memory, never a file to splice
 			DisableSplice: true,

@@ -3,7 +3,6 @@ package fusefs
 import (
 	"bufio"
 	"context"
-	"github.com/nfsrdma/nfsrdma-csi/internal/testenv"
 	"net"
 	"os"
 	"strconv"
@@ -13,7 +12,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nfsrdma/nfsrdma-csi/internal/testenv"
+
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/mountopts"
 	nfsserver "github.com/nfsrdma/nfsrdma-csi/pkg/nfs/server"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/transport"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/rpcrdma"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/verbs/siw"
@@ -125,7 +128,7 @@ func (s *testServer) mount(t testing.TB, proto, extra string) (string, *Mount) {
 func (s *testServer) mountWith(t testing.TB, proto, extra string, wrap func(sunrpc.DialFunc) sunrpc.DialFunc) (string, *Mount) {
 	t.Helper()
 	o := "proto=" + proto + ",mountport=" + strconv.Itoa(s.mountPort)
-	if proto == ProtoRDMA {
+	if proto == mountopts.ProtoRDMA {
 		o += ",port=" + strconv.Itoa(s.rdmaPort) + ",credits=16"
 	} else {
 		o += ",port=" + strconv.Itoa(s.nfsPort)
@@ -133,14 +136,19 @@ func (s *testServer) mountWith(t testing.TB, proto, extra string, wrap func(sunr
 	if extra != "" {
 		o += "," + extra
 	}
-	mo, err := ParseOptions(o)
+	mo, err := mountopts.Parse(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := transport.ForMount("127.0.0.1", mo, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	m, err := NewMount(ctx, dir, Config{Source: "127.0.0.1:/", Options: mo, AuthSys: sunrpc.AuthSysParams{MachineName: "fusefs-test"}, WrapDial: wrap})
+	m, err := NewMount(ctx, dir, Config{Source: "127.0.0.1:/", Options: mo, AuthSys: sunrpc.AuthSysParams{MachineName: "fusefs-test"}, WrapDial: wrap,
+		Dial: tr.Dial, Transport: tr.Name})
 	if err != nil {
 		t.Fatal("mount:", err)
 	}

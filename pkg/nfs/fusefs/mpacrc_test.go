@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nfsrdma/nfsrdma-csi/internal/testenv"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/mountopts"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/verbs/siw"
 )
 
@@ -90,7 +91,7 @@ func TestMountNoMPACRC(t *testing.T) {
 			if tc.opts != "" {
 				extra += "," + tc.opts
 			}
-			dir, _ := s.mount(t, ProtoRDMA, extra)
+			dir, _ := s.mount(t, mountopts.ProtoRDMA, extra)
 
 			want := make([]byte, 3<<20+123) // several 64 KiB FPDUs each way
 			rng := rand.New(rand.NewPCG(7, uint64(len(tc.name))))

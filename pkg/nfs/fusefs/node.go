@@ -11,13 +11,14 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/client"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/mountopts"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nfs3"
 )
 
 // fsys is what every node of one mount shares.
 type fsys struct {
 	c       *client.Client
-	o       MountOptions
+	o       mountopts.Options
 	blksize uint32
 	// nameMax is the longest name in bytes the server takes (PATHCONF
 	// name_max at mount, at most nfs3.MaxNameLen).
@@ -96,9 +97,9 @@ var (
 // timeouts returns the attribute cache bounds for n's type.
 func (n *node) timeouts(isDir bool) (time.Duration, time.Duration) {
 	if isDir {
-		return n.sys.o.dirTimeouts()
+		return n.sys.o.DirTimeouts()
 	}
-	return n.sys.o.regTimeouts()
+	return n.sys.o.RegTimeouts()
 }
 
 // refresh records fresh attributes and returns the attribute timeout and
@@ -230,7 +231,7 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (_ *
 // plusTTL is how long READDIRPLUS results answer LOOKUPs: acdirmin, or
 // 100 ms with noac (long enough for the LOOKUPs of the same listing).
 func (n *node) plusTTL() time.Duration {
-	lo, _ := n.sys.o.dirTimeouts()
+	lo, _ := n.sys.o.DirTimeouts()
 	return max(lo, 100*time.Millisecond)
 }
 
@@ -562,7 +563,7 @@ func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) (errno syscall.E
 }
 
 // Access answers ACCESS (access(2), chdir(2)) on a mount made without
-// KernelOptions (with default_permissions the kernel answers them from
+// mountopts.KernelOptions (with default_permissions the kernel answers them from
 // the mode bits and sends none): the permissions of mask (R_OK, W_OK,
 // X_OK; F_OK is 0) are checked with permit, from the access cache when
 // fresh, else with NFS ACCESS: the server decides. W_OK on a read-only

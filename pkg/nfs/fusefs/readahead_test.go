@@ -10,6 +10,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/mountopts"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
 )
 
@@ -53,7 +54,7 @@ func TestReadAhead(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(s.root, "big"), data, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	for _, proto := range []string{ProtoRDMA, ProtoTCP} {
+	for _, proto := range []string{mountopts.ProtoRDMA, mountopts.ProtoTCP} {
 		t.Run(proto, func(t *testing.T) {
 			var watches []*readWatch
 			var mu sync.Mutex
@@ -65,8 +66,8 @@ func TestReadAhead(t *testing.T) {
 				return w
 			})
 			dir, _ := s.mountWith(t, proto, "", wrap)
-			if kb, err := ReadAhead(dir); err != nil || kb != DefaultReadAheadKB {
-				t.Fatalf("read_ahead_kb %d, %v; want %d", kb, err, DefaultReadAheadKB)
+			if kb, err := ReadAhead(dir); err != nil || kb != mountopts.DefaultReadAheadKB {
+				t.Fatalf("read_ahead_kb %d, %v; want %d", kb, err, mountopts.DefaultReadAheadKB)
 			}
 			f, err := os.Open(filepath.Join(dir, "big"))
 			if err != nil {
@@ -103,7 +104,7 @@ func TestReadAhead(t *testing.T) {
 		})
 	}
 	t.Run("option", func(t *testing.T) {
-		dir, _ := s.mount(t, ProtoTCP, "read_ahead_kb=1024")
+		dir, _ := s.mount(t, mountopts.ProtoTCP, "read_ahead_kb=1024")
 		if kb, err := ReadAhead(dir); err != nil || kb != 1024 {
 			t.Fatalf("read_ahead_kb %d, %v; want 1024", kb, err)
 		}

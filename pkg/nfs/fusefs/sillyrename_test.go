@@ -17,6 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/mountopts"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nfs3"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
 )
@@ -61,7 +62,7 @@ func waitNoHidden(t *testing.T, dirs ...string) {
 // with another link, or not open, is removed at once.
 func TestSillyRename(t *testing.T) {
 	needFUSE(t)
-	for _, proto := range []string{ProtoTCP, ProtoRDMA} {
+	for _, proto := range []string{mountopts.ProtoTCP, mountopts.ProtoRDMA} {
 		t.Run(proto, func(t *testing.T) {
 			srv := startServer(t)
 			dir, _ := srv.mount(t, proto, "")
@@ -230,7 +231,7 @@ func TestCloseThenUnlink(t *testing.T) {
 		pc = &procCount{ClientTransport: sr, n: map[uint32]int{}}
 		return pc
 	})
-	dir, _ := s.mountWith(t, ProtoRDMA, "", wrap)
+	dir, _ := s.mountWith(t, mountopts.ProtoRDMA, "", wrap)
 	data := bytes.Repeat([]byte("read ahead then removed "), 350000) // 8.4 MB
 	probed := 0
 	for i := 0; probed < 3 && i < 30; i++ {
@@ -343,7 +344,7 @@ func TestSillyRenamePutBack(t *testing.T) {
 		pc = &procCount{ClientTransport: hr, n: map[uint32]int{}}
 		return pc
 	})
-	dir, m := s.mountWith(t, ProtoRDMA, "", wrap)
+	dir, m := s.mountWith(t, mountopts.ProtoRDMA, "", wrap)
 	d := filepath.Join(dir, "made") // made through the mount: its names are known
 	if err := os.Mkdir(d, 0o755); err != nil {
 		t.Fatal(err)

@@ -8,6 +8,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/mountopts"
 )
 
 // TestRemovedByAnotherMount: a file that another client removed, whose
@@ -23,8 +25,8 @@ func TestRemovedByAnotherMount(t *testing.T) {
 	if err := os.Chmod(srv.root, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	d1, _ := srv.mount(t, ProtoTCP, "")
-	d2, _ := srv.mount(t, ProtoTCP, "")
+	d1, _ := srv.mount(t, mountopts.ProtoTCP, "")
+	d2, _ := srv.mount(t, mountopts.ProtoTCP, "")
 	p1, p2 := filepath.Join(d1, "journal"), filepath.Join(d2, "journal")
 	for round := range 3 {
 		if err := os.WriteFile(p1, []byte("one"), 0o644); err != nil {
@@ -61,8 +63,8 @@ func TestStaleHandle(t *testing.T) {
 	if err := os.Chmod(srv.root, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	d1, _ := srv.mount(t, ProtoTCP, "")
-	d2, _ := srv.mount(t, ProtoTCP, "")
+	d1, _ := srv.mount(t, mountopts.ProtoTCP, "")
+	d2, _ := srv.mount(t, mountopts.ProtoTCP, "")
 	// known makes name through mount 1 (a file, a directory with mkdir,
 	// a symbolic link with symlink), stats it there, and removes it
 	// through mount 2; it returns the path through mount 1

@@ -15,6 +15,8 @@ import (
 
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/admin"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/fusefs"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/mountopts"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/transport"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
 )
 
@@ -66,13 +68,18 @@ func volumeQuotaFUSE(t *testing.T, proto string) {
 	} else {
 		o += ",port=" + strconv.Itoa(e.nfsPort)
 	}
-	mo, err := fusefs.ParseOptions(o)
+	mo, err := mountopts.Parse(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := transport.ForMount("127.0.0.1", mo, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
 	mctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-	m, err := fusefs.NewMount(mctx, dir, fusefs.Config{Source: "127.0.0.1:/vol", Options: mo, AuthSys: sunrpc.AuthSysParams{MachineName: "quota-test"}})
+	m, err := fusefs.NewMount(mctx, dir, fusefs.Config{Source: "127.0.0.1:/vol", Options: mo, AuthSys: sunrpc.AuthSysParams{MachineName: "quota-test"},
+		Dial: tr.Dial, Transport: tr.Name})
 	cancel()
 	if err != nil {
 		t.Fatal("mount:", err)

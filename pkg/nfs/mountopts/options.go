@@ -1,4 +1,9 @@
-package fusefs
+// Package mountopts parses and checks the options of an NFSv3 mount in
+// nfs(5) vocabulary ("proto=rdma,port=20049,ro,actimeo=0"), and the
+// mount source "SERVER:/EXPORT". It is shared by the CSI node plugin,
+// which validates a volume's options before it mounts, and the FUSE
+// file system that serves the mount.
+package mountopts
 
 import (
 	"errors"
@@ -8,7 +13,7 @@ import (
 	"time"
 )
 
-// ErrBadOption is wrapped by every ParseOptions error: an unknown option,
+// ErrBadOption is wrapped by every Parse and SplitSource error: an unknown option,
 // a missing or malformed value, or a value out of range.
 var ErrBadOption = errors.New("bad mount option")
 
@@ -34,10 +39,10 @@ const (
 	MaxReadAheadKB = 64 << 10
 )
 
-// MountOptions are the options of `driver mount -o`, in nfs(5) vocabulary.
-// The zero value is not meant to be used: start from DefaultMountOptions
-// (ParseOptions does).
-type MountOptions struct {
+// Options are the options of `driver mount -o`, in nfs(5) vocabulary.
+// The zero value is not meant to be used: start from Default (Parse
+// does).
+type Options struct {
 	// Proto is ProtoTCP or ProtoRDMA (transport of NFS; MOUNT is always TCP).
 	Proto string
 	// Port is the NFS port; 0 means rpcbind for TCP, DefaultRDMAPort for RDMA.
@@ -112,21 +117,21 @@ const (
 )
 
 // LocalFlock reports whether flock(2) locks stay local to the mount.
-func (o *MountOptions) LocalFlock() bool {
+func (o *Options) LocalFlock() bool {
 	return o.LocalLock == LocalLockAll || o.LocalLock == LocalLockFlock
 }
 
 // LocalPosix reports whether fcntl(2) (POSIX) locks stay local to the mount.
-func (o *MountOptions) LocalPosix() bool {
+func (o *Options) LocalPosix() bool {
 	return o.LocalLock == LocalLockAll || o.LocalLock == LocalLockPosix
 }
 
-// DefaultMountOptions returns the defaults of nfs(5) for vers=3 over TCP:
+// Default returns the defaults of nfs(5) for vers=3 over TCP:
 // hard, timeo=600 (60 s), retrans=2, acregmin=3, acregmax=60,
 // acdirmin=30, acdirmax=60, rw, lock (local_lock=none); and ours:
 // read_ahead_kb=4096.
-func DefaultMountOptions() MountOptions {
-	return MountOptions{
+func Default() Options {
+	return Options{
 		Proto: ProtoTCP, Vers: 3, Timeo: 60 * time.Second, Retrans: 2, ReadAheadKB: DefaultReadAheadKB,
 		LocalLock: LocalLockNone,
 		ACRegMin:  3 * time.Second, ACRegMax: 60 * time.Second,
@@ -134,13 +139,13 @@ func DefaultMountOptions() MountOptions {
 	}
 }
 
-// ParseOptions parses a comma-separated option list ("proto=rdma,port=20049,
-// ro,actimeo=0") over DefaultMountOptions; later options override earlier
+// Parse parses a comma-separated option list ("proto=rdma,port=20049,
+// ro,actimeo=0") over Default; later options override earlier
 // ones, as in mount(8). Times are given as nfs(5) does: timeo in
 // deciseconds, ac* in seconds. An unknown option or a bad value is an
 // error wrapping ErrBadOption; nothing is ignored.
-func ParseOptions(s string) (MountOptions, error) {
-	o := DefaultMountOptions()
+func Parse(s string) (Options, error) {
+	o := Default()
 	if strings.TrimSpace(s) == "" {
 		return o, nil
 	}
@@ -255,7 +260,7 @@ func ParseOptions(s string) (MountOptions, error) {
 			err = fmt.Errorf("%w: unknown option %q", ErrBadOption, opt)
 		}
 		if err != nil {
-			return MountOptions{}, err
+			return Options{}, err
 		}
 	}
 	if o.ACRegMax < o.ACRegMin {
@@ -265,42 +270,61 @@ func ParseOptions(s string) (MountOptions, error) {
 		o.ACDirMax = o.ACDirMin
 	}
 	if o.RDMADevice != "" && o.Proto != ProtoRDMA {
-		return MountOptions{}, fmt.Errorf("%w: rdmadev=%s needs proto=rdma", ErrBadOption, o.RDMADevice)
+		return Options{}, fmt.Errorf("%w: rdmadev=%s needs proto=rdma", ErrBadOption, o.RDMADevice)
 	}
 	if o.NoMPACRC && o.Proto != ProtoRDMA {
-		return MountOptions{}, fmt.Errorf("%w: nompacrc needs proto=rdma", ErrBadOption)
+		return Options{}, fmt.Errorf("%w: nompacrc needs proto=rdma", ErrBadOption)
 	}
 	if o.RDMAVers != 0 && o.Proto != ProtoRDMA {
-		return MountOptions{}, fmt.Errorf("%w: rdmavers=%d needs proto=rdma", ErrBadOption, o.RDMAVers)
+		return Options{}, fmt.Errorf("%w: rdmavers=%d needs proto=rdma", ErrBadOption, o.RDMAVers)
 	}
 	if o.Credits != 0 && o.Proto != ProtoRDMA {
-		return MountOptions{}, fmt.Errorf("%w: credits=%d needs proto=rdma", ErrBadOption, o.Credits)
+		return Options{}, fmt.Errorf("%w: credits=%d needs proto=rdma", ErrBadOption, o.Credits)
 	}
 	return o, nil
 }
 
 // NFSPort returns the NFS port to use: Port, or DefaultRDMAPort for RDMA
 // when Port is 0 (0 for TCP means ask rpcbind).
-func (o *MountOptions) NFSPort() int {
+func (o *Options) NFSPort() int {
 	if o.Port == 0 && o.Proto == ProtoRDMA {
 		return DefaultRDMAPort
 	}
 	return o.Port
 }
 
-// regTimeouts returns (min, max) of the attribute cache of non-directories,
-// 0 with noac.
-func (o *MountOptions) regTimeouts() (time.Duration, time.Duration) {
+// RegTimeouts returns (min, max) of the attribute cache of
+// non-directories (acregmin, acregmax), 0 with noac.
+func (o *Options) RegTimeouts() (time.Duration, time.Duration) {
 	if o.NoAC {
 		return 0, 0
 	}
 	return o.ACRegMin, o.ACRegMax
 }
 
-// dirTimeouts returns (min, max) of the attribute cache of directories.
-func (o *MountOptions) dirTimeouts() (time.Duration, time.Duration) {
+// DirTimeouts returns (min, max) of the attribute cache of directories
+// (acdirmin, acdirmax), 0 with noac.
+func (o *Options) DirTimeouts() (time.Duration, time.Duration) {
 	if o.NoAC {
 		return 0, 0
 	}
 	return o.ACDirMin, o.ACDirMax
+}
+
+// SplitSource splits a mount source "SERVER:/EXPORT" into server and
+// export path (nfs(5)). The server may be a bracketed IPv6 address
+// ("[::1]:/x"). Errors wrap ErrBadOption.
+func SplitSource(src string) (server, export string, err error) {
+	i := strings.Index(src, ":/")
+	if strings.HasPrefix(src, "[") {
+		j := strings.Index(src, "]:/")
+		if j <= 1 {
+			return "", "", fmt.Errorf("%w: source %q: want [IPV6]:/EXPORT", ErrBadOption, src)
+		}
+		return src[1:j], src[j+2:], nil
+	}
+	if i <= 0 {
+		return "", "", fmt.Errorf("%w: source %q: want SERVER:/EXPORT", ErrBadOption, src)
+	}
+	return src[:i], src[i+1:], nil
 }

@@ -1,0 +1,109 @@
+// Package metricsource hands the counters of the packages that keep them
+// (rpcrdma, the export server, fusefs, devselect) to the collectors of
+// package metrics, as the snapshot types metrics owns. Each function
+// returns a function that reads its source when called (at scrape time).
+package metricsource
+
+import (
+	"github.com/nfsrdma/nfsrdma-csi/pkg/metrics"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/fusefs"
+	nfsserver "github.com/nfsrdma/nfsrdma-csi/pkg/nfs/server"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/rpcrdma"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/verbs/devselect"
+)
+
+// Transport reads an RPC-over-RDMA endpoint's counters (rpcrdma.Server.Metrics,
+// rpcrdma.Client.Metrics, rpcrdma.ClientMetrics.Metrics) for
+// metrics.NewTransportCollector.
+func Transport(read func() rpcrdma.Metrics) func() metrics.TransportStats {
+	return func() metrics.TransportStats { return TransportStats(read()) }
+}
+
+// TransportStats converts one snapshot of rpcrdma counters; RDMA2_ERROR
+// codes are named by rpcrdma.Errcode2.String.
+func TransportStats(m rpcrdma.Metrics) metrics.TransportStats {
+	s := metrics.TransportStats{
+		Connections:        m.Connections,
+		Version:            m.Version,
+		Version1Fallbacks:  m.Version1Fallbacks,
+		Calls:              m.Calls,
+		Replies:            m.Replies,
+		Retransmits:        m.Retransmits,
+		UnmatchedReplies:   m.UnmatchedReplies,
+		BadReplies:         m.BadReplies,
+		CreditsGranted:     m.CreditsGranted,
+		CreditsInUse:       m.CreditsInUse,
+		InlineMsgs:         m.InlineMsgs,
+		ReadChunks:         m.ReadChunks,
+		PositionZeroChunks: m.PositionZeroChunks,
+		WriteChunks:        m.WriteChunks,
+		ReplyChunks:        m.ReplyChunks,
+		InlineBytes:        m.InlineBytes,
+		ReadChunkBytes:     m.ReadChunkBytes,
+		WriteChunkBytes:    m.WriteChunkBytes,
+		ReplyChunkBytes:    m.ReplyChunkBytes,
+		ErrVers:            m.ErrVers,
+		ErrChunk:           m.ErrChunk,
+		Grants:             m.Grants,
+		SendWithInvalidate: m.SendWithInvalidate,
+		Registrations:      m.Registrations,
+		RegisteredBytes:    m.RegisteredBytes,
+	}
+	if len(m.Errors2) > 0 {
+		s.Errors2 = make(map[string]uint64, len(m.Errors2))
+		for code, n := range m.Errors2 {
+			s.Errors2[code.String()] = n
+		}
+	}
+	return s
+}
+
+// Connections reads a responder's connections (rpcrdma.Server.Connections,
+// the export server's RDMAConnections) for metrics.NewConnectionCollector.
+func Connections(read func() []rpcrdma.ConnInfo) func() []metrics.Connection {
+	return func() []metrics.Connection {
+		cs := read()
+		out := make([]metrics.Connection, len(cs))
+		for i, c := range cs {
+			out[i] = metrics.Connection{Machine: c.Machine, Peer: c.Peer, Version: c.Version, Target: c.Target, Named: c.Named,
+				Grant: c.Grant, Posted: c.Posted, InProcess: c.InProcess}
+		}
+		return out
+	}
+}
+
+// DRC reads the export server's duplicate request cache counters
+// (nfsserver.Server.DRCStats) for metrics.NewDRCCollector.
+func DRC(read func() nfsserver.DRCStats) func() metrics.DRCStats {
+	return func() metrics.DRCStats {
+		d := read()
+		return metrics.DRCStats{Hits: d.Hits, InProgress: d.InProgress, Misses: d.Misses, Evictions: d.Evictions,
+			Expired: d.Expired, Entries: d.Entries, Bytes: d.Bytes, Pending: d.Pending}
+	}
+}
+
+// MountMemory reads what a FUSE mount holds (fusefs.Mount.Memory), with
+// its bounds (fusefs.MountWriteBehindBytes, fusefs.MountDirtyBytes), for
+// metrics.NewMountMemoryCollector.
+func MountMemory(read func() fusefs.MemoryStats) func() metrics.MountMemory {
+	return func() metrics.MountMemory {
+		m := read()
+		return metrics.MountMemory{
+			WriteBehindBytes: m.WriteBehindBytes, UncommittedBytes: m.UncommittedBytes, HeapBytes: m.HeapBytes,
+			WriteBehindLimit: fusefs.MountWriteBehindBytes, UncommittedLimit: fusefs.MountDirtyBytes,
+			Inodes: m.Inodes, DirEntries: m.DirEntries, AccessEntries: m.AccessEntries,
+			VerifierChanges: m.Write.VerifierChanges, ResentBytes: m.Write.ResentBytes,
+		}
+	}
+}
+
+// Devices reads the RDMA device choices made in this process
+// (devselect.Counts) for metrics.NewDeviceCollector.
+func Devices() []metrics.DeviceCount {
+	cs := devselect.Counts()
+	out := make([]metrics.DeviceCount, len(cs))
+	for i, c := range cs {
+		out[i] = metrics.DeviceCount{Provider: c.Provider, Device: c.Device, Transport: c.Transport, N: c.N}
+	}
+	return out
+}

@@ -1,0 +1,115 @@
+// Package plugin runs the CSI plugin processes of the driver: the
+// controller (CSI Identity and Controller, the credit ledger) and the node
+// plugin (CSI Identity and Node, the mount metrics of its pods, the
+// device plugin, registration with kubelet), each with its Prometheus
+// and health endpoints, until their context ends.
+package plugin
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/klog/v2"
+
+	"github.com/nfsrdma/nfsrdma-csi/pkg/csi"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/csi/credits"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/csi/health"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/metrics"
+)
+
+// ControllerConfig says how RunController runs.
+type ControllerConfig struct {
+	// Version is the driver's version (GetPluginInfo, the API user agent).
+	Version string
+	// Endpoint is the CSI endpoint, unix:///path or tcp://host:port.
+	Endpoint string
+	// AdminTokenFile holds the bearer token of the export servers' admin
+	// API; "" means no admin API (third-party NFS servers only).
+	AdminTokenFile string
+	// Ports are the export servers' ports; Servers the servers known
+	// from the start (ListVolumes, ListSnapshots, GetCapacity).
+	Ports   csi.ServerPorts
+	Servers []string
+	// Kube locates the Kubernetes API of the credit ledger.
+	Kube Kube
+	// CreditLedger keeps each pod's RPC-over-RDMA credit grant in the
+	// ledger ConfigMap, sharing CreditsBudget among an export server's
+	// pods; LeaderElection runs it only while holding the Lease
+	// nfsrdma-csi-credits in LeaderElectionNamespace (default
+	// Kube.Namespace).
+	CreditLedger, LeaderElection bool
+	CreditsBudget                int
+	LeaderElectionNamespace      string
+	// MetricsAddress and HealthAddress are HOST:PORT of /metrics and
+	// /healthz ("": off).
+	MetricsAddress, HealthAddress string
+}
+
+// RunController serves the CSI Identity and Controller services on
+// cfg.Endpoint until ctx ends, with the credit ledger when there is a
+// Kubernetes API. Errors: reading the token file, the endpoint's
+// (csi.New, Driver.Run).
+func RunController(ctx context.Context, cfg ControllerConfig) error {
+	token := ""
+	if cfg.AdminTokenFile != "" {
+		b, err := os.ReadFile(cfg.AdminTokenFile)
+		if err != nil {
+			return fmt.Errorf("admin token: %w", err)
+		}
+		token = strings.TrimSpace(string(b))
+	}
+	cm := metrics.NewCSI(nil)
+	d, err := csi.New(csi.Config{Version: cfg.Version, Endpoint: cfg.Endpoint, Controller: true,
+		Ports: cfg.Ports, AdminToken: token, Servers: cfg.Servers, Metrics: cm})
+	if err != nil {
+		return err
+	}
+	if cfg.CreditLedger {
+		if c, err := cfg.Kube.client(cfg.Version); err != nil {
+			klog.InfoS("controller: no Kubernetes API: the credit ledger is off", "err", err)
+		} else {
+			l := credits.New(credits.Config{Client: c, Namespace: cfg.Kube.Namespace, DriverName: csi.DriverName, Budget: cfg.CreditsBudget,
+				Push: csi.CreditPusher(cfg.Ports, token)})
+			if cfg.LeaderElection {
+				ns := cfg.LeaderElectionNamespace
+				if ns == "" {
+					ns = cfg.Kube.Namespace
+				}
+				id, _ := os.Hostname()
+				go l.RunElected(ctx, ns, "nfsrdma-csi-credits", id+"-"+strconv.Itoa(os.Getpid()))
+			} else {
+				go func() {
+					if err := l.Run(ctx); err != nil {
+						klog.ErrorS(err, "controller: credit ledger stopped")
+					}
+				}()
+			}
+		}
+	}
+	go serveMetrics(ctx, cfg.MetricsAddress, metrics.NewProcessRegistry(cm))
+	go serveHealth(ctx, cfg.HealthAddress, cfg.Endpoint)
+	return d.Run(ctx)
+}
+
+// serveMetrics serves reg's /metrics on addr until ctx ends ("" = off);
+// a failure is logged, never fatal.
+func serveMetrics(ctx context.Context, addr string, reg *prometheus.Registry) {
+	if addr == "" {
+		return
+	}
+	if err := metrics.Serve(ctx, addr, reg); err != nil {
+		klog.ErrorS(err, "metrics: stopped", "address", addr)
+	}
+}
+
+// serveHealth serves /healthz on addr for the plugin at the CSI endpoint
+// until ctx ends ("" = off); a failure is logged, never fatal.
+func serveHealth(ctx context.Context, addr, endpoint string) {
+	if err := health.Serve(ctx, addr, endpoint, health.DefaultProbeTimeout); err != nil {
+		klog.ErrorS(err, "health: stopped", "address", addr)
+	}
+}

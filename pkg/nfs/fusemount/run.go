@@ -1,0 +1,157 @@
+// Package fusemount runs one NFS mount served through FUSE in the
+// foreground, as `driver mount` does: it parses the nfs(5) options
+// (package mountopts), builds the NFS transport (package transport: the
+// RDMA device and RPC-over-RDMA dialer, or TCP), mounts the file system
+// (package fusefs), serves the mount's Prometheus metrics on a unix socket
+// when asked, and unmounts when the context ends.
+package fusemount
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/klog/v2"
+
+	"github.com/nfsrdma/nfsrdma-csi/internal/metricsource"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/metrics"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/fusefs"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/mountopts"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/transport"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/rpcrdma"
+)
+
+// Config says what Run mounts and how.
+type Config struct {
+	// Source is "SERVER:/EXPORT" (an IPv6 server in brackets); Dir the
+	// mount point.
+	Source, Dir string
+	// Options is the -o option list, comma-separated, in nfs(5)
+	// vocabulary (mountopts.Parse).
+	Options string
+	// Debug logs every FUSE request.
+	Debug bool
+	// FD, when positive, is a /dev/fuse fd another process already
+	// mounted on Dir (fusefs.Config.FD).
+	FD int
+	// ReadyFD, when positive, is an inherited fd to which one line is
+	// written once mounted, "ok" or "error: MESSAGE", before it is
+	// closed.
+	ReadyFD int
+	// MetricsSocket, if not "", is the unix socket this mount's
+	// Prometheus metrics (nfsrdma_* only) are served on.
+	MetricsSocket string
+	// MachineName is the AUTH_SYS machine name of NFS calls ("": the host
+	// name); LockCallerName the caller_name of NLM locks ("": the host
+	// name); StateDir the node's NSM state directory ("": in memory).
+	MachineName, LockCallerName, StateDir string
+	// UnmountTimeout bounds the unmount once ctx ends, and again the
+	// wait for a lazily unmounted mount; 0 means 10 s.
+	UnmountTimeout time.Duration
+}
+
+// Run mounts cfg.Source on cfg.Dir and serves it until it is unmounted
+// from outside (umount(8)) or ctx ends; then it unmounts (lazily when
+// busy past cfg.UnmountTimeout). Errors: mountopts.ErrBadOption, the
+// mount's (fusefs.NewMount), an unmount that fails, or a connection still
+// in use after a lazy unmount (dropped when the process exits).
+func Run(ctx context.Context, cfg Config) error {
+	timeout := cfg.UnmountTimeout
+	if timeout <= 0 {
+		timeout = 10 * time.Second
+	}
+	m, mm, err := mount(ctx, cfg)
+	ready(cfg.ReadyFD, err)
+	if err != nil {
+		return err
+	}
+	if cfg.MetricsSocket != "" {
+		// only nfsrdma_* metrics: the node gathers nothing else from mounts
+		reg := prometheus.NewRegistry()
+		reg.MustRegister(mm.rpc, metrics.NewClientCollector(m.Client.Stats, nil), metrics.NewDeviceCollector(metricsource.Devices, nil),
+			metrics.NewMountMemoryCollector(metricsource.MountMemory(m.Memory), nil))
+		if mm.proto == mountopts.ProtoRDMA {
+			reg.MustRegister(metrics.NewTransportCollector(metrics.RoleRequester, metricsource.Transport(mm.rdma.Metrics), nil))
+		}
+		go func() {
+			if err := metrics.ServeUnix(ctx, cfg.MetricsSocket, reg); err != nil {
+				klog.ErrorS(err, "mount: metrics socket", "path", cfg.MetricsSocket)
+			}
+		}()
+	}
+	done := make(chan error, 1)
+	go func() { done <- m.Wait() }()
+	select {
+	case err := <-done: // unmounted from outside
+		return err
+	case <-ctx.Done():
+		klog.InfoS("mount: signal received, unmounting", "dir", cfg.Dir)
+		if err := m.Unmount(timeout); err != nil {
+			return fmt.Errorf("unmount %s: %w", cfg.Dir, err)
+		}
+		// After a lazy unmount of a busy mount point the kernel keeps the
+		// connection until its last user leaves; do not wait for that
+		// forever: exiting closes /dev/fuse, which ends the connection
+		// (its users then get ENOTCONN).
+		select {
+		case err := <-done:
+			return err
+		case <-time.After(timeout):
+			return fmt.Errorf("unmount %s: still in use after a lazy unmount; connection dropped", cfg.Dir)
+		}
+	}
+}
+
+// mountMetrics are what a mount counts for its metrics socket.
+type mountMetrics struct {
+	proto string
+	rpc   *metrics.RPCClient     // per-procedure calls, latency and bytes
+	rdma  *rpcrdma.ClientMetrics // the RPC-over-RDMA transport (proto=rdma)
+}
+
+// mount parses the options, builds the NFS transport and mounts.
+func mount(ctx context.Context, cfg Config) (*fusefs.Mount, mountMetrics, error) {
+	var mm mountMetrics
+	o, err := mountopts.Parse(cfg.Options)
+	if err != nil {
+		return nil, mm, err
+	}
+	server, _, err := mountopts.SplitSource(cfg.Source)
+	if err != nil {
+		return nil, mm, err
+	}
+	fc := fusefs.Config{Source: cfg.Source, Options: o, Debug: cfg.Debug, FD: cfg.FD,
+		LockCallerName: cfg.LockCallerName, StateDir: cfg.StateDir}
+	fc.AuthSys.MachineName = cfg.MachineName
+	mm.proto = o.Proto
+	if cfg.MetricsSocket != "" {
+		mm.rpc = metrics.NewRPCClient(nil)
+		fc.WrapDial = mm.rpc.Dial
+		mm.rdma = new(rpcrdma.ClientMetrics)
+	}
+	tr, err := transport.ForMount(server, o, mm.rdma)
+	if err != nil {
+		return nil, mm, err
+	}
+	fc.Dial, fc.Transport = tr.Dial, tr.Name
+	m, err := fusefs.NewMount(ctx, cfg.Dir, fc)
+	return m, mm, err
+}
+
+// ready reports the outcome of mounting on the inherited fd (a pipe to the
+// process that started us), if any: "ok\n" or "error: MESSAGE\n".
+func ready(fd int, err error) {
+	if fd <= 0 {
+		return
+	}
+	f := os.NewFile(uintptr(fd), "ready")
+	if err != nil {
+		fmt.Fprintf(f, "error: %s\n", strings.ReplaceAll(err.Error(), "\n", " "))
+	} else {
+		fmt.Fprintln(f, "ok")
+	}
+	f.Close()
+}

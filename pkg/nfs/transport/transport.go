@@ -1,0 +1,66 @@
+// Package transport chooses and builds the NFS transport of a mount from
+// its options (package mountopts): for proto=rdma the RDMA device
+// (package devselect: a kernel RDMA device that reaches the server, or
+// software iWARP) and an RPC-over-RDMA dialer over it (RFC 8166, RFC
+// 8267); for proto=tcp nothing, the NFS client dialing TCP itself.
+// MOUNT, NLM and rpcbind always go over TCP (RFC 8267 section 5.1).
+package transport
+
+import (
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+
+	"github.com/go-logr/logr"
+	"k8s.io/klog/v2"
+
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/mountopts"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/rpcrdma"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/verbs/devselect"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/verbs/siw"
+)
+
+// LogDeviceChosen is the message of the log line that names the RDMA
+// device chosen for a mount, with the keys server, provider, device,
+// transport, reason and nompacrc (klog's key="value" form).
+const LogDeviceChosen = "transport: RDMA device chosen"
+
+// NFS is the transport of a mount's NFS service, what client.Options.Dial
+// and client.Options.Transport take.
+type NFS struct {
+	// Dial dials the NFS service; nil for proto=tcp (the NFS client's
+	// TCP default, to the port given or rpcbind's).
+	Dial sunrpc.DialFunc
+	// Name names the transport in logs: "rdma/siw" or "rdma/ibverbs";
+	// "" for TCP.
+	Name string
+	// Device is the RDMA device chosen (proto=rdma only).
+	Device devselect.Choice
+}
+
+// ForMount returns the NFS transport of a mount of server with options
+// o. For proto=rdma: the device rdmadev= names ("auto", the default:
+// a kernel RDMA device that reaches server when the driver is built with
+// the ibverbs tag, else software iWARP), software iWARP with the MPA CRC
+// off when nompacrc is given (RFC 5044 section 4.4), and an RPC-over-RDMA
+// dialer to server:o.NFSPort() asking credits= and speaking up to
+// rdmavers=; metrics, if not nil, counts its transport. For proto=tcp the
+// zero NFS. Errors: an rdmadev= that names no usable device, wrapping
+// mountopts.ErrBadOption and devselect's error.
+func ForMount(server string, o mountopts.Options, metrics *rpcrdma.ClientMetrics) (NFS, error) {
+	if o.Proto != mountopts.ProtoRDMA {
+		return NFS{}, nil
+	}
+	dev, choice, err := devselect.SelectWith(server, o.RDMADevice, siw.Config{NoCRC: o.NoMPACRC})
+	if err != nil {
+		return NFS{}, fmt.Errorf("%w: rdmadev=%s: %w", mountopts.ErrBadOption, o.RDMADevice, err)
+	}
+	klog.InfoS(LogDeviceChosen, "server", server, "provider", choice.Provider, "device", choice.Device,
+		"transport", choice.Transport, "reason", choice.Reason, "nompacrc", o.NoMPACRC)
+	addr := net.JoinHostPort(server, strconv.Itoa(o.NFSPort()))
+	dial := rpcrdma.Dialer(dev, addr, rpcrdma.ClientOptions{Credits: o.Credits, Metrics: metrics, MaxVersion: o.RDMAVers,
+		Logger: slog.New(logr.ToSlogHandler(klog.Background()))}) // logs each connection's version
+	return NFS{Dial: dial, Name: "rdma/" + choice.Provider, Device: choice}, nil
+}
