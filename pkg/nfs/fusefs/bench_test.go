@@ -22,7 +22,7 @@ import (
 	"github.com/nfsrdma/nfsrdma-csi/pkg/verbs/siw"
 )
 
-// The FUSE benchmarks (issue 5) run the same work through three mounts,
+// The FUSE benchmarks run the same work through three mounts,
 // each a sub-benchmark, so that hack/bench can pair them:
 //
 //   - loopback: go-fuse's own loopback file system (fs.NewLoopbackRoot)

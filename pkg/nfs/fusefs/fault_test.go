@@ -1,6 +1,6 @@
 package fusefs
 
-// Fault tests (issue 5): the export server is killed (SIGKILL) and
+// Fault tests: the export server is killed (SIGKILL) and
 // restarted on the same ports in the middle of a large write and a large
 // read, it loses the unstable data of a file before COMMIT, it dies or
 // hangs under a soft mount; the `driver mount` process is killed. Each
@@ -818,8 +818,9 @@ func TestFaultReadOnlyCloseWhileServerHung(t *testing.T) {
 			if _, err := w.Write(data); err != nil { // write-behind: the WRITE waits for the server
 				t.Fatal(err)
 			}
-			// A hang guard, not a speed bound: without the fix this close
-			// waits for the server, which stays stopped.
+			// A hang guard, not a speed bound: a close of a read-only
+			// descriptor that flushed the other descriptor's writes would
+			// wait for the server, which stays stopped.
 			if err := faultWithin(t, 20*time.Second, "close of the read-only descriptor", r.Close); err != nil {
 				t.Fatal(err)
 			}
