@@ -19,7 +19,8 @@ var (
 )
 
 // LockTool builds ./fcntllock (static, CGO_ENABLED=0) into the 9p share
-// once per test binary and returns its path in the guest.
+// ($KP_SHARE/fcntllock) once per test binary and returns its path in the
+// guest, /host/fcntllock.
 func LockTool(t testing.TB) string {
 	t.Helper()
 	toolMu.Lock()
@@ -29,14 +30,19 @@ func LockTool(t testing.TB) string {
 	}
 	share := Env(t, "KP_SHARE")["KP_SHARE"]
 	_, file, _, _ := runtime.Caller(0)
-	name := fmt.Sprintf("fcntllock-%d", os.Getpid())
-	cmd := exec.Command("go", "build", "-o", filepath.Join(share, name), "./fcntllock")
+	// built under a temporary name and renamed, so that a guest process
+	// of another test binary running the previous build keeps its file
+	tmp := filepath.Join(share, fmt.Sprintf(".fcntllock-%d", os.Getpid()))
+	cmd := exec.Command("go", "build", "-o", tmp, "./fcntllock")
 	cmd.Dir = filepath.Dir(file)
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go build fcntllock: %v\n%s", err, out)
 	}
-	tool = "/host/" + name
+	if err := os.Rename(tmp, filepath.Join(share, "fcntllock")); err != nil {
+		t.Fatal(err)
+	}
+	tool = "/host/fcntllock"
 	return tool
 }
 
