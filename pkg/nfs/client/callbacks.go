@@ -163,11 +163,21 @@ func register(prog, vers uint32, port int) bool {
 	return sunrpc.PortmapSet(ctx, CallbackRPCBind, m) == nil
 }
 
+// stopLocked stops the service and removes its registrations. A
+// registration another service made meanwhile (after replacing ours) is
+// left alone: portmap's UNSET removes a program's mapping whatever its
+// port, so the current one is asked first.
 func (s *callbackService) stopLocked() {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
+	port := s.l.Addr().(*net.TCPAddr).Port
 	for _, pv := range s.regs {
-		_ = sunrpc.PortmapUnset(ctx, CallbackRPCBind, sunrpc.Mapping{Prog: pv[0], Vers: pv[1], Prot: sunrpc.IPProtoTCP})
+		m := sunrpc.Mapping{Prog: pv[0], Vers: pv[1], Prot: sunrpc.IPProtoTCP}
+		if cur, err := sunrpc.PortmapGetPort(ctx, CallbackRPCBind, m); err == nil && cur != port {
+			klog.V(1).InfoS("callback program registered by another service now; not unregistering it", "program", pv[0], "version", pv[1], "port", cur)
+			continue
+		}
+		_ = sunrpc.PortmapUnset(ctx, CallbackRPCBind, m)
 	}
 	s.regs = nil
 	s.cancel()
