@@ -34,8 +34,7 @@ func TestKnfsdLocksOverRDMA(t *testing.T) { testKnfsdLocks(t, ProtoRDMA) }
 // range), and exclude a process's fcntl lock in the guest both ways
 // (F_GETLK on either side reports the other's type and range); a blocked
 // F_SETLKW is granted when the other mount's process unlocks (by the
-// guest lockd's GRANTED_MSG callback, when this process holds the NLM
-// registration with this host's rpcbind) and when the guest process
+// guest lockd's GRANTED_MSG callback, see checkCallbacks) and when the guest process
 // releases its lock; a guest F_SETLKW waits for a mount's lock; a
 // signal ends a blocked F_SETLKW with EINTR and leaves no lock or
 // request on the server; flock(2) on a mount is a whole-file lock that
@@ -57,14 +56,14 @@ func testKnfsdLocks(t *testing.T, proto string) {
 	t.Cleanup(func() { kernelpeer.Sh(t, "rm -rf "+guestDir) })
 	gf := guestDir + "/f"
 	// a blocked LOCK is sent again only every 30 s: the waits below end
-	// within 10 s by the GRANTED callback, or by polling every 500 ms
-	// when another lock service holds the registration
-	poll := 30 * time.Second
-	if !freeNLM {
-		poll = 500 * time.Millisecond
-	}
-	d1, m1 := mountKnfsdLocking(t, env, proto, lockPort, "fusefs-lock-one", poll)
-	m2dir, m2 := mountKnfsdLocking(t, env, ProtoTCP, lockPort, "fusefs-lock-two", poll)
+	// by the GRANTED callback, or by that polling when the callback goes
+	// to another lock service of this host (see checkCallbacks)
+	const poll = 30 * time.Second
+	// caller names new at each run: the guest's lockd keeps the callback
+	// port of a client host it looked up for a minute (NLM_HOST_REBIND)
+	run := strconv.FormatInt(time.Now().UnixNano(), 36)
+	d1, m1 := mountKnfsdLocking(t, env, proto, lockPort, "fusefs-lock-one-"+run, poll)
+	m2dir, m2 := mountKnfsdLocking(t, env, ProtoTCP, lockPort, "fusefs-lock-two-"+run, poll)
 	p1 := startLockProc(t, "p1", filepath.Join(d1, name, "f"))
 	p2 := startLockProc(t, "p2", filepath.Join(m2dir, name, "f"))
 
@@ -97,11 +96,8 @@ func testKnfsdLocks(t *testing.T, proto string) {
 	}
 
 	// blocked F_SETLKW, granted at the other mount's unlock
-	callbacksOurs := waitNLMRegistration(t, client.CallbackPort(), 0)
-	grantWait := 10 * time.Second
-	if !callbacksOurs { // taken by another service after the check above
-		grantWait = poll + 10*time.Second
-	}
+	callbacksOurs := freeNLM && waitNLMRegistration(t, client.CallbackPort(), 0)
+	grantWait := poll + 10*time.Second
 	p2.send("setlkw w 0 5")
 	if a, ok := p2.answer(500 * time.Millisecond); ok {
 		t.Fatalf("F_SETLKW over a held lock answered %q", a)
@@ -119,14 +115,7 @@ func testKnfsdLocks(t *testing.T, proto string) {
 	if a, ok := p1.answer(grantWait); !ok || a != "ok" {
 		t.Fatalf("blocked F_SETLKW after the guest's release: %q %v", a, ok)
 	}
-	if !freeNLM || !callbacksOurs {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("CI=true: another lock service holds the NLM registration of this host's rpcbind; the GRANTED callbacks must be tested")
-		}
-		t.Log("another lock service holds the NLM registration of this host's rpcbind: blocked locks completed by polling, callbacks not tested")
-	} else if c1, c2 := m1.Client.Locks().Stats().Callbacks, m2.Client.Locks().Stats().Callbacks; c1 != 1 || c2 != 1 {
-		t.Fatalf("blocked locks completed by GRANTED: mount 1 %d, mount 2 %d; want 1 each", c1, c2)
-	}
+	checkCallbacks(t, callbacksOurs, m1.Client.Locks().Stats().Callbacks+m2.Client.Locks().Stats().Callbacks, 2)
 
 	// a guest F_SETLKW waits for a mount's lock
 	gw := kernelpeer.HoldLock(t, gf, "w", 0, 1, true)
@@ -215,6 +204,25 @@ func guestFileLocks(t *testing.T, guestPath string) []string {
 		}
 	}
 	return out
+}
+
+// checkCallbacks checks that the GRANTED callbacks completed want blocked
+// locks (n did). Knfsd's lockd finds the callback service through this
+// host's rpcbind and keeps the binding (and its connection) for a while:
+// when another lock service of this host (another test process, a
+// Ganesha or export server with NLM) held the registration at that time,
+// the callbacks go there and the locks complete by polling. That fails
+// the test only under CI=true, where nothing else registers.
+func checkCallbacks(t *testing.T, registered bool, n, want uint64) {
+	t.Helper()
+	switch {
+	case n == want:
+		t.Logf("%d blocked locks completed by the GRANTED callback", n)
+	case os.Getenv("CI") == "true":
+		t.Errorf("%d blocked locks completed by the GRANTED callback, want %d (this process registered with rpcbind: %v)", n, want, registered)
+	default:
+		t.Logf("%d of %d blocked locks completed by the GRANTED callback, the others by polling: this process registered with rpcbind: %v; the callbacks went to another lock service of this host", n, want, registered)
+	}
 }
 
 // waitNLMRegistration waits up to d until NLM v4 over TCP is registered
