@@ -17,7 +17,9 @@ import (
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/client"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/lockd"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nlm"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/rpcrdma"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/verbs/siw"
 )
 
 // TestKernelClientLocks: the Linux NFS client of the kernel peer mounts
@@ -38,7 +40,13 @@ import (
 // finds itself, never the guest's lockd. The guest's F_SETLKW completes
 // when its kernel sends the blocked LOCK again (every 30 s, Linux
 // NLMCLNT_POLL_TIMEOUT).
-func TestKernelClientLocks(t *testing.T) {
+func TestKernelClientLocks(t *testing.T) { testKernelClientLocks(t, "tcp") }
+
+// TestKernelClientLocksOverRDMA is TestKernelClientLocks with the guest's
+// NFS over RPC-over-RDMA (kernel siw to our siw); its NLM is over TCP.
+func TestKernelClientLocksOverRDMA(t *testing.T) { testKernelClientLocks(t, "rdma") }
+
+func testKernelClientLocks(t *testing.T, proto string) {
 	kernelpeer.Env(t, "KP_NFS_PORT")
 	needRoot(t)
 	rpcbind := testenv.NeedRPCBind(t)
@@ -74,13 +82,27 @@ func TestKernelClientLocks(t *testing.T) {
 	nl, ml, ll, sl := listen(), listen(), listen(), listen()
 	port := func(l net.Listener) int { return l.Addr().(*net.TCPAddr).Port }
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 2)
+	done := make(chan error, 3)
 	go func() { done <- srv.Serve(ctx, nl, ml) }()
 	go func() { done <- srv.ServeLocks(ctx, ll, sl) }()
+	servers := 2
+	nfsOpts := fmt.Sprintf("proto=tcp,port=%d", port(nl))
+	if proto == "rdma" {
+		rl := listen()
+		rdmaAddr := rl.Addr().String()
+		rl.Close()
+		servers++
+		go func() {
+			done <- srv.ServeRDMA(ctx, siw.NewDevice(siw.Config{}), rdmaAddr, rpcrdma.ServerOptions{Credits: 16})
+		}()
+		_, rport, _ := net.SplitHostPort(rdmaAddr)
+		nfsOpts = "proto=rdma,port=" + rport
+	}
 	defer func() {
 		cancel()
-		<-done
-		<-done
+		for range servers {
+			<-done
+		}
 	}()
 	defer func() {
 		time.Sleep(300 * time.Millisecond)
@@ -105,8 +127,8 @@ func TestKernelClientLocks(t *testing.T) {
 	defer unregister(context.Background())
 
 	mnt := fmt.Sprintf("/mnt/ours-lock-%d", time.Now().UnixNano())
-	kernelpeer.Sh(t, fmt.Sprintf("mkdir -p %s && timeout 40 mount -t nfs -o vers=3,proto=tcp,port=%d,mountport=%d,mountproto=tcp 10.0.2.2:/ %s",
-		mnt, port(nl), port(ml), mnt))
+	kernelpeer.Sh(t, fmt.Sprintf("mkdir -p %s && timeout 40 mount -t nfs -o vers=3,%s,mountport=%d,mountproto=tcp 10.0.2.2:/ %s",
+		mnt, nfsOpts, port(ml), mnt))
 	defer kernelpeer.Sh(t, fmt.Sprintf("umount -f %s 2>/dev/null; rmdir %s; true", mnt, mnt))
 	if opts := kernelpeer.Sh(t, "grep ' "+mnt+" ' /proc/mounts"); strings.Contains(opts, "nolock") || strings.Contains(opts, "local_lock=all") {
 		t.Fatalf("the guest's mount keeps its locks local: %s", opts)
