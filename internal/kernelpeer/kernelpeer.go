@@ -21,12 +21,8 @@ import (
 // It skips (fails under CI=true) unless the peer runs and has key.
 func Env(t testing.TB, key string) map[string]string {
 	t.Helper()
-	dir := os.Getenv("KERNEL_PEER_DIR")
-	if dir == "" {
-		dir = "/tmp/kernel-peer"
-	}
 	env := map[string]string{}
-	if f, err := os.Open(filepath.Join(dir, "env")); err == nil {
+	if f, err := os.Open(filepath.Join(dir(), "env")); err == nil {
 		sc := bufio.NewScanner(f)
 		for sc.Scan() {
 			if k, v, ok := strings.Cut(sc.Text(), "="); ok {

@@ -87,8 +87,18 @@ func (s *callbackService) startLocked() error {
 		r.Encode(&res.Encoder)
 		return nil
 	}
-	nlmProcs := make([]sunrpc.Handler, nlm.ProcGranted+1)
+	grantedMsg := func(ctx context.Context, req *sunrpc.Request, res *sunrpc.Builder) error {
+		var a nlm.TestArgs
+		if err := a.Decode(req.ArgsDecoder()); err != nil {
+			return garbage(err)
+		}
+		s.grantedMsg(&a, req.Peer)
+		return nil // void: the answer is the GRANTED_RES call
+	}
+	nlmProcs := make([]sunrpc.Handler, nlm.ProcGrantedMsg+1)
+	nlmProcs[nlm.ProcNull] = func(context.Context, *sunrpc.Request, *sunrpc.Builder) error { return nil }
 	nlmProcs[nlm.ProcGranted] = granted
+	nlmProcs[nlm.ProcGrantedMsg] = grantedMsg
 	srv.Register(nlm.Program, nlm.Version, nlmProcs)
 	notify := func(ctx context.Context, req *sunrpc.Request, res *sunrpc.Builder) error {
 		var a nsm.StatChge
@@ -153,11 +163,21 @@ func register(prog, vers uint32, port int) bool {
 	return sunrpc.PortmapSet(ctx, CallbackRPCBind, m) == nil
 }
 
+// stopLocked stops the service and removes its registrations. A
+// registration another service made meanwhile (after replacing ours) is
+// left alone: portmap's UNSET removes a program's mapping whatever its
+// port, so the current one is asked first.
 func (s *callbackService) stopLocked() {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
+	port := s.l.Addr().(*net.TCPAddr).Port
 	for _, pv := range s.regs {
-		_ = sunrpc.PortmapUnset(ctx, CallbackRPCBind, sunrpc.Mapping{Prog: pv[0], Vers: pv[1], Prot: sunrpc.IPProtoTCP})
+		m := sunrpc.Mapping{Prog: pv[0], Vers: pv[1], Prot: sunrpc.IPProtoTCP}
+		if cur, err := sunrpc.PortmapGetPort(ctx, CallbackRPCBind, m); err == nil && cur != port {
+			klog.V(1).InfoS("callback program registered by another service now; not unregistering it", "program", pv[0], "version", pv[1], "port", cur)
+			continue
+		}
+		_ = sunrpc.PortmapUnset(ctx, CallbackRPCBind, m)
 	}
 	s.regs = nil
 	s.cancel()
@@ -182,6 +202,65 @@ func (s *callbackService) granted(a *nlm.TestArgs, peer net.Addr) nlm.Stat {
 	}
 	klog.V(2).InfoS("NLM GRANTED for no waiting lock", "peer", peer, "svid", a.Lock.Svid)
 	return nlm.Denied
+}
+
+// grantedMsg handles GRANTED_MSG, the message form of GRANTED that
+// Linux's lockd sends (nlmsvc_grant_blocked; X/Open XNFS section 14.3):
+// it completes the waiting LOCK the callback names, as granted does, and
+// answers with a GRANTED_RES call carrying the callback's cookie and
+// NLM4_GRANTED, or NLM4_DENIED when no LOCK was waiting (the server then
+// releases the lock). The GRANTED_RES goes to the server's NLM service
+// through the NLM client of the Locker concerned (the server's lockd
+// would otherwise look the client up at the caller's address, which
+// through a NAT or port forward is not where its NLM service answers).
+func (s *callbackService) grantedMsg(a *nlm.TestArgs, peer net.Addr) {
+	s.mu.Lock()
+	ls := make([]*Locker, 0, len(s.lockers))
+	for l := range s.lockers {
+		ls = append(ls, l)
+	}
+	s.mu.Unlock()
+	var to *Locker
+	st := nlm.Denied
+	for _, l := range ls {
+		if !l.fromServer(peer) {
+			continue
+		}
+		if l.granted(a) {
+			to, st = l, nlm.Granted
+			break
+		}
+		if to == nil {
+			to = l
+		}
+	}
+	if st != nlm.Granted {
+		klog.V(2).InfoS("NLM GRANTED_MSG for no waiting lock", "peer", peer, "svid", a.Lock.Svid)
+	}
+	if to == nil {
+		return
+	}
+	res := nlm.Res{Cookie: append([]byte(nil), a.Cookie...), Stat: st}
+	go to.grantedRes(&res)
+}
+
+// grantedRes sends GRANTED_RES (the answer to a GRANTED_MSG, XNFS
+// section 14.3) to the server's NLM service, bounded by 10 s; a failure
+// is logged: the server then sends GRANTED_MSG again.
+func (l *Locker) grantedRes(res *nlm.Res) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	rpc, err := l.client(ctx)
+	if err == nil {
+		err = rpc.Call(ctx, sunrpc.CallSpec{
+			Prog: nlm.Program, Vers: nlm.Version, Proc: nlm.ProcGrantedRes,
+			Args:         func(b *sunrpc.Builder) { res.Encode(&b.Encoder) },
+			MaxReplySize: replyHeaderMax,
+		})
+	}
+	if err != nil {
+		klog.ErrorS(err, "NLM: GRANTED_RES not sent", "server", l.srv.Server, "stat", res.Stat)
+	}
 }
 
 // notify starts a reclaim in every Locker whose server is the sender or

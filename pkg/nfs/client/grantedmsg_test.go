@@ -1,0 +1,278 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nlm"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nsm"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
+)
+
+// msgServer is an NLM server that blocks every blocking LOCK and records
+// the GRANTED_RES calls it receives, as Linux's lockd expects them after
+// its GRANTED_MSG.
+type msgServer struct {
+	port   int
+	locks  chan nlm.LockArgs
+	grants chan nlm.Res
+}
+
+func startMsgServer(t *testing.T) *msgServer {
+	t.Helper()
+	s := &msgServer{locks: make(chan nlm.LockArgs, 8), grants: make(chan nlm.Res, 8)}
+	procs := make([]sunrpc.Handler, nlm.NumProcs)
+	procs[nlm.ProcLock] = func(_ context.Context, req *sunrpc.Request, res *sunrpc.Builder) error {
+		var a nlm.LockArgs
+		if err := a.Decode(req.ArgsDecoder()); err != nil {
+			return garbage(err)
+		}
+		s.locks <- a
+		st := nlm.Blocked
+		if !a.Block {
+			st = nlm.Denied
+		}
+		(&nlm.Res{Cookie: a.Cookie, Stat: st}).Encode(&res.Encoder)
+		return nil
+	}
+	procs[nlm.ProcCancel] = func(_ context.Context, req *sunrpc.Request, res *sunrpc.Builder) error {
+		var a nlm.CancArgs
+		if err := a.Decode(req.ArgsDecoder()); err != nil {
+			return garbage(err)
+		}
+		(&nlm.Res{Cookie: a.Cookie, Stat: nlm.Granted}).Encode(&res.Encoder)
+		return nil
+	}
+	procs[nlm.ProcUnlock] = func(_ context.Context, req *sunrpc.Request, res *sunrpc.Builder) error {
+		var a nlm.UnlockArgs
+		if err := a.Decode(req.ArgsDecoder()); err != nil {
+			return garbage(err)
+		}
+		(&nlm.Res{Cookie: a.Cookie, Stat: nlm.Granted}).Encode(&res.Encoder)
+		return nil
+	}
+	procs[nlm.ProcGrantedRes] = func(_ context.Context, req *sunrpc.Request, _ *sunrpc.Builder) error {
+		var r nlm.Res
+		if err := r.Decode(req.ArgsDecoder()); err != nil {
+			return garbage(err)
+		}
+		s.grants <- r
+		return nil
+	}
+	srv := sunrpc.NewServer(nil)
+	srv.Register(nlm.Program, nlm.Version, procs)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = sunrpc.ServeTCP(ctx, ln, srv, sunrpc.TCPOptions{})
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	s.port = ln.Addr().(*net.TCPAddr).Port
+	return s
+}
+
+// TestCallbackGrantedMsg: a GRANTED_MSG (the message form of GRANTED that
+// Linux's lockd sends) completes the blocked LOCK it names, and the
+// client answers it with a GRANTED_RES call to the server's NLM service
+// carrying the callback's cookie and NLM4_GRANTED; a GRANTED_MSG that
+// names no waiting LOCK is answered NLM4_DENIED, so that the server
+// releases the lock.
+func TestCallbackGrantedMsg(t *testing.T) {
+	s := startMsgServer(t)
+	l := NewLocker(Options{Server: "127.0.0.1", Retry: sunrpc.RetryPolicy{Soft: true, Retries: 2, Timeout: 5 * time.Second},
+		Lock: LockOptions{Port: s.port, CallerName: "host-a", Poll: time.Minute}})
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = l.Close(ctx)
+	})
+	ctx := ctxT(t, 20*time.Second)
+	got := lockAsync(ctx, l, req(1, 1001, 10, 19, true))
+	var a nlm.LockArgs
+	select {
+	case a = <-s.locks:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no LOCK reached the server")
+	}
+	c, err := sunrpc.NewClient(sunrpc.TCPDialer("127.0.0.1:"+strconv.Itoa(CallbackPort()), sunrpc.TCPOptions{}), sunrpc.ClientOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	send := func(g nlm.TestArgs) {
+		t.Helper()
+		if err := c.Call(ctx, sunrpc.CallSpec{Prog: nlm.Program, Vers: nlm.Version, Proc: nlm.ProcGrantedMsg,
+			Args: func(b *sunrpc.Builder) { g.Encode(&b.Encoder) }}); err != nil {
+			t.Fatal("GRANTED_MSG:", err)
+		}
+	}
+	grantRes := func(want nlm.Stat, cookie []byte) {
+		t.Helper()
+		select {
+		case r := <-s.grants:
+			if r.Stat != want || !bytes.Equal(r.Cookie, cookie) {
+				t.Fatalf("GRANTED_RES %+v, want stat %d cookie %q", r, want, cookie)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("no GRANTED_RES")
+		}
+	}
+	send(nlm.TestArgs{Cookie: []byte("grant-1"), Exclusive: true, Lock: a.Lock})
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("GRANTED_MSG did not complete the blocked LOCK")
+	}
+	grantRes(nlm.Granted, []byte("grant-1"))
+	if st := l.Stats(); st.Callbacks != 1 {
+		t.Fatalf("stats %+v: want the GRANTED_MSG to complete the wait", st)
+	}
+	if h := l.Held(); len(h) != 1 || h[0].Start != 10 || h[0].End != 19 {
+		t.Fatalf("held %+v", h)
+	}
+	other := a.Lock
+	other.Offset = 500
+	send(nlm.TestArgs{Cookie: []byte("grant-2"), Exclusive: true, Lock: other})
+	grantRes(nlm.Denied, []byte("grant-2"))
+}
+
+// fakeRPCBind is a portmap v2 service (SET, UNSET, GETPORT over TCP)
+// keeping its mappings in memory, by program and version.
+type fakeRPCBind struct {
+	mu   sync.Mutex
+	maps map[[2]uint32]uint32
+	addr string
+}
+
+func startFakeRPCBind(t *testing.T) *fakeRPCBind {
+	t.Helper()
+	f := &fakeRPCBind{maps: map[[2]uint32]uint32{}}
+	mapping := func(req *sunrpc.Request) (k [2]uint32, port uint32) {
+		d := req.ArgsDecoder()
+		k[0], k[1] = d.Uint32(), d.Uint32()
+		_ = d.Uint32() // prot
+		return k, d.Uint32()
+	}
+	procs := make([]sunrpc.Handler, sunrpc.PortmapProcGetPort+1)
+	procs[sunrpc.PortmapProcSet] = func(_ context.Context, req *sunrpc.Request, res *sunrpc.Builder) error {
+		k, port := mapping(req)
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		if _, taken := f.maps[k]; taken {
+			res.Uint32(0)
+			return nil
+		}
+		f.maps[k] = port
+		res.Uint32(1)
+		return nil
+	}
+	procs[sunrpc.PortmapProcUnset] = func(_ context.Context, req *sunrpc.Request, res *sunrpc.Builder) error {
+		k, _ := mapping(req)
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		_, had := f.maps[k]
+		delete(f.maps, k)
+		res.Uint32(map[bool]uint32{false: 0, true: 1}[had])
+		return nil
+	}
+	procs[sunrpc.PortmapProcGetPort] = func(_ context.Context, req *sunrpc.Request, res *sunrpc.Builder) error {
+		k, _ := mapping(req)
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		res.Uint32(f.maps[k])
+		return nil
+	}
+	srv := sunrpc.NewServer(nil)
+	srv.Register(sunrpc.PortmapProgram, sunrpc.PortmapVersion, procs)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = sunrpc.ServeTCP(ctx, ln, srv, sunrpc.TCPOptions{})
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	f.addr = ln.Addr().String()
+	return f
+}
+
+// mappings returns a copy of the mappings.
+func (f *fakeRPCBind) mappings() map[[2]uint32]uint32 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	m := make(map[[2]uint32]uint32, len(f.maps))
+	for k, v := range f.maps {
+		m[k] = v
+	}
+	return m
+}
+
+func (f *fakeRPCBind) port(prog, vers uint32) uint32 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.maps[[2]uint32{prog, vers}]
+}
+
+// TestCallbackUnregister: the callback service registers NLM and NSM
+// with the local rpcbind when it starts and removes its registrations
+// when its last Locker closes, but leaves alone a registration that
+// another service made meanwhile (portmap's UNSET would remove it
+// whatever its port).
+func TestCallbackUnregister(t *testing.T) {
+	rb := startFakeRPCBind(t)
+	old := CallbackRPCBind
+	CallbackRPCBind = rb.addr
+	t.Cleanup(func() { CallbackRPCBind = old })
+	s := startMsgServer(t)
+	run := func(replace bool) {
+		l := NewLocker(Options{Server: "127.0.0.1", Retry: sunrpc.RetryPolicy{Soft: true, Retries: 2, Timeout: 5 * time.Second},
+			Lock: LockOptions{Port: s.port, CallerName: "host-a"}})
+		if err := l.Lock(ctxT(t, 5*time.Second), req(1, 1001, 0, 0, true), false); !errors.Is(err, ErrLockDenied) {
+			t.Fatal(err)
+		}
+		<-s.locks
+		p := uint32(CallbackPort())
+		if rb.port(nlm.Program, nlm.Version) != p || rb.port(nsm.Program, nsm.Version) != p {
+			t.Fatalf("registrations %v, want both at the callback port %d", rb.mappings(), p)
+		}
+		if replace { // another service takes NLM over
+			rb.mu.Lock()
+			rb.maps[[2]uint32{nlm.Program, nlm.Version}] = 9999
+			rb.mu.Unlock()
+		}
+		if err := l.Close(ctxT(t, 5*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		if CallbackPort() != 0 {
+			t.Fatal("callback service still running after its last Locker closed")
+		}
+	}
+	run(false)
+	if m := rb.mappings(); len(m) != 0 {
+		t.Fatalf("registrations left after the service stopped: %v", m)
+	}
+	run(true)
+	if p := rb.port(nlm.Program, nlm.Version); p != 9999 {
+		t.Fatalf("the other service's NLM registration became %d", p)
+	}
+	if p := rb.port(nsm.Program, nsm.Version); p != 0 {
+		t.Fatalf("the service's own NSM registration left: %d", p)
+	}
+}
