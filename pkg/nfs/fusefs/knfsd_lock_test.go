@@ -13,7 +13,9 @@ import (
 	"github.com/nfsrdma/nfsrdma-csi/internal/kernelpeer"
 	"github.com/nfsrdma/nfsrdma-csi/internal/testenv"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/client"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/mountopts"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nlm"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/transport"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
 )
 
@@ -22,12 +24,12 @@ import (
 // mounts (the first over proto, the second over TCP; NLM over TCP to the
 // kernel's lockd, lockport= its forwarded port) and a process in the
 // guest locks it directly: see testKnfsdLocks.
-func TestKnfsdLocksOverTCP(t *testing.T) { testKnfsdLocks(t, ProtoTCP) }
+func TestKnfsdLocksOverTCP(t *testing.T) { testKnfsdLocks(t, mountopts.ProtoTCP) }
 
 // TestKnfsdLocksOverRDMA is TestKnfsdLocksOverTCP with the first mount's
 // NFS over RPC-over-RDMA (kernel siw, MPA CRC off as in
 // TestKnfsdMountOverRDMA).
-func TestKnfsdLocksOverRDMA(t *testing.T) { testKnfsdLocks(t, ProtoRDMA) }
+func TestKnfsdLocksOverRDMA(t *testing.T) { testKnfsdLocks(t, mountopts.ProtoRDMA) }
 
 // testKnfsdLocks: fcntl locks of processes on two mounts exclude each
 // other through knfsd's lockd (F_SETLK refused, F_GETLK's type and
@@ -60,7 +62,7 @@ func testKnfsdLocks(t *testing.T, proto string) {
 	// to another lock service of this host (see checkCallbacks)
 	const poll = 30 * time.Second
 	d1, m1 := mountKnfsdLocking(t, env, proto, lockPort, "fusefs-lock-one", poll)
-	m2dir, m2 := mountKnfsdLocking(t, env, ProtoTCP, lockPort, "fusefs-lock-two", poll)
+	m2dir, m2 := mountKnfsdLocking(t, env, mountopts.ProtoTCP, lockPort, "fusefs-lock-two", poll)
 	p1 := startLockProc(t, "p1", filepath.Join(d1, name, "f"))
 	p2 := startLockProc(t, "p2", filepath.Join(m2dir, name, "f"))
 
@@ -160,14 +162,18 @@ func testKnfsdLocks(t *testing.T, proto string) {
 func mountKnfsdLocking(t *testing.T, env map[string]string, proto string, lockPort int, caller string, poll time.Duration) (string, *Mount) {
 	t.Helper()
 	opts := "proto=tcp,port=" + env["KP_NFS_PORT"]
-	if proto == ProtoRDMA {
+	if proto == mountopts.ProtoRDMA {
 		opts = "proto=rdma,rdmadev=siw,nompacrc,port=" + env["KP_NFSRDMA_PORT"]
 	}
-	mo, err := ParseOptions(opts + ",mountport=" + env["KP_MOUNT_PORT"] + ",soft,timeo=300,retrans=1,lockport=" + strconv.Itoa(lockPort))
+	mo, err := mountopts.Parse(opts + ",mountport=" + env["KP_MOUNT_PORT"] + ",soft,timeo=300,retrans=1,lockport=" + strconv.Itoa(lockPort))
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := Config{Source: env["KP_HOST"] + ":/export", Options: mo, AuthSys: sunrpc.AuthSysParams{MachineName: caller}, LockCallerName: caller}
+	tr, err := transport.ForMount(env["KP_HOST"], mo, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{Source: env["KP_HOST"] + ":/export", Options: mo, AuthSys: sunrpc.AuthSysParams{MachineName: caller}, LockCallerName: caller, Dial: tr.Dial, Transport: tr.Name}
 	co, err := ClientOptions(cfg)
 	if err != nil {
 		t.Fatal(err)
