@@ -16,6 +16,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/nfsrdma/nfsrdma-csi/pkg/metrics"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/admin"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/lockd"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/mount3"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nfs3"
@@ -175,7 +176,7 @@ the controller: handles obtained through it bypass volume quotas and lists.`,
 				}
 			}
 			if adminListen != "" {
-				h, err := srv.AdminHandler(token)
+				h, err := admin.NewHandler(srv, token)
 				if err != nil {
 					return err
 				}
