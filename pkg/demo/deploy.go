@@ -21,6 +21,7 @@ import (
 
 	"github.com/nfsrdma/nfsrdma-csi/pkg/csi"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/csi/mounter"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/admin"
 	nfsserver "github.com/nfsrdma/nfsrdma-csi/pkg/nfs/server"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/rpcrdma"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/verbs/siw"
@@ -173,7 +174,7 @@ func (d *deployment) startServer() error {
 		return srv.ServeRDMA(ctx, siw.NewDevice(siw.Config{}), net.JoinHostPort(serverHost, fmt.Sprint(rdmaPort)),
 			rpcrdma.ServerOptions{Credits: serverCredits})
 	})
-	h, err := srv.AdminHandler(d.token)
+	h, err := admin.NewHandler(srv, d.token)
 	if err != nil {
 		return err
 	}

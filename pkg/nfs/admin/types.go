@@ -1,7 +1,7 @@
-// Package admin is the contract of the export server's admin API: the
-// types, the errors and the client the CSI controller uses to manage what
-// NFS cannot express on the export server (pkg/nfs/server, `driver
-// server --admin-listen`): per-volume exports with their quota and client
+// Package admin is the export server's admin API: the types, the errors,
+// the client the CSI controller uses and the HTTP handler the export
+// server serves (NewHandler over a Service, `driver server
+// --admin-listen`), to manage what NFS cannot express: per-volume exports with their quota and client
 // list, server-side snapshots and clones, and the RPC-over-RDMA credits
 // granted to each pod's connections.
 //

@@ -43,7 +43,7 @@ func TestAdminAPI(t *testing.T) {
 		if resp.StatusCode != 401 || resp.Header.Get("WWW-Authenticate") == "" {
 			t.Fatalf("Basic auth: %d %v", resp.StatusCode, resp.Header)
 		}
-		if _, err := e.srv.AdminHandler(""); !errors.Is(err, ErrNoAdminToken) {
+		if _, err := admin.NewHandler(e.srv, ""); !errors.Is(err, admin.ErrNoToken) {
 			t.Fatalf("empty token: %v", err)
 		}
 	})

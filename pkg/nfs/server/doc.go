@@ -60,8 +60,8 @@
 // exported), made in the background with progress (reflink, else
 // copy_file_range, holes kept); clones fill an empty directory from a
 // snapshot or a volume the same way. An interrupted copy starts again
-// with the next New. AdminHandler serves all this over HTTP to the CSI
-// controller (package admin).
+// with the next New. admin.NewHandler serves all this over HTTP to the
+// CSI controller (package admin).
 //
 // # Limits
 //

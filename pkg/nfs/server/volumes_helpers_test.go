@@ -65,7 +65,7 @@ func startVolEnv(t testing.TB, root, state string, rdma bool, exps ...Export) *v
 			e.done <- srv.ServeRDMA(ctx, siw.NewDevice(siw.Config{RTRDelay: -1}), e.rdmaAddr, rpcrdma.ServerOptions{Credits: 16})
 		}()
 	}
-	h, err := srv.AdminHandler(testAdminToken)
+	h, err := admin.NewHandler(srv, testAdminToken)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package server
+package admin
 
 import (
 	"crypto/sha256"
@@ -10,40 +10,62 @@ import (
 	"net/http"
 	"strings"
 
-	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
-
-	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/admin"
 )
 
-// maxAdminBody bounds the JSON body of an admin request, in bytes.
-const maxAdminBody = 1 << 20
+// maxBody bounds the JSON body of an admin request, in bytes.
+const maxBody = 1 << 20
 
-// ErrNoAdminToken: AdminHandler was given an empty token.
-var ErrNoAdminToken = errors.New("nfs server: the admin API needs a bearer token")
+// ErrNoToken: NewHandler was given an empty token.
+var ErrNoToken = errors.New("admin: the admin API needs a bearer token")
 
-// AdminHandler returns the HTTP handler of the admin API (the protocol is
-// described in package admin) over s: every request must carry
+// Service is what the admin API serves: the export server's volume
+// registry (package volumes). Each method's errors wrap the sentinels of
+// this package (ErrInvalid, ErrNotFound, ErrExists, ErrPrecondition), or
+// are internal; the handler maps them to the answer's code (CodeOf).
+type Service interface {
+	Status() (Status, error)
+	Volumes() []Volume
+	Volume(path string) (Volume, error)
+	AddVolume(path string, quotaBytes int64, meta map[string]string) (Volume, error)
+	RemoveVolume(path string) error
+	Grant(path string, a Access) error
+	Revoke(path, node string) error
+	Snapshots() []Snapshot
+	Snapshot(id string) (Snapshot, error)
+	CreateSnapshot(id, source string) (Snapshot, error)
+	DeleteSnapshot(id string) error
+	Clone(dest string) (Clone, error)
+	CreateClone(c Clone) (Clone, error)
+	Credits() Credits
+	SetCredits(grants map[string]int) error
+}
+
+// NewHandler returns the HTTP handler of the admin API (the protocol is
+// described in the package documentation) over s: every request must carry
 // "Authorization: Bearer " + token (compared in constant time), else 401
 // Unauthenticated. Serve it on its own listener, reachable by the CSI
 // controller only (never on the pod network). An empty token is
-// ErrNoAdminToken.
-func (s *Server) AdminHandler(token string) (http.Handler, error) {
+// ErrNoToken.
+func NewHandler(s Service, token string) (http.Handler, error) {
 	if token == "" {
-		return nil, ErrNoAdminToken
+		return nil, ErrNoToken
 	}
 	want := sha256.Sum256([]byte(token))
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /v1/status", s.adminStatus)
+	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, r *http.Request) {
+		st, err := s.Status()
+		reply(w, r, st, err)
+	})
 	mux.HandleFunc("GET /v1/volumes", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, admin.VolumeList{Volumes: s.Volumes()})
+		writeJSON(w, VolumeList{Volumes: s.Volumes()})
 	})
 	mux.HandleFunc("GET /v1/volumes/{path...}", func(w http.ResponseWriter, r *http.Request) {
 		v, err := s.Volume(r.PathValue("path"))
 		reply(w, r, v, err)
 	})
 	mux.HandleFunc("PUT /v1/volumes/{path...}", func(w http.ResponseWriter, r *http.Request) {
-		var q admin.QuotaRequest
+		var q QuotaRequest
 		if !readJSON(w, r, &q) {
 			return
 		}
@@ -54,7 +76,7 @@ func (s *Server) AdminHandler(token string) (http.Handler, error) {
 		reply(w, r, nil, s.RemoveVolume(r.PathValue("path")))
 	})
 	mux.HandleFunc("PUT /v1/access/{path...}", func(w http.ResponseWriter, r *http.Request) {
-		var a admin.Access
+		var a Access
 		if !readJSON(w, r, &a) {
 			return
 		}
@@ -69,20 +91,20 @@ func (s *Server) AdminHandler(token string) (http.Handler, error) {
 	mux.HandleFunc("DELETE /v1/access/{path...}", func(w http.ResponseWriter, r *http.Request) {
 		node := r.URL.Query().Get("node")
 		if node == "" {
-			reply(w, r, nil, fmt.Errorf("%w: the node query parameter is missing", admin.ErrInvalid))
+			reply(w, r, nil, fmt.Errorf("%w: the node query parameter is missing", ErrInvalid))
 			return
 		}
 		reply(w, r, nil, s.Revoke(r.PathValue("path"), node))
 	})
 	mux.HandleFunc("GET /v1/snapshots", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, admin.SnapshotList{Snapshots: s.Snapshots()})
+		writeJSON(w, SnapshotList{Snapshots: s.Snapshots()})
 	})
 	mux.HandleFunc("GET /v1/snapshots/{id}", func(w http.ResponseWriter, r *http.Request) {
 		sn, err := s.Snapshot(r.PathValue("id"))
 		reply(w, r, sn, err)
 	})
 	mux.HandleFunc("PUT /v1/snapshots/{id}", func(w http.ResponseWriter, r *http.Request) {
-		var q admin.SnapshotRequest
+		var q SnapshotRequest
 		if !readJSON(w, r, &q) {
 			return
 		}
@@ -97,13 +119,13 @@ func (s *Server) AdminHandler(token string) (http.Handler, error) {
 		reply(w, r, c, err)
 	})
 	mux.HandleFunc("PUT /v1/clones/{dest...}", func(w http.ResponseWriter, r *http.Request) {
-		var c admin.Clone
+		var c Clone
 		if !readJSON(w, r, &c) {
 			return
 		}
 		dest := r.PathValue("dest")
 		if c.Dest != "" && strings.Trim(c.Dest, "/") != dest {
-			reply(w, r, nil, fmt.Errorf("%w: clone destination %q in the body, %q in the URL", admin.ErrInvalid, c.Dest, dest))
+			reply(w, r, nil, fmt.Errorf("%w: clone destination %q in the body, %q in the URL", ErrInvalid, c.Dest, dest))
 			return
 		}
 		c.Dest = dest
@@ -114,7 +136,7 @@ func (s *Server) AdminHandler(token string) (http.Handler, error) {
 		writeJSON(w, s.Credits())
 	})
 	mux.HandleFunc("PUT /v1/credits", func(w http.ResponseWriter, r *http.Request) {
-		var c admin.Credits
+		var c Credits
 		if !readJSON(w, r, &c) {
 			return
 		}
@@ -125,47 +147,25 @@ func (s *Server) AdminHandler(token string) (http.Handler, error) {
 		writeJSON(w, s.Credits())
 	})
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, admin.CodeNotFound, fmt.Sprintf("no such admin API call: %s %s", r.Method, r.URL.Path))
+		writeError(w, http.StatusNotFound, CodeNotFound, fmt.Sprintf("no such admin API call: %s %s", r.Method, r.URL.Path))
 	})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 		got := sha256.Sum256([]byte(tok))
 		if !ok || subtle.ConstantTimeCompare(got[:], want[:]) != 1 {
-			klog.V(1).InfoS("nfs server: admin request refused: bad or missing token", "remote", r.RemoteAddr, "method", r.Method, "path", r.URL.Path)
+			klog.V(1).InfoS("admin: request refused: bad or missing token", "remote", r.RemoteAddr, "method", r.Method, "path", r.URL.Path)
 			w.Header().Set("WWW-Authenticate", `Bearer realm="nfsrdma-server"`)
-			writeError(w, http.StatusUnauthorized, admin.CodeUnauthenticated, "missing or wrong bearer token")
+			writeError(w, http.StatusUnauthorized, CodeUnauthenticated, "missing or wrong bearer token")
 			return
 		}
 		mux.ServeHTTP(w, r)
 	}), nil
 }
 
-// Status returns what the admin API's status reports: version, root,
-// number of volumes, and the root file system's size and the bytes
-// available in it (statfs(2)).
-func (s *Server) Status() (admin.Status, error) {
-	var sf unix.Statfs_t
-	if err := unix.Fstatfs(s.rootFD, &sf); err != nil {
-		return admin.Status{}, fmt.Errorf("nfs server: statfs of the root: %w", err)
-	}
-	s.tmu.Lock()
-	n := len(s.reg.vols)
-	s.tmu.Unlock()
-	return admin.Status{
-		Version: s.version, Root: s.root, Volumes: n,
-		CapacityBytes: int64(sf.Blocks) * sf.Bsize, FreeBytes: int64(sf.Bavail) * sf.Bsize,
-	}, nil
-}
-
-func (s *Server) adminStatus(w http.ResponseWriter, r *http.Request) {
-	st, err := s.Status()
-	reply(w, r, st, err)
-}
-
-// readJSON decodes the request body (at most maxAdminBody bytes, one JSON
+// readJSON decodes the request body (at most maxBody bytes, one JSON
 // value) into v, or answers 400 and returns false.
 func readJSON(w http.ResponseWriter, r *http.Request, v any) bool {
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxAdminBody))
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
 	err := dec.Decode(v)
 	if err == nil {
 		if _, e := dec.Token(); e != io.EOF {
@@ -173,7 +173,7 @@ func readJSON(w http.ResponseWriter, r *http.Request, v any) bool {
 		}
 	}
 	if err != nil {
-		writeError(w, http.StatusBadRequest, admin.CodeInvalidArgument, "bad JSON body: "+err.Error())
+		writeError(w, http.StatusBadRequest, CodeInvalidArgument, "bad JSON body: "+err.Error())
 		return false
 	}
 	return true
@@ -182,16 +182,16 @@ func readJSON(w http.ResponseWriter, r *http.Request, v any) bool {
 // reply writes v as JSON (nothing for nil), or err as an error answer.
 func reply(w http.ResponseWriter, r *http.Request, v any, err error) {
 	if err != nil {
-		code, status := admin.CodeOf(err)
+		code, status := CodeOf(err)
 		if status == http.StatusInternalServerError {
-			klog.ErrorS(err, "nfs server: admin request failed", "method", r.Method, "path", r.URL.Path)
+			klog.ErrorS(err, "admin: request failed", "method", r.Method, "path", r.URL.Path)
 		} else {
-			klog.V(2).InfoS("nfs server: admin request refused", "method", r.Method, "path", r.URL.Path, "code", code, "err", err)
+			klog.V(2).InfoS("admin: request refused", "method", r.Method, "path", r.URL.Path, "code", code, "err", err)
 		}
 		writeError(w, status, code, err.Error())
 		return
 	}
-	klog.V(4).InfoS("nfs server: admin request", "method", r.Method, "path", r.URL.Path)
+	klog.V(4).InfoS("admin: request", "method", r.Method, "path", r.URL.Path)
 	if v == nil {
 		w.WriteHeader(http.StatusNoContent)
 		return
@@ -202,12 +202,12 @@ func reply(w http.ResponseWriter, r *http.Request, v any, err error) {
 func writeJSON(w http.ResponseWriter, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	if err := json.NewEncoder(w).Encode(v); err != nil {
-		klog.V(2).InfoS("nfs server: writing an admin answer", "err", err)
+		klog.V(2).InfoS("admin: writing an answer", "err", err)
 	}
 }
 
 func writeError(w http.ResponseWriter, status int, code, msg string) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	json.NewEncoder(w).Encode(admin.ErrorBody{Error: msg, Code: code})
+	json.NewEncoder(w).Encode(ErrorBody{Error: msg, Code: code})
 }

@@ -1,0 +1,143 @@
+package exportd
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nfsrdma/nfsrdma-csi/internal/testenv"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/admin"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/client"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/lockd"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
+)
+
+func needRoot(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("the export server needs root (name_to_handle_at, open_by_handle_at; CI=true)")
+		}
+		t.Skip("the export server needs root (name_to_handle_at, open_by_handle_at)")
+	}
+}
+
+// TestRunConfigErrors: a configuration Run refuses is an error before
+// anything is served.
+func TestRunConfigErrors(t *testing.T) {
+	dir := t.TempDir()
+	empty := filepath.Join(dir, "empty")
+	if err := os.WriteFile(empty, []byte(" \n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		want string
+	}{
+		{"admin without token", Config{Root: dir, AdminListen: "127.0.0.1:0"}, "needs --admin-token-file"},
+		{"admin token file missing", Config{Root: dir, AdminListen: "127.0.0.1:0", AdminTokenFile: filepath.Join(dir, "none")}, "admin token"},
+		{"admin token empty", Config{Root: dir, AdminListen: "127.0.0.1:0", AdminTokenFile: empty}, "is empty"},
+		{"negative grace", Config{Root: dir, Locks: lockd.Options{GracePeriod: -time.Second}}, "must not be negative"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := Run(t.Context(), tc.cfg)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Run: %v, want an error saying %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestRunServesAndStops runs the whole export server (NFS, MOUNT, NLM,
+// NSM, the admin API) on free loopback ports: a client mounts
+// a volume the admin API registered and granted, the admin API answers with the configured
+// version and root, and Run returns nil once its context ends.
+func TestRunServesAndStops(t *testing.T) {
+	needRoot(t)
+	root, state := t.TempDir(), t.TempDir()
+	tokenFile := filepath.Join(state, "token")
+	if err := os.WriteFile(tokenFile, []byte("tok\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(root, "vol"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{
+		Root: root, Listen: "127.0.0.1", Version: "test",
+		NFSPort: testenv.FreePort(t), MountPort: testenv.FreePort(t), NLMPort: 0, NSMPort: 0,
+		AdminListen: "127.0.0.1:" + strconv.Itoa(testenv.FreePort(t)), AdminTokenFile: tokenFile,
+		StateDir: filepath.Join(state, "reg"),
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, cfg) }()
+	var runErr error
+	stopped := false
+	stop := func() error {
+		if !stopped {
+			cancel()
+			select {
+			case runErr = <-done:
+			case <-time.After(20 * time.Second):
+				t.Fatal("Run did not return after its context ended")
+			}
+			stopped = true
+		}
+		return runErr
+	}
+	t.Cleanup(func() { stop() })
+
+	adm := admin.NewClient("http://"+cfg.AdminListen, "tok", nil)
+	var st admin.Status
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		var err error
+		if st, err = adm.Status(ctx); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("admin API: %v", err)
+		}
+		select {
+		case runErr = <-done:
+			stopped = true
+			t.Fatalf("Run ended early: %v", runErr)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	if st.Version != "test" || st.Root != root {
+		t.Fatalf("status %+v, want version test, root %s", st, root)
+	}
+	if _, err := adm.PutVolume(ctx, "vol", 1<<20); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := adm.Grant(ctx, "vol", admin.Access{Node: "n1", Addrs: []string{"127.0.0.1"}}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.Mount(ctx, client.Options{
+		Server: "127.0.0.1", NFSPort: cfg.NFSPort, MountPort: cfg.MountPort, Export: "/vol",
+		AuthSys: sunrpc.AuthSysParams{MachineName: "test"},
+		Retry:   sunrpc.RetryPolicy{Soft: true, Retries: 2},
+	})
+	if err != nil {
+		t.Fatalf("mounting the volume the admin API registered: %v", err)
+	}
+	c.Close()
+
+	if err := stop(); err != nil {
+		t.Fatalf("Run after cancel: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(cfg.StateDir, "state.json")); err != nil {
+		t.Fatalf("registry not kept in the state directory: %v", err)
+	}
+	if _, err := adm.Status(context.Background()); err == nil || errors.Is(err, admin.ErrUnauthenticated) {
+		t.Fatalf("admin API still answers after Run returned: %v", err)
+	}
+}
