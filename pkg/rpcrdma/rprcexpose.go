@@ -25,11 +25,11 @@ const keepExposed = 256 << 10
 
 // Exposure states.
 const (
-	expFree      uint8 = iota
-	expExposed         // readable by the requester, waiting for RDMA2_DONE
-	expFencing         // invalidated (local invalidate posted) after RDMA2_DONE
-	expExpiring        // invalidated (local invalidate posted) after the timeout
-	expQuarantine      // invalidated after the timeout; kept registered a while
+	expFree       uint8 = iota
+	expExposed          // readable by the requester, waiting for RDMA2_DONE
+	expFencing          // invalidated (local invalidate posted) after RDMA2_DONE
+	expExpiring         // invalidated (local invalidate posted) after the timeout
+	expQuarantine       // invalidated after the timeout; kept registered a while
 )
 
 // exposure is one responder-provided Read chunk of a connection.
