@@ -50,6 +50,7 @@ func BenchmarkVersionNull(b *testing.B) {
 // or Write, memory registered and invalidated per call); version 2 sends
 // them in Continued format (two Sends); "v2-chunks" is version 2 with
 // NoContinuation (and, for the reply, a Reply chunk offered), as version 1.
+// Responder-provided Read chunks are off (BenchmarkReplyReadChunk).
 func BenchmarkAboveInline(b *testing.B) {
 	const n = 6000
 	arg := pattern(n, 1)
@@ -59,7 +60,7 @@ func BenchmarkAboveInline(b *testing.B) {
 		noCont bool
 	}{{"v1-chunk", 1, false}, {"v2-continuation", 2, false}, {"v2-chunk", 2, true}} {
 		ts := startServer(b, ServerOptions{Credits: 32, MaxVersion: tc.vers})
-		c, cm := newClient(b, ts, ClientOptions{Credits: 32, MaxVersion: tc.vers, NoContinuation: tc.noCont, Versions: &VersionCache{}})
+		c, cm := newClient(b, ts, ClientOptions{Credits: 32, MaxVersion: tc.vers, NoContinuation: tc.noCont, NoResponderReadChunks: true, Versions: &VersionCache{}})
 		callSpec := sunrpc.CallSpec{Prog: tProg, Vers: tVers, Proc: pSink,
 			Args:         func(e *sunrpc.Builder) { e.Opaque(arg) },
 			MaxReplySize: 256}

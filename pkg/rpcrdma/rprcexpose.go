@@ -50,6 +50,9 @@ type exposures struct {
 	remInv bool // both announced Remote Invalidation: rdma_inv_handle is set
 	closed bool
 	e      []exposure
+	// remoteInvalidated counts the exposures released by the Send With
+	// Invalidate of their RDMA2_DONE.
+	remoteInvalidated int
 }
 
 // rprcLocal is the PropRPRC value a responder announces.
@@ -207,6 +210,7 @@ func (c *srvConn) pullDone(xid, handle, invKey uint32) bool {
 		}
 		e.timer.Stop()
 		if invKey == handle {
+			x.remoteInvalidated++
 			c.freeLocked(i) // invalidated by the Send With Invalidate
 		} else {
 			c.fenceLocked(i, expFencing)
