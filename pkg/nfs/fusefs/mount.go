@@ -120,7 +120,7 @@ func ClientOptions(cfg Config) (client.Options, error) {
 		}
 		klog.InfoS("fusefs: RDMA device chosen", "server", server, "provider", choice.Provider, "device", choice.Device,
 			"transport", choice.Transport, "reason", choice.Reason, "nompacrc", o.NoMPACRC)
-		co.Dial = rpcrdma.Dialer(dev, addr, rpcrdma.ClientOptions{Credits: o.Credits, Metrics: cfg.RDMAMetrics, MaxVersion: o.RDMAVers,
+		co.Dial = rpcrdma.Dialer(dev, addr, rpcrdma.ClientOptions{Credits: o.Credits, Metrics: cfg.RDMAMetrics, MaxVersion: o.RDMAVers, NoResponderReadChunks: o.NoRPRC,
 			Logger: slog.New(logr.ToSlogHandler(klog.Background()))}) // logs each connection's version
 		co.Transport = "rdma/" + choice.Provider
 	}
