@@ -499,3 +499,44 @@ func TestRPRCBadInput(t *testing.T) {
 		t.Fatalf("server %+v", sm)
 	}
 }
+
+// TestRPRCInvalidatedOnDone: the responder invalidates a Read chunk when
+// its notification arrives by Send (section 4.1.2): a Read after the
+// RDMA2_DONE is a remote access error.
+func TestRPRCInvalidatedOnDone(t *testing.T) {
+	ts := startServer(t, ServerOptions{Credits: 8})
+	rp := dialRawReader(t, ts.srv.Addr().String(), false)
+	h := decode2(t, rp.exchange(longCallMsg(0x80, 8000)))
+	if h.HType != HTypeReplyRead || h.InvHandle != 0 {
+		t.Fatalf("reply %+v (no Remote Invalidation announced: no rdma_inv_handle)", h)
+	}
+	if wc := rp.read(h.Reads[0].Segment); wc.Status != verbs.WCSuccess {
+		t.Fatalf("read: %+v", wc)
+	}
+	if g := decode2(t, rp.exchange(doneMsg2(0x80, h.Reads[0].Handle))); g.HType != HTypeGrant {
+		t.Fatalf("%+v", g)
+	}
+	ts.waitExposed(t, 0)
+	if wc := rp.read(h.Reads[0].Segment); wc.Status == verbs.WCSuccess {
+		t.Fatal("RDMA Read after RDMA2_DONE succeeded")
+	}
+}
+
+// TestRPRCCreditOne: with a grant of one credit, each notification takes
+// the requester's only credit; the RDMA2_GRANT answering it gives it back
+// (section 5.2.3), so calls keep going one after the other.
+func TestRPRCCreditOne(t *testing.T) {
+	ts := startServer(t, ServerOptions{Credits: 4, Grant: 1})
+	c, cm := newClient(t, ts, ClientOptions{Credits: 4})
+	ctx := tctx(t, 10*time.Second)
+	for i := range 20 {
+		n := 5000 + 1000*i
+		if got, err := longCall(ctx, c, uint32(n), 100, true); err != nil || !bytes.Equal(got, pattern(n, 5)) {
+			t.Fatalf("call %d: %v", i, err)
+		}
+	}
+	waitFor(t, func() bool { return cm.Metrics().Grants >= 20 })
+	if m := cm.Metrics(); m.ReplyReadChunks != 20 || m.PullDone != 20 || m.CreditsInUse != 0 {
+		t.Fatalf("client %+v", m)
+	}
+}
