@@ -102,6 +102,16 @@ func TestRPRCReplies(t *testing.T) {
 				{8000, 5000, false, true},  // Reply chunk too short: Read chunk (MUST, 4.1.1)
 				{8000, 9000, false, false}, // Reply chunk adequate: used
 			} {
+				if tc.cliNoInv {
+					// A responder naming rdma_inv_handle anyway: the
+					// requester, which did not announce Remote
+					// Invalidation, still notifies by Send.
+					for _, sc := range ts.srvConns() {
+						sc.exp.mu.Lock()
+						sc.exp.remInv = true
+						sc.exp.mu.Unlock()
+					}
+				}
 				before := cm.Metrics()
 				got, err := longCall(ctx, c, uint32(k.n), k.maxReply, k.unbounded)
 				if err != nil || !bytes.Equal(got, pattern(k.n, 5)) {
