@@ -550,3 +550,103 @@ func TestRPRCCreditOne(t *testing.T) {
 		t.Fatalf("client %+v", m)
 	}
 }
+
+// TestRPRCForgottenXID: our requester, facing a raw responder, notifies
+// an RDMA2_REPLY_READ whose XID it does not know (section 4.1.3) without
+// pulling it: the RDMA2_DONE names the reply's XID and the chunk's first
+// R_key, by plain Send (the requester announced no Remote Invalidation).
+func TestRPRCForgottenXID(t *testing.T) {
+	ctx := tctx(t, 10*time.Second)
+	d := newDev()
+	ln, err := d.Listen(ctx, "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	type dialed struct {
+		c   *Client
+		err error
+	}
+	dc := make(chan dialed, 1)
+	cm := &ClientMetrics{}
+	go func() {
+		c, err := Dial(ctx, newDev(), ln.Addr().String(), ClientOptions{Credits: 4, Metrics: cm, Versions: &VersionCache{}, NoRemoteInvalidate: true})
+		dc <- dialed{c, err}
+	}()
+	req, err := ln.Accept(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pd, _ := d.AllocPD()
+	cq, _ := d.CreateCQ(32)
+	qp, err := pd.CreateQP(verbs.QPAttr{SendCQ: cq, RecvCQ: cq, MaxRecvWR: 4, MaxSendWR: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer qp.Close()
+	rb, _ := pd.RegMR(make([]byte, 4*4096), verbs.AccessLocalWrite)
+	sb, _ := pd.RegMR(make([]byte, 4096), 0)
+	for i := range 4 {
+		qp.PostRecv(&verbs.RecvWR{ID: uint64(i), SGL: []verbs.SGE{rb.SGE(i*4096, 4096)}})
+	}
+	pdata, _ := defaultPrivateData().Append(nil)
+	if _, err := req.Accept(ctx, qp, verbs.ConnParam{PrivateData: pdata, ResponderResources: 4, InitiatorDepth: 4}); err != nil {
+		t.Fatal(err)
+	}
+	recv := func() Header {
+		t.Helper()
+		var wc [1]verbs.WC
+		for {
+			for cq.Poll(wc[:]) == 0 {
+				if err := cq.Wait(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if wc[0].Status != verbs.WCSuccess {
+				t.Fatalf("%+v", wc[0])
+			}
+			if wc[0].Opcode == verbs.WCRecv {
+				break
+			}
+		}
+		i := int(wc[0].ID)
+		h := decode2(t, append([]byte(nil), rb.Bytes()[i*4096:][:wc[0].ByteLen]...))
+		qp.PostRecv(&verbs.RecvWR{ID: uint64(i), SGL: []verbs.SGE{rb.SGE(i*4096, 4096)}})
+		return h
+	}
+	send := func(h Header) {
+		t.Helper()
+		b, err := h.Encode(sb.Bytes()[:0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := qp.PostSend(&verbs.SendWR{Opcode: verbs.WRSend, SGL: []verbs.SGE{sb.SGE(0, len(b))}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cp := recv()
+	if f, err := parseRPRC(cp.Props); cp.HType != HTypeConnPropFinal || err != nil || f != RPRCPull {
+		t.Fatalf("requester's properties %+v: RDMA2_PROPID_RPRC %#x, %v", cp.Props, f, err)
+	}
+	var pbuf [20]byte
+	var rbuf [4]byte
+	send(Header{XID: cp.XID, Vers: 2, Credits: 4, Header2: Header2{HType: HTypeConnPropFinal,
+		Props: appendRPRCProp(DefaultProperties().AppendProps(nil, &pbuf), RPRCExpose|RPRCRemoteInv, &rbuf)}})
+	r := <-dc
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	defer r.c.Close()
+	if !r.c.rprc || r.c.rprcInv {
+		t.Fatalf("extension %v, by Send With Invalidate %v; want on, by Send", r.c.rprc, r.c.rprcInv)
+	}
+	send(Header{XID: 0xdead, Vers: 2, Credits: 4, Reads: []ReadSegment{{Segment: segB}},
+		Header2: Header2{HType: HTypeReplyRead, InvHandle: segB.Handle}})
+	done := recv()
+	if done.HType != HTypeDone || done.XID != 0xdead || done.Handle != segB.Handle {
+		t.Fatalf("answer to an RDMA2_REPLY_READ of an unknown XID: %+v", done)
+	}
+	if m := cm.Metrics(); m.PullDone != 1 || m.UnmatchedReplies != 1 || m.ReplyReadChunks != 0 {
+		t.Fatalf("%+v", m)
+	}
+}
