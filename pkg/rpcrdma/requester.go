@@ -30,8 +30,9 @@ type ClientOptions struct {
 	// Reply chunk offered for it [65536].
 	MaxReply int
 	// IRD is the RDMA Reads the responder may have outstanding against
-	// our Read chunks [16]; at least 1. ORD is the RDMA Reads we may issue
-	// (a requester issues none) [0].
+	// our Read chunks [16]; at least 1. ORD is the RDMA Reads we may issue,
+	// to pull responder-provided Read chunks [4 when MaxVersion is 2 and
+	// NoResponderReadChunks is false, else 0].
 	IRD, ORD int
 	// NoContinuation stops a version 2 connection from sending a call
 	// too large for one Send as several (message continuation, the

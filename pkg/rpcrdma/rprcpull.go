@@ -37,8 +37,6 @@ type doneQueue struct {
 	mr      verbs.MR
 	free    []int
 	pending []doneMsg
-	ready   []doneMsg // taken by flushDones, under c.mu
-	bufs    []int
 	wrs     []verbs.SendWR
 	sges    []verbs.SGE
 }
@@ -105,46 +103,60 @@ func (c *Client) queueDone(xid, handle, inv uint32) {
 
 // flushDones sends the waiting RDMA2_DONE messages that a credit and a
 // buffer allow (calls wait meanwhile: canTakeLocked), then wakes the
-// calls waiting for a credit.
+// calls waiting for a credit. The credits are taken under mu, the Sends
+// posted under sendMu alone (never both held: a continued call posts its
+// Sends under sendMu, and takes mu before).
 func (c *Client) flushDones() {
 	q := &c.dq
-	c.mu.Lock()
-	q.ready, q.bufs = q.ready[:0], q.bufs[:0]
-	for len(q.pending) > 0 && len(q.free) > 0 && !c.dead && int32(c.limit-c.sent) > 0 {
-		q.ready = append(q.ready, q.pending[0])
-		q.pending = q.pending[1:]
-		q.bufs = append(q.bufs, q.free[len(q.free)-1])
-		q.free = q.free[:len(q.free)-1]
-		c.sent++
-	}
-	if len(q.ready) == 0 {
-		c.mu.Unlock()
-		return
-	}
-	ready, bufs := q.ready, q.bufs
-	c.sendMu.Lock()
-	c.mu.Unlock()
-	defer c.sendMu.Unlock()
-	for i, d := range ready {
-		bi := bufs[i]
-		b := appendDone(q.mr.Bytes()[bi*doneBufLen:bi*doneBufLen], d.xid, c.advertised(), d.handle)
-		q.sges[bi] = q.mr.SGE(bi*doneBufLen, len(b))
-		wr := &q.wrs[bi]
-		*wr = verbs.SendWR{ID: wrDone | uint64(bi), Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGL: q.sges[bi : bi+1 : bi+1]}
-		if d.inv {
-			wr.Opcode, wr.InvalidateKey = verbs.WRSendWithInv, d.handle
+	for {
+		var ready [8]doneMsg
+		var bufs [8]int
+		n := 0
+		c.mu.Lock()
+		for n < len(ready) && len(q.pending) > 0 && len(q.free) > 0 && !c.dead && int32(c.limit-c.sent) > 0 {
+			ready[n] = q.pending[0]
+			q.pending = q.pending[1:]
+			bufs[n] = q.free[len(q.free)-1]
+			q.free = q.free[:len(q.free)-1]
+			c.sent++
+			n++
 		}
-		if err := c.qp.PostSend(wr); err != nil {
+		if n == 0 {
+			c.mu.Unlock()
+			return
+		}
+		more := n == len(ready)
+		c.mu.Unlock()
+		var err error
+		c.sendMu.Lock()
+		for i, d := range ready[:n] {
+			bi := bufs[i]
+			b := appendDone(q.mr.Bytes()[bi*doneBufLen:bi*doneBufLen], d.xid, c.advertised(), d.handle)
+			q.sges[bi] = q.mr.SGE(bi*doneBufLen, len(b))
+			wr := &q.wrs[bi]
+			*wr = verbs.SendWR{ID: wrDone | uint64(bi), Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGL: q.sges[bi : bi+1 : bi+1]}
+			if d.inv {
+				wr.Opcode, wr.InvalidateKey = verbs.WRSendWithInv, d.handle
+			}
+			if err = c.qp.PostSend(wr); err != nil {
+				break
+			}
+			c.m.dones.Add(1)
+		}
+		c.sendMu.Unlock()
+		if err != nil {
 			c.fail(err)
 			return
 		}
-		c.m.dones.Add(1)
+		c.mu.Lock()
+		if len(q.pending) == 0 {
+			c.wakeLocked()
+		}
+		c.mu.Unlock()
+		if !more {
+			return
+		}
 	}
-	c.mu.Lock()
-	if len(q.pending) == 0 {
-		c.wakeLocked()
-	}
-	c.mu.Unlock()
 }
 
 // doneSent takes back the buffer of an RDMA2_DONE whose Send completed.
