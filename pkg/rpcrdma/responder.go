@@ -336,12 +336,15 @@ func (s *Server) newConn(ctx context.Context, req verbs.ConnRequest) (*srvConn, 
 	// One receive buffer more than Credits: the one a version 2
 	// connection keeps posted beyond its grant for an RDMA2_GRANT (the
 	// draft's section 4.2.1.1).
+	// The send queue holds, beyond the replies and their RDMA Writes and
+	// Reads, the local invalidates of up to 2n responder-provided Read
+	// chunks.
 	n := o.Credits + 1
-	if c.cq, err = s.dev.CreateCQ(4*n + 16); err != nil {
+	if c.cq, err = s.dev.CreateCQ(6*n + 16); err != nil {
 		return nil, err
 	}
 	c.cqd = cqDrain{cq: c.cq, complete: c.complete}
-	if c.qp, err = c.pd.CreateQP(verbs.QPAttr{SendCQ: c.cq, RecvCQ: c.cq, MaxSendWR: 4*n + 4, MaxRecvWR: n, MaxSGE: 4}); err != nil {
+	if c.qp, err = c.pd.CreateQP(verbs.QPAttr{SendCQ: c.cq, RecvCQ: c.cq, MaxSendWR: 6*n + 4, MaxRecvWR: n, MaxSGE: 4}); err != nil {
 		return nil, err
 	}
 	if c.sendMR, err = s.reg(c.pd, make([]byte, n*o.Inline), 0); err != nil {
