@@ -20,8 +20,11 @@ import (
 const DefaultReadChunkTimeout = 10 * time.Second
 
 // keepExposed is the largest exposure region kept for reuse once its
-// reply is released; larger ones are deregistered.
-const keepExposed = 256 << 10
+// reply is released (a reply of up to 1 MiB, its header and some room);
+// larger ones are deregistered. Exposures are taken first-fit, so a
+// connection keeps as many large regions as it had large replies exposed
+// at once.
+const keepExposed = 1<<20 + 64<<10
 
 // Exposure states.
 const (
