@@ -160,7 +160,6 @@ type Client struct {
 	// RDMA Reads in flight (pullSem, ORD tokens), the RDMA2_DONE queue
 	// (dq, under mu), a reply for no call (orphan, completion goroutine).
 	rprc, rprcInv bool
-	forcePull     bool // tests: pull even where not announced
 	pullSem       chan struct{}
 	dq            doneQueue
 	orphan        Header

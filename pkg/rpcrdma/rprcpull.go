@@ -210,7 +210,7 @@ func (s *slot) finishRead(call *sunrpc.Call) (*sunrpc.Reply, error) {
 		s.releaseRecv()
 		return nil, fmt.Errorf("rpcrdma: reply to XID %#x: %w", s.xid, err)
 	}
-	if !c.rprc && !c.forcePull {
+	if !c.rprc {
 		return fail(fmt.Errorf("%w: a responder-provided Read chunk, which this connection did not announce", ErrChunk))
 	}
 	if err := rep.checkReplyRead(&s.hdr, maxPull); err != nil {
