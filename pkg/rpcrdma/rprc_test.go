@@ -689,3 +689,21 @@ func TestRPRCConcurrent(t *testing.T) {
 		t.Fatalf("client %+v\nserver %+v", m, sm)
 	}
 }
+
+// TestRPRCBadProperty: an RDMA2_PROPID_RPRC value that is not one uint32
+// is RDMA2_ERR_BAD_PROPVAL (the version 2 draft's section 5.1), and
+// nothing is applied.
+func TestRPRCBadProperty(t *testing.T) {
+	ts := startServer(t, ServerOptions{Credits: 4})
+	var pbuf [20]byte
+	props := append(DefaultProperties().AppendProps(nil, &pbuf), Prop{Which: PropRPRC, Data: []byte{0, 0, 0, 1, 0, 0, 0, 0}})
+	_, got := dialV2(t, ts.srv.Addr().String(), connProp(0x50, props))
+	if h := decode2(t, got); h.HType != HTypeError || h.Err.Code != Err2BadPropVal || h.XID != 0x50 {
+		t.Fatalf("answer to a bad RDMA2_PROPID_RPRC: %+v", h)
+	}
+	for _, sc := range ts.srvConns() {
+		if sc.rprcOn() {
+			t.Fatal("responder-provided Read chunks on after a bad property")
+		}
+	}
+}
