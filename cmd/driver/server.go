@@ -15,9 +15,10 @@ import (
 
 func newServerCmd() *cobra.Command {
 	var (
-		cfg         = exportd.Config{Version: version}
-		exports     []string
-		metricsAddr string
+		cfg            = exportd.Config{Version: version}
+		exports        []string
+		metricsAddr    string
+		rdmaReadChunks bool
 	)
 	cmd := &cobra.Command{
 		Use:   "server",
@@ -38,7 +39,10 @@ client that sends more calls than granted is disconnected (RFC 8166 3.3.1).
 Each RDMA connection speaks the RPC-over-RDMA version of its first message:
 version 2 (draft-ietf-nfsv4-rpcrdma-version-two) with our clients, version 1
 with Linux and other clients; --rdma-version 1 serves version 1 only (version 2
-is answered ERR_VERS and the client falls back).
+is answered ERR_VERS and the client falls back). On version 2, a reply too large
+for the client's receive buffers and Reply chunk (READDIRPLUS of a large
+directory) is exposed in a Read chunk the client pulls, when the client
+announces responder-provided Read chunks; --rdma-read-chunks=false turns that off.
 
 File locks: NLM v4 (fcntl and flock locks of NFS clients, coherent across every
 client of the server) is served on --nlm-port and NSM v1 (reboot notification)
@@ -83,6 +87,7 @@ the controller: handles obtained through it bypass volume quotas and lists.`,
 					serveMetrics(ctx, metricsAddr, newRegistry(cs...))
 				}
 			}
+			cfg.RDMA.NoResponderReadChunks = !rdmaReadChunks
 			return exportd.Run(cmd.Context(), cfg)
 		},
 	}
@@ -99,6 +104,7 @@ the controller: handles obtained through it bypass volume quotas and lists.`,
 	f.IntVar(&cfg.RDMA.Grant, "default-credits", 0, "RPC-over-RDMA credits granted to a connection whose AUTH_SYS machine has no grant from the admin API (0: --credits)")
 	f.IntVar(&cfg.RDMA.Budget, "credits-budget", 0, "RPC-over-RDMA receives posted over all connections, shared max-min fair (0: no bound)")
 	f.IntVar(&cfg.RDMA.MaxVersion, "rdma-version", 2, "highest RPC-over-RDMA version served: 2 (version 1 or 2, as each client opens) or 1 (version 1 only)")
+	f.BoolVar(&rdmaReadChunks, "rdma-read-chunks", true, "RPC-over-RDMA version 2: return a reply too large for the client's reply buffers in a Read chunk the client pulls (responder-provided Read chunks), with clients that announce them")
 	f.StringVar(&cfg.AdminListen, "admin-listen", "", "HOST:PORT of the admin API (HTTP, bearer token); empty: off")
 	f.StringVar(&cfg.AdminTokenFile, "admin-token-file", "", "file holding the admin API's bearer token (required with --admin-listen)")
 	f.StringVar(&cfg.StateDir, "state-dir", "/var/lib/nfsrdma-server", "directory of the volume registry (volumes, quotas, client lists, snapshots); empty: in memory only. Without --admin-listen, the default is used only if it holds a registry")

@@ -48,6 +48,11 @@ func TransportStats(m rpcrdma.Metrics) metrics.TransportStats {
 		SendWithInvalidate: m.SendWithInvalidate,
 		Registrations:      m.Registrations,
 		RegisteredBytes:    m.RegisteredBytes,
+		ReplyReadChunks:    m.ReplyReadChunks,
+		ReplyReadBytes:     m.ReplyReadBytes,
+		PullDone:           m.PullDone,
+		PullDoneDropped:    m.PullDoneDropped,
+		ReadChunkTimeouts:  m.ReadChunkTimeouts,
 	}
 	if len(m.Errors2) > 0 {
 		s.Errors2 = make(map[string]uint64, len(m.Errors2))

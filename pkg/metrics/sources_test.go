@@ -37,6 +37,11 @@ func transportStats(m rpcrdma.Metrics) TransportStats {
 		SendWithInvalidate: m.SendWithInvalidate,
 		Registrations:      m.Registrations,
 		RegisteredBytes:    m.RegisteredBytes,
+		ReplyReadChunks:    m.ReplyReadChunks,
+		ReplyReadBytes:     m.ReplyReadBytes,
+		PullDone:           m.PullDone,
+		PullDoneDropped:    m.PullDoneDropped,
+		ReadChunkTimeouts:  m.ReadChunkTimeouts,
 		Errors2:            map[string]uint64{},
 	}
 	for code, n := range m.Errors2 {

@@ -50,6 +50,14 @@ type TransportStats struct {
 	// SendWithInvalidate: replies sent (responder) or received
 	// (requester) with Send With Invalidate (RFC 8797).
 	SendWithInvalidate uint64
+	// Responder-provided Read chunks: ReplyReadChunks, replies sent
+	// (responder) or pulled (requester) as Read chunks, and their bytes
+	// (ReplyReadBytes); PullDone, the pull completion notifications sent
+	// (requester) or matched (responder); PullDoneDropped, responder:
+	// notifications that named no exposed chunk; ReadChunkTimeouts,
+	// responder: Read chunks invalidated with no notification.
+	ReplyReadChunks, ReplyReadBytes              uint64
+	PullDone, PullDoneDropped, ReadChunkTimeouts uint64
 	// Registrations (gauge): per-call memory registrations alive now;
 	// RegisteredBytes (gauge): all memory registered, in bytes.
 	Registrations, RegisteredBytes int64
@@ -98,6 +106,7 @@ type TransportCollector struct {
 	connections, creditsGranted, creditsInUse, registrations, registeredBytes *prometheus.Desc
 	calls, replies, retransmits, dropped, chunks, bytes, errors, sendInv      *prometheus.Desc
 	version, fallbacks, grants                                                *prometheus.Desc
+	pullDone, readChunkTimeouts                                               *prometheus.Desc
 }
 
 // NewTransportCollector returns a collector of the snapshots metrics
@@ -114,23 +123,25 @@ func NewTransportCollector(role string, metrics func() TransportStats, constLabe
 		return prometheus.NewDesc(prometheus.BuildFQName(Namespace, "rpcrdma", name), help, labels, cl)
 	}
 	return &TransportCollector{
-		metrics:         metrics,
-		connections:     d("connections", "RPC-over-RDMA connections open."),
-		calls:           d("calls_total", "RPC calls sent (requester) or received (responder) over RPC-over-RDMA."),
-		replies:         d("replies_total", "RPC replies received (requester) or sent (responder) over RPC-over-RDMA."),
-		retransmits:     d("retransmits_total", "Responder: calls whose XID was seen recently (retransmissions)."),
-		dropped:         d("dropped_replies_total", "Requester: replies dropped, because their XID matched no call (unmatched) or they failed to decode (bad).", "reason"),
-		creditsGranted:  d("credits_granted", "RPC-over-RDMA credits: the last grant received (requester), or the grants of all connections added up (responder)."),
-		creditsInUse:    d("credits_in_use", "Calls holding an RPC-over-RDMA credit now."),
-		chunks:          d("chunks_total", "RPC-over-RDMA messages by chunk kind (inline, read, position_zero, write, reply).", "kind"),
-		bytes:           d("bytes_total", "RPC bytes moved over RPC-over-RDMA, by kind: inline in Sends, read (RDMA Read of Read chunks), write (RDMA Write into Write chunks), reply (into Reply chunks).", "kind"),
-		errors:          d("errors_total", "RDMA_ERROR replies sent (responder) or received (requester), by code.", "code"),
-		sendInv:         d("send_with_invalidate_total", "Replies sent (responder) or received (requester) with Send With Invalidate."),
-		registrations:   d("registrations", "Per-call memory registrations alive now."),
-		registeredBytes: d("registered_bytes", "Memory registered for RDMA, in bytes: buffer pools, chunk buffers and per-call registrations."),
-		version:         d("version", "Requester: the RPC-over-RDMA version of the latest connection (1 or 2; 0 before any)."),
-		fallbacks:       d("version1_fallbacks_total", "Requester: connections on which the server answered version 2 with ERR_VERS and version 1 was used."),
-		grants:          d("grants_total", "RDMA2_GRANT messages received (requester) or sent (responder)."),
+		metrics:           metrics,
+		connections:       d("connections", "RPC-over-RDMA connections open."),
+		calls:             d("calls_total", "RPC calls sent (requester) or received (responder) over RPC-over-RDMA."),
+		replies:           d("replies_total", "RPC replies received (requester) or sent (responder) over RPC-over-RDMA."),
+		retransmits:       d("retransmits_total", "Responder: calls whose XID was seen recently (retransmissions)."),
+		dropped:           d("dropped_replies_total", "Requester: replies dropped, because their XID matched no call (unmatched) or they failed to decode (bad).", "reason"),
+		creditsGranted:    d("credits_granted", "RPC-over-RDMA credits: the last grant received (requester), or the grants of all connections added up (responder)."),
+		creditsInUse:      d("credits_in_use", "Calls holding an RPC-over-RDMA credit now."),
+		chunks:            d("chunks_total", "RPC-over-RDMA messages by chunk kind (inline, read, position_zero, write, reply, reply_read: replies in responder-provided Read chunks).", "kind"),
+		bytes:             d("bytes_total", "RPC bytes moved over RPC-over-RDMA, by kind: inline in Sends, read (RDMA Read of Read chunks), write (RDMA Write into Write chunks), reply (into Reply chunks).", "kind"),
+		errors:            d("errors_total", "RDMA_ERROR replies sent (responder) or received (requester), by code.", "code"),
+		sendInv:           d("send_with_invalidate_total", "Replies sent (responder) or received (requester) with Send With Invalidate."),
+		registrations:     d("registrations", "Per-call memory registrations alive now."),
+		registeredBytes:   d("registered_bytes", "Memory registered for RDMA, in bytes: buffer pools, chunk buffers and per-call registrations."),
+		version:           d("version", "Requester: the RPC-over-RDMA version of the latest connection (1 or 2; 0 before any)."),
+		fallbacks:         d("version1_fallbacks_total", "Requester: connections on which the server answered version 2 with ERR_VERS and version 1 was used."),
+		grants:            d("grants_total", "RDMA2_GRANT messages received (requester) or sent (responder)."),
+		pullDone:          d("pull_done_total", "Pull completion notifications of responder-provided Read chunks: sent (requester), or received and matched or dropped (responder).", "outcome"),
+		readChunkTimeouts: d("read_chunk_timeouts_total", "Responder: Read chunks of replies invalidated after the timeout with no pull completion notification."),
 	}
 }
 
@@ -138,7 +149,7 @@ func NewTransportCollector(role string, metrics func() TransportStats, constLabe
 func (c *TransportCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.connections, c.calls, c.replies, c.retransmits, c.dropped,
 		c.creditsGranted, c.creditsInUse, c.chunks, c.bytes, c.errors, c.sendInv, c.registrations, c.registeredBytes,
-		c.version, c.fallbacks, c.grants} {
+		c.version, c.fallbacks, c.grants, c.pullDone, c.readChunkTimeouts} {
 		ch <- d
 	}
 }
@@ -165,10 +176,12 @@ func (c *TransportCollector) Collect(ch chan<- prometheus.Metric) {
 	n(c.chunks, m.PositionZeroChunks, "position_zero")
 	n(c.chunks, m.WriteChunks, "write")
 	n(c.chunks, m.ReplyChunks, "reply")
+	n(c.chunks, m.ReplyReadChunks, "reply_read")
 	n(c.bytes, m.InlineBytes, "inline")
 	n(c.bytes, m.ReadChunkBytes, "read")
 	n(c.bytes, m.WriteChunkBytes, "write")
 	n(c.bytes, m.ReplyChunkBytes, "reply")
+	n(c.bytes, m.ReplyReadBytes, "reply_read")
 	n(c.errors, m.ErrVers, "ERR_VERS")
 	n(c.errors, m.ErrChunk, "ERR_CHUNK")
 	for code, v := range m.Errors2 {
@@ -179,6 +192,9 @@ func (c *TransportCollector) Collect(ch chan<- prometheus.Metric) {
 	g(c.version, float64(m.Version))
 	n(c.fallbacks, m.Version1Fallbacks)
 	n(c.grants, m.Grants)
+	n(c.pullDone, m.PullDone, "matched")
+	n(c.pullDone, m.PullDoneDropped, "dropped")
+	n(c.readChunkTimeouts, m.ReadChunkTimeouts)
 	n(c.sendInv, m.SendWithInvalidate)
 	g(c.registrations, float64(m.Registrations))
 	g(c.registeredBytes, float64(m.RegisteredBytes))

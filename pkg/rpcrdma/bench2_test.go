@@ -50,6 +50,7 @@ func BenchmarkVersionNull(b *testing.B) {
 // or Write, memory registered and invalidated per call); version 2 sends
 // them in Continued format (two Sends); "v2-chunks" is version 2 with
 // NoContinuation (and, for the reply, a Reply chunk offered), as version 1.
+// Responder-provided Read chunks are off (BenchmarkReplyReadChunk).
 func BenchmarkAboveInline(b *testing.B) {
 	const n = 6000
 	arg := pattern(n, 1)
@@ -59,7 +60,7 @@ func BenchmarkAboveInline(b *testing.B) {
 		noCont bool
 	}{{"v1-chunk", 1, false}, {"v2-continuation", 2, false}, {"v2-chunk", 2, true}} {
 		ts := startServer(b, ServerOptions{Credits: 32, MaxVersion: tc.vers})
-		c, cm := newClient(b, ts, ClientOptions{Credits: 32, MaxVersion: tc.vers, NoContinuation: tc.noCont, Versions: &VersionCache{}})
+		c, cm := newClient(b, ts, ClientOptions{Credits: 32, MaxVersion: tc.vers, NoContinuation: tc.noCont, NoResponderReadChunks: true, Versions: &VersionCache{}})
 		callSpec := sunrpc.CallSpec{Prog: tProg, Vers: tVers, Proc: pSink,
 			Args:         func(e *sunrpc.Builder) { e.Opaque(arg) },
 			MaxReplySize: 256}
@@ -92,6 +93,41 @@ func BenchmarkAboveInline(b *testing.B) {
 				if b.N > 1 {
 					b.ReportMetric(float64(m.Continued-before.Continued)/float64(b.N), "continued/op")
 				}
+			})
+		}
+	}
+}
+
+// BenchmarkReplyReadChunk: replies of READDIRPLUS size (non-DDP results
+// of 2 KiB, 32 KiB and 256 KiB) to calls that cannot bound them
+// (sunrpc.Call.UnboundedReply, MaxReplySize 1 MiB), one at a time:
+// "read-chunk" with responder-provided Read chunks (no Reply chunk
+// offered; a reply too large for inline is exposed by the responder,
+// pulled by RDMA Read and notified with RDMA2_DONE), "reply-chunk"
+// without them (a 1 MiB Reply chunk registered and invalidated per call,
+// the responder RDMA Writes the reply into it), on version 2 both.
+func BenchmarkReplyReadChunk(b *testing.B) {
+	for _, mode := range []string{"read-chunk", "reply-chunk"} {
+		ts := startServer(b, ServerOptions{Credits: 32})
+		c, cm := newClient(b, ts, ClientOptions{Credits: 32, NoResponderReadChunks: mode == "reply-chunk", Versions: &VersionCache{}})
+		for _, n := range []int{2 << 10, 32 << 10, 256 << 10} {
+			spec := sunrpc.CallSpec{Prog: tProg, Vers: tVers, Proc: pLong,
+				Args:         func(e *sunrpc.Builder) { e.Uint32(uint32(n)) },
+				Results:      func(d *xdr.Decoder, placed int) error { d.Opaque(n); return d.Err() },
+				MaxReplySize: 1 << 20, UnboundedReply: true}
+			b.Run(fmt.Sprintf("%s/%dKiB", mode, n>>10), func(b *testing.B) {
+				ctx := context.Background()
+				b.ReportAllocs()
+				b.SetBytes(int64(n))
+				before := cm.Metrics()
+				for range b.N {
+					if err := c.Call(ctx, spec); err != nil {
+						b.Fatal(err)
+					}
+				}
+				m := cm.Metrics()
+				b.ReportMetric(float64(m.ReplyReadChunks-before.ReplyReadChunks)/float64(b.N), "readchunks/op")
+				b.ReportMetric(float64(m.ReplyChunks-before.ReplyChunks)/float64(b.N), "replychunks/op")
 			})
 		}
 	}

@@ -139,7 +139,105 @@
 //     NoRemoteInvalidate); the responder uses Send With Invalidate only
 //     when rdma_inv_handle names a handle of that call.
 //
-// The two extension drafts (responder-provided Read chunks, send-based
-// DDP) are not implemented; they fit as properties (props.go skips what it
-// does not know) and header types.
+// # Responder-provided Read chunks
+//
+// draft-cel-rpcrdma-responder-read-chunks ("the rprc draft") is a version
+// 2 extension (rprc.go, rprcpull.go, rprcexpose.go), used on a connection
+// only when both peers announce it. What the rprc draft leaves to the
+// transport version, or open, was decided so (the XDR first):
+//
+//	const RDMA2_PROPID_RPRC = 16;   /* uint32: RDMA2_RPRC_* bits */
+//	const RDMA2_RPRC_PULL   = 0x1;
+//	const RDMA2_RPRC_EXPOSE = 0x2;
+//	const RDMA2_RPRC_REMINV = 0x4;
+//
+//	const RDMA2_REPLY_READ = 16;
+//	struct rpcrdma2_hdr_reply_read {
+//	        uint32                      rdma_inv_handle;
+//	        struct rpcrdma2_write_list  *rdma_writes;
+//	        struct rpcrdma2_read_list   *rdma_reply_read;
+//	};
+//
+//	const RDMA2_DONE = 17;
+//	struct rpcrdma2_hdr_done {
+//	        uint32                      rdma_handle;
+//	};
+//
+// The choices:
+//
+//   - Announcement (section 6). A transport property, RDMA2_PROPID_RPRC
+//     (16), a uint32 of bits: RDMA2_RPRC_PULL (0x1, the sender as
+//     requester takes such replies), RDMA2_RPRC_EXPOSE (0x2, the sender as
+//     responder sends them), RDMA2_RPRC_REMINV (0x4, the sender's Read
+//     chunks may be invalidated by the Send With Invalidate of the
+//     notification). Other bits are zero when sent and ignored when
+//     received; a value that is not 4 bytes is RDMA2_ERR_BAD_PROPVAL. The
+//     requester announces PULL when its negotiated ORD is at least 1
+//     (ClientOptions.ORD defaults to 4 on version 2), unless
+//     ClientOptions.NoResponderReadChunks; the responder EXPOSE, and
+//     REMINV unless ServerOptions.NoRemoteInvalidate, unless
+//     ServerOptions.NoResponderReadChunks.
+//   - XDR. The version 2 draft's RDMA2_REPLY_EXTERNAL carries only a Reply
+//     chunk, so the reply is a new header type, RDMA2_REPLY_READ (16), and
+//     the notification (the rprc draft's RDMA_DONE) is RDMA2_DONE (17),
+//     both below. rdma_writes echoes the call's Write chunks as
+//     RDMA2_REPLY_INLINE does (a DDP-eligible result still goes into the
+//     first); rdma_reply_read is a Position-Zero Read chunk of at least one
+//     segment holding the rest of the Payload stream; rdma_inv_handle is
+//     the R_key the requester may invalidate with its notification (0:
+//     none). RDMA2_DONE goes under the reply's rdma_xid; rdma_handle is the
+//     R_key of the Read chunk's first segment (so that a reply sent twice
+//     under one XID is told apart). Both decode in Header.Decode2.
+//   - Requester (section 5.3.1). A call marked sunrpc.Call.UnboundedReply
+//     (the NFS client marks READDIR, READDIRPLUS and READLINK) offers no
+//     Reply chunk where it would have offered one; other calls are
+//     planned as before. An RDMA2_REPLY_READ is pulled with one RDMA Read
+//     per segment, within the connection's ORD, into a slot-owned region
+//     registered for local writes only, up to 64 MiB; then RDMA2_DONE is
+//     sent, by Send With Invalidate of rdma_inv_handle when it names the
+//     chunk's R_key and both peers announced Remote Invalidation (ours in
+//     RFC 8797 private data, the responder's REMINV), else by Send. A
+//     reply whose XID no call waits for (abandoned, or forgotten) is
+//     notified without a pull; a requester that did not announce PULL
+//     notifies and fails the call with ErrChunk (section 4.1.3).
+//   - Responder (section 4.1.1). A reply that fits inline, or in the
+//     Reply chunk provided, goes there; otherwise, when the extension is
+//     in use, it is exposed in a Read chunk: the rprc draft's MUST is
+//     taken before the version 2 draft's SHOULD of Message Continuation,
+//     which is used only without the extension. The Payload stream is
+//     copied into a region of the connection's own protection domain,
+//     registered for remote read only, under a fresh STag; at most 2 x
+//     ServerOptions.Credits are exposed per connection (beyond: as without
+//     the extension). Without the extension, a reply too large for the
+//     resources provided is RDMA2_ERR_REPLY_RESOURCE (ERR_CHUNK in version
+//     1), the permanent transport error of section 4.1.1.
+//   - STag lifetime (section 4.1.3). The STag is valid from the
+//     RDMA2_REPLY_READ until its RDMA2_DONE (a local invalidate, or none
+//     when the Send With Invalidate did it) or ServerOptions.ReadChunkTimeout
+//     (10 s) after the reply, whichever is first: then a requester's RDMA
+//     Read of it is a remote access error, and the connection ends. After
+//     the timeout the region stays registered, invalid, for another
+//     ReadChunkTimeout, so that an RDMA2_DONE racing the timeout by Send
+//     With Invalidate still names a registered STag; a notification later
+//     than that by Send With Invalidate ends the connection. An RDMA2_DONE
+//     that names no exposed chunk (unknown XID or R_key, already expired)
+//     is dropped: nothing is invalidated and no RDMA2_ERROR is sent. One
+//     without rdma_handle is RDMA2_ERR_BAD_XDR; an RDMA2_REPLY_READ sent to
+//     a responder is RDMA2_ERR_INVAL_HTYPE.
+//   - Credits (section 5.2.3). Of the rprc draft's two answers, the
+//     acknowledgement: RDMA2_DONE is a Send like any other, sent within
+//     the responder's rdma_credit (before calls waiting for a credit), and
+//     the responder answers every RDMA2_DONE, matched or dropped, with an
+//     RDMA2_GRANT (rdma_xid 0), the version 2 header that already means
+//     "a credit update without a payload", as the rprc draft's RDMA_ACK.
+//     It carries the credit the notification's receive gave back, so a
+//     requester whose last credit went into a notification learns at once
+//     that it may send again; the requester reposts the reply's receive
+//     before it notifies, so the RDMA2_GRANT has a receive waiting.
+//   - Metrics: ReplyReadChunks and ReplyReadBytes (replies sent or pulled),
+//     PullDone (notifications sent, or received for an exposed chunk),
+//     PullDoneDropped and ReadChunkTimeouts (responder).
+//
+// Send-based DDP (draft-dnoveck-rpcrdma-rtrext) is not implemented; it fits
+// as properties and header types too (other code points than the above).
 package rpcrdma

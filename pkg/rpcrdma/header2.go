@@ -77,6 +77,8 @@ func (t HType) String() string {
 		return "RDMA2_REPLY_MIDDLE"
 	case HTypeReplyInline:
 		return "RDMA2_REPLY_INLINE"
+	case HTypeReplyRead, HTypeDone:
+		return t.rprcString()
 	}
 	return fmt.Sprintf("rdma_htype(%d)", uint32(t))
 }
@@ -180,6 +182,9 @@ type Header2 struct {
 	// Props is rdma_props of RDMA2_CONNPROP_MIDDLE and _FINAL, in wire
 	// order; each Data aliases the decoded message.
 	Props []Prop
+	// Handle is rdma_handle of RDMA2_DONE (rprc.go): the R_key of the
+	// first segment of the Read chunk pulled.
+	Handle uint32
 }
 
 // Limits on version 2 headers beyond Limits.
@@ -244,6 +249,8 @@ func (h *Header) len2() int {
 		n += 4
 	case HTypeError:
 		n += 4 + h.Err.Code.armLen()
+	case HTypeReplyRead, HTypeDone:
+		n += h.lenRPRC()
 	case HTypeConnPropMiddle, HTypeConnPropFinal:
 		n += 4
 		for _, p := range h.Props {
@@ -263,6 +270,8 @@ func (h *Header) check2() error {
 			return headerErr(ErrInvalid, 16, "unknown rdma_err %d", uint32(h.Err.Code))
 		}
 		return nil
+	case HTypeReplyRead, HTypeDone:
+		return h.checkRPRC()
 	case HTypeCallInline, HTypeCallExternal, HTypeReplyInline, HTypeReplyExternal:
 	default:
 		return headerErr(ErrInvalid, 12, "unknown rdma_htype %d", uint32(h.HType))
@@ -383,6 +392,8 @@ func (h *Header) encode2(dst []byte) ([]byte, error) {
 		}
 	case HTypeConnPropMiddle, HTypeConnPropFinal:
 		dst = appendProps(dst, h.Props)
+	case HTypeReplyRead, HTypeDone:
+		dst = h.appendRPRC(dst)
 	}
 	return dst, nil
 }
@@ -471,6 +482,8 @@ func (h *Header) Decode2(msg []byte, lim *Limits) (n int, err error) {
 		err = h.decodeError2(&r.d)
 	case HTypeConnPropMiddle, HTypeConnPropFinal:
 		h.Props, err = decodeProps(&r.d, h.Props[:0])
+	case HTypeReplyRead, HTypeDone:
+		err = h.decodeRPRC(&r)
 	default:
 		err = headerErr(ErrHType, 12, "unknown rdma_htype %d", uint32(h.HType))
 	}

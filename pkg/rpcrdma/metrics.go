@@ -50,6 +50,17 @@ type Metrics struct {
 	// with Send With Invalidate (RFC 8797 Remote Invalidation).
 	SendWithInvalidate uint64
 
+	// Responder-provided Read chunks (rprc.go). ReplyReadChunks: replies
+	// sent (responder) or received and pulled (requester) as
+	// RDMA2_REPLY_READ; ReplyReadBytes: their Payload stream bytes in the
+	// Read chunk. PullDone: RDMA2_DONE notifications sent (requester) or
+	// received for an exposed Read chunk (responder); PullDoneDropped:
+	// responder: those naming none (dropped); ReadChunkTimeouts:
+	// responder: Read chunks invalidated after
+	// ServerOptions.ReadChunkTimeout without an RDMA2_DONE.
+	ReplyReadChunks, ReplyReadBytes              uint64
+	PullDone, PullDoneDropped, ReadChunkTimeouts uint64
+
 	// Registrations is a gauge of per-call memory registrations (caller
 	// memory registered for a chunk) alive now; 0 when no call is in flight.
 	Registrations int64
@@ -70,6 +81,8 @@ type metrics struct {
 	errVers, errChunk, sendInv                                    atomic.Uint64
 	errors2                                                       [len(errcodes2Index)]atomic.Uint64
 	grants, continued                                             atomic.Uint64
+	replyReads, replyReadBytes, dones, donesDropped               atomic.Uint64
+	readChunkTimeouts                                             atomic.Uint64
 	registrations, registeredBytes                                atomic.Int64
 }
 
@@ -86,6 +99,8 @@ func (m *metrics) snapshot() Metrics {
 		ErrVers: m.errVers.Load(), ErrChunk: m.errChunk.Load(), SendWithInvalidate: m.sendInv.Load(),
 		Registrations: m.registrations.Load(), RegisteredBytes: m.registeredBytes.Load(),
 		Errors2: m.errors2Snapshot(), Grants: m.grants.Load(), Continued: m.continued.Load(),
+		ReplyReadChunks: m.replyReads.Load(), ReplyReadBytes: m.replyReadBytes.Load(),
+		PullDone: m.dones.Load(), PullDoneDropped: m.donesDropped.Load(), ReadChunkTimeouts: m.readChunkTimeouts.Load(),
 	}
 }
 

@@ -106,8 +106,13 @@ func inline2(local, peer Properties) (send, recv int, err error) {
 func (c *Client) negotiate(ctx context.Context, addr string, local PrivateData) error {
 	props := localProperties(c.opts.Inline, c.lim)
 	var pbuf [20]byte
+	var rbuf [4]byte
 	xid := rand.Uint32() | 1
-	h := Header{XID: xid, Vers: Version2, Credits: c.advertised(), Header2: Header2{HType: HTypeConnPropFinal, Props: props.AppendProps(nil, &pbuf)}}
+	pl := props.AppendProps(nil, &pbuf)
+	if f := c.rprcLocal(); f != 0 {
+		pl = appendRPRCProp(pl, f, &rbuf)
+	}
+	h := Header{XID: xid, Vers: Version2, Credits: c.advertised(), Header2: Header2{HType: HTypeConnPropFinal, Props: pl}}
 	b, err := h.Encode(c.sendMR.Bytes()[:0:DefaultInline])
 	if err != nil {
 		return err
@@ -200,6 +205,10 @@ func (c *Client) negotiated(addr string, xid uint32, msg []byte, local PrivateDa
 		if err != nil {
 			return true, err
 		}
+		rprc, err := parseRPRC(c.peerProps)
+		if err != nil {
+			return true, err
+		}
 		send, recv, err := inline2(props, peer)
 		if err != nil {
 			return true, err
@@ -209,6 +218,9 @@ func (c *Client) negotiated(addr string, xid uint32, msg []byte, local PrivateDa
 		c.peerProps = nil
 		c.vers = Version2
 		c.inline = Inline{Send: send, Recv: recv, MaxSegs: 1, Vers: Version2}
+		if err := c.setupRPRC(rprc); err != nil {
+			return true, err
+		}
 		c.grant(h.Credits)
 		return true, nil
 	case HTypeGrant:

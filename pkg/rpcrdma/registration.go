@@ -55,7 +55,8 @@ func (s *slot) deregOwned() {
 	s.c.dereg(s.longMR)
 	s.c.dereg(s.replyMR)
 	s.c.dereg(s.contMR)
-	s.longMR, s.replyMR, s.contMR = nil, nil, nil
+	s.c.dereg(s.pullMR)
+	s.longMR, s.replyMR, s.contMR, s.pullMR = nil, nil, nil, nil
 }
 
 func (s *slot) dropRegs() {

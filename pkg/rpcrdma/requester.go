@@ -30,16 +30,23 @@ type ClientOptions struct {
 	// Reply chunk offered for it [65536].
 	MaxReply int
 	// IRD is the RDMA Reads the responder may have outstanding against
-	// our Read chunks [16]; at least 1. ORD is the RDMA Reads we may issue
-	// (a requester issues none) [0].
+	// our Read chunks [16]; at least 1. ORD is the RDMA Reads we may issue,
+	// to pull responder-provided Read chunks [4 when MaxVersion is 2 and
+	// NoResponderReadChunks is false, else 0].
 	IRD, ORD int
 	// NoContinuation stops a version 2 connection from sending a call
 	// too large for one Send as several (message continuation, the
 	// draft's section 6.6.2): it goes in a Call chunk, as in version 1.
 	NoContinuation bool
 	// NoRemoteInvalidate stops us from advertising Remote Invalidation
-	// (RFC 8797): the responder then replies with plain Sends.
+	// (RFC 8797): the responder then replies with plain Sends, and our
+	// RDMA2_DONE messages go by plain Send too.
 	NoRemoteInvalidate bool
+	// NoResponderReadChunks stops a version 2 connection from announcing
+	// responder-provided Read chunks (RPRCPull, rprcpull.go): calls with
+	// sunrpc.Call.UnboundedReply then get a Reply chunk of MaxReplySize,
+	// as without the extension.
+	NoResponderReadChunks bool
 	// Limits bound the reply headers we decode.
 	Limits Limits
 	// MaxVersion is the highest RPC-over-RDMA version to speak: 2 (the
@@ -93,6 +100,9 @@ func (o *ClientOptions) fill() error {
 	default:
 		return fmt.Errorf("%w: RPC-over-RDMA version %d (1 or 2)", ErrInvalid, o.MaxVersion)
 	}
+	if o.ORD <= 0 && o.MaxVersion >= Version2 && !o.NoResponderReadChunks {
+		o.ORD = 4 // RDMA Reads of responder-provided Read chunks
+	}
 	if o.Versions == nil {
 		o.Versions = DefaultVersionCache
 	}
@@ -116,6 +126,7 @@ const (
 	wrRead
 	wrWrite
 	wrGrant           // a responder's RDMA2_GRANT
+	wrDone            // a requester's RDMA2_DONE
 	wrKindMask uint64 = 0xff << 56
 )
 
@@ -144,6 +155,14 @@ type Client struct {
 	props     Properties
 	peerProps []Prop
 	posted    atomic.Uint32
+	// Responder-provided Read chunks (rprcpull.go): used on this
+	// connection (rprc), RDMA2_DONE by Send With Invalidate (rprcInv),
+	// RDMA Reads in flight (pullSem, ORD tokens), the RDMA2_DONE queue
+	// (dq, under mu), a reply for no call (orphan, completion goroutine).
+	rprc, rprcInv bool
+	pullSem       chan struct{}
+	dq            doneQueue
+	orphan        Header
 
 	sendMR, recvMR verbs.MR
 	slots          []slot
@@ -222,8 +241,16 @@ type slot struct {
 	contWRs               []verbs.SendWR
 	contSGEs              []verbs.SGE
 	payMR, resMR          verbs.MR // caller memory registered for this call
-	longMR, replyMR       verbs.MR // slot-owned chunk buffers, registered once
-	longOn, replyOn       bool     // their STag is exposed for the current call
+	// A reply in a responder-provided Read chunk (rprcpull.go): pulled
+	// into pullMR (slot-owned, local write only) by readWR; its receive
+	// buffer already reposted (recvReposted).
+	pullMR          verbs.MR
+	readWR          verbs.SendWR
+	pullSGE         [1]verbs.SGE
+	readDone        chan struct{} // RDMA Read completed (cap 1)
+	recvReposted    bool
+	longMR, replyMR verbs.MR // slot-owned chunk buffers, registered once
+	longOn, replyOn bool     // their STag is exposed for the current call
 
 	reply sunrpc.Reply
 	wr    verbs.SendWR // the call's Send
@@ -264,11 +291,11 @@ func Dial(ctx context.Context, dev verbs.Device, addr string, opts ClientOptions
 	if opts.MaxVersion >= Version2 {
 		nrecv += MaxContinuation
 	}
-	if c.cq, err = dev.CreateCQ(4*n + 16 + nrecv - n); err != nil {
+	if c.cq, err = dev.CreateCQ(5*n + 16 + nrecv - n); err != nil {
 		return nil, err
 	}
 	c.cqd = cqDrain{cq: c.cq, complete: c.complete}
-	if c.qp, err = c.pd.CreateQP(verbs.QPAttr{SendCQ: c.cq, RecvCQ: c.cq, MaxSendWR: 3*n + 4 + MaxContinuation, MaxRecvWR: nrecv, MaxSGE: 4}); err != nil {
+	if c.qp, err = c.pd.CreateQP(verbs.QPAttr{SendCQ: c.cq, RecvCQ: c.cq, MaxSendWR: 4*n + 4 + MaxContinuation, MaxRecvWR: nrecv, MaxSGE: 4}); err != nil {
 		return nil, err
 	}
 	if c.sendMR, err = c.reg(make([]byte, n*opts.Inline), 0); err != nil {
@@ -291,7 +318,7 @@ func Dial(ctx context.Context, dev verbs.Device, addr string, opts ClientOptions
 		}
 		s := &c.slots[i]
 		s.c, s.idx = c, i
-		s.done, s.inv = make(chan struct{}, 1), make(chan struct{}, 1)
+		s.done, s.inv, s.readDone = make(chan struct{}, 1), make(chan struct{}, 1), make(chan struct{}, 1)
 		c.free = append(c.free, i)
 		if err := c.postRecv(i); err != nil {
 			return nil, err
@@ -497,6 +524,14 @@ func (c *Client) handle(wc *verbs.WC) {
 			c.slots[idx].inv <- struct{}{}
 		}
 		return
+	case wrRead:
+		if idx < len(c.slots) {
+			c.slots[idx].readDone <- struct{}{}
+		}
+		return
+	case wrDone:
+		c.doneSent(idx)
+		return
 	case wrRecv:
 	default:
 		return
@@ -524,6 +559,7 @@ func (c *Client) handle(wc *verbs.WC) {
 	}
 	c.mu.Unlock()
 	if !ok {
+		c.orphanRead(msg)
 		c.repost(idx)
 		return
 	}
@@ -537,6 +573,7 @@ func (c *Client) handle(wc *verbs.WC) {
 		s.hdrLen, s.decodeErr = s.rep.Decode(msg, &c.lim)
 	}
 	s.recvIdx, s.recvLen = idx, len(msg)
+	s.recvReposted = false
 	s.invKey = 0
 	if wc.Flags&verbs.WCWithInv != 0 {
 		s.invKey = wc.InvalidatedKey
@@ -552,7 +589,12 @@ func (c *Client) handle(wc *verbs.WC) {
 		return
 	}
 	c.mu.Unlock()
-	// Its caller is gone: invalidate what stays exposed and free it.
+	// Its caller is gone: invalidate what stays exposed and free it; a
+	// responder-provided Read chunk is notified unread (the rprc draft's
+	// section 4.1.3).
+	if s.decodeErr == nil && s.rep.Vers == Version2 && s.rep.HType == HTypeReplyRead {
+		c.queueDone(s.rep.XID, s.rep.Reads[0].Handle, s.rep.InvHandle)
+	}
 	s.invalidateAsync()
 	c.repost(idx)
 	c.mu.Lock()
@@ -586,6 +628,7 @@ func (c *Client) grant(g uint32) {
 	}
 	c.wakeLocked()
 	c.mu.Unlock()
+	c.flushDones()
 }
 
 // control2 handles a version 2 message that answers no call: RDMA2_GRANT
@@ -614,7 +657,7 @@ func (c *Client) control2(msg []byte) bool {
 // a credit (version 1: fewer outstanding than the window; version 2: a
 // Send under the responder's limit).
 func (c *Client) canTakeLocked() bool {
-	if len(c.free) == 0 || c.inUse >= c.opts.Credits {
+	if len(c.free) == 0 || c.inUse >= c.opts.Credits || len(c.dq.pending) > 0 {
 		return false
 	}
 	if c.vers == Version2 {
@@ -665,7 +708,8 @@ func (c *Client) putSlotLocked(i int) {
 func (c *Client) deregPoolsLocked() {
 	c.dereg(c.sendMR)
 	c.dereg(c.recvMR)
-	c.sendMR, c.recvMR = nil, nil
+	c.dereg(c.dq.mr)
+	c.sendMR, c.recvMR, c.dq.mr = nil, nil, nil
 }
 
 // acquire waits for a credit (ctx-aware, FIFO, no spinning).
@@ -818,6 +862,7 @@ func (s *slot) send(call *sunrpc.Call) error {
 	if err != nil {
 		return err
 	}
+	c.unboundedReply(call, &p)
 	h := &s.hdr
 	*h = Header{XID: call.XID, Vers: c.vers, Credits: uint32(c.opts.Credits), Proc: p.Proc,
 		Reads: s.readSeg[:0], Writes: s.writes[:0], Reply: s.replySeg[:0]}
@@ -958,6 +1003,9 @@ func (s *slot) register(xid uint32) error {
 // invalidating and deregistering the call's registrations.
 func (s *slot) finish(call *sunrpc.Call) (*sunrpc.Reply, error) {
 	c := s.c
+	if s.decodeErr == nil && s.rep.Vers == Version2 && s.rep.HType == HTypeReplyRead {
+		return s.finishRead(call)
+	}
 	c.m.replies.Add(1)
 	err := s.checkReply()
 	s.dropCallerRegs()
@@ -1051,7 +1099,9 @@ func (s *slot) invalidateSync() {
 
 func (s *slot) releaseRecv() {
 	c := s.c
-	c.repost(s.recvIdx)
+	if !s.recvReposted {
+		c.repost(s.recvIdx)
+	}
 	c.mu.Lock()
 	s.state = slotFree
 	c.putSlotLocked(s.idx)

@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/verbs"
@@ -51,10 +52,26 @@ type ServerOptions struct {
 	// version 1 only and answers version 2 with ERR_VERS (RFC 8166
 	// section 4.5.1) [2].
 	MaxVersion int
-	Logger     *slog.Logger
+	// NoResponderReadChunks stops a version 2 connection from returning
+	// a reply that fits neither inline nor the call's Reply chunk in a
+	// responder-provided Read chunk (rprcexpose.go): it is then continued,
+	// or answered RDMA2_ERR_REPLY_RESOURCE, as without the extension.
+	NoResponderReadChunks bool
+	// NoRemoteInvalidate stops us from announcing that the requester may
+	// invalidate our Read chunks with the Send With Invalidate carrying
+	// its RDMA2_DONE (RPRCRemoteInv).
+	NoRemoteInvalidate bool
+	// ReadChunkTimeout is how long a responder-provided Read chunk stays
+	// readable without an RDMA2_DONE before it is invalidated
+	// [DefaultReadChunkTimeout, 10s].
+	ReadChunkTimeout time.Duration
+	Logger           *slog.Logger
 }
 
 func (o *ServerOptions) fill() error {
+	if o.ReadChunkTimeout <= 0 {
+		o.ReadChunkTimeout = DefaultReadChunkTimeout
+	}
 	if o.Credits <= 0 {
 		o.Credits = 32
 	}
@@ -104,6 +121,9 @@ type Server struct {
 	recent        recentXIDs
 	defGrant      int            // SetGrant
 	machineGrants map[string]int // SetMachineGrants
+	// forceRPRC (tests) makes replies that need it use a responder-
+	// provided Read chunk even where the requester did not announce them.
+	forceRPRC bool
 }
 
 // xidKey names a call for retransmission counting: the requester's host
@@ -254,6 +274,7 @@ type srvConn struct {
 	readSem        chan struct{} // ORD tokens
 	done           chan struct{}
 	cred           connCredits
+	exp            exposures // responder-provided Read chunks (rprcexpose.go)
 }
 
 // srvSlot processes the call that arrived in receive buffer idx.
@@ -278,6 +299,7 @@ type srvSlot struct {
 	contMsgs [][]byte
 	readDone chan struct{} // RDMA Read completed
 	sendDone chan struct{} // reply Send completed
+	invKey   uint32        // the STag the message's Send With Invalidate invalidated, 0 if none
 
 	hdr, rep Header
 	req      sunrpc.Request
@@ -314,12 +336,15 @@ func (s *Server) newConn(ctx context.Context, req verbs.ConnRequest) (*srvConn, 
 	// One receive buffer more than Credits: the one a version 2
 	// connection keeps posted beyond its grant for an RDMA2_GRANT (the
 	// draft's section 4.2.1.1).
+	// The send queue holds, beyond the replies and their RDMA Writes and
+	// Reads, the local invalidates of up to 2n responder-provided Read
+	// chunks.
 	n := o.Credits + 1
-	if c.cq, err = s.dev.CreateCQ(4*n + 16); err != nil {
+	if c.cq, err = s.dev.CreateCQ(6*n + 16); err != nil {
 		return nil, err
 	}
 	c.cqd = cqDrain{cq: c.cq, complete: c.complete}
-	if c.qp, err = c.pd.CreateQP(verbs.QPAttr{SendCQ: c.cq, RecvCQ: c.cq, MaxSendWR: 4*n + 4, MaxRecvWR: n, MaxSGE: 4}); err != nil {
+	if c.qp, err = c.pd.CreateQP(verbs.QPAttr{SendCQ: c.cq, RecvCQ: c.cq, MaxSendWR: 6*n + 4, MaxRecvWR: n, MaxSGE: 4}); err != nil {
 		return nil, err
 	}
 	if c.sendMR, err = s.reg(c.pd, make([]byte, n*o.Inline), 0); err != nil {
@@ -386,6 +411,7 @@ func (c *srvConn) release() {
 	if c.qp != nil {
 		c.qp.Close()
 	}
+	c.releaseExposures()
 	for i := range c.slots {
 		s.dereg(c.slots[i].readMR)
 		s.dereg(c.slots[i].streamMR)
@@ -448,6 +474,10 @@ func (c *srvConn) complete(wc *verbs.WC) bool {
 		c.grantIdle.Store(true)
 		return true
 	}
+	if wc.ID&wrKindMask == wrInv {
+		c.fenced(idx) // a responder-provided Read chunk invalidated
+		return true
+	}
 	if idx >= len(c.slots) {
 		return true
 	}
@@ -457,6 +487,10 @@ func (c *srvConn) complete(wc *verbs.WC) bool {
 		c.received()
 		c.recvSeq++
 		sl.seq = c.recvSeq
+		sl.invKey = 0
+		if wc.Flags&verbs.WCWithInv != 0 {
+			sl.invKey = wc.InvalidatedKey
+		}
 		if c.vers.Load() == Version2 && c.reassemble(sl, int(wc.ByteLen)) {
 			return true // a part of a continued call, kept; its receive reposted
 		}
@@ -682,8 +716,13 @@ func (sl *srvSlot) reply(msg []byte) {
 	if err != nil {
 		if errors.Is(err, ErrChunk) {
 			if sl.hdr.Vers == Version2 {
-				// The draft's section 6.6.4: Message Continuation
-				// when the chunks provided are not adequate.
+				// The rprc draft's section 4.1.1: a responder-provided
+				// Read chunk when negotiated, else (the draft's
+				// section 6.6.4) Message Continuation when the chunks
+				// provided are not adequate.
+				if c.rprcOn() && sl.replyRead(&m, rm) {
+					return
+				}
 				if sl.replyContinued(&m, rm) {
 					return
 				}

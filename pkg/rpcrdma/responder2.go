@@ -70,6 +70,8 @@ func (sl *srvSlot) handle2(ctx context.Context, d sunrpc.Dispatcher, msg []byte)
 		sl.serve(ctx, d, msg, hl)
 	case HTypeConnPropMiddle, HTypeConnPropFinal:
 		sl.connProp()
+	case HTypeDone:
+		sl.handleDone(sl.invKey)
 	case HTypeGrant, HTypeError:
 		// A requester's credit update: our replies answer calls the
 		// requester has a receive for (one per call it keeps
@@ -128,6 +130,10 @@ func (sl *srvSlot) connProp() {
 		return
 	}
 	peer, err := ParseProperties(c.peerProps)
+	var rprc uint32
+	if err == nil {
+		rprc, err = parseRPRC(c.peerProps)
+	}
 	c.peerProps = nil
 	local := localProperties(s.opts.Inline, s.opts.Limits)
 	var send int
@@ -143,10 +149,16 @@ func (sl *srvSlot) connProp() {
 	c.props, c.propsDone = peer, true
 	c.inline.Store(int64(send))
 	c.propsMu.Unlock()
+	c.setupRPRC(rprc)
 
 	var pbuf [20]byte
-	var props [6]Prop
-	r := Header{XID: h.XID, Vers: Version2, Credits: 1, Header2: Header2{HType: HTypeConnPropFinal, Props: local.AppendProps(props[:0], &pbuf)}}
+	var rbuf [4]byte
+	var props [8]Prop
+	pl := local.AppendProps(props[:0], &pbuf)
+	if f := s.opts.rprcLocal(); f != 0 {
+		pl = appendRPRCProp(pl, f, &rbuf)
+	}
+	r := Header{XID: h.XID, Vers: Version2, Credits: 1, Header2: Header2{HType: HTypeConnPropFinal, Props: pl}}
 	in := s.opts.Inline
 	b, err := r.Encode(c.sendMR.Bytes()[sl.idx*in:][:0:in])
 	if err != nil {

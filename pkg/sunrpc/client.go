@@ -84,11 +84,12 @@ type CallSpec struct {
 	// placed in ReplyPayload, or -1 when it is inline in d. d and its bytes
 	// are valid only during the call; its error, if any, is returned by Call.
 	Results func(d *xdr.Decoder, placed int) error
-	// ReplyPayload, LocateReplyPayload and MaxReplySize are passed to the
-	// transport (see Call).
+	// ReplyPayload, LocateReplyPayload, MaxReplySize and UnboundedReply
+	// are passed to the transport (see Call).
 	ReplyPayload       []byte
 	LocateReplyPayload func(results []byte) int
 	MaxReplySize       int
+	UnboundedReply     bool
 	// Cred, when not nil, is this call's credential instead of the
 	// client's (RFC 5531 section 8.2): how a client serving several users
 	// (a FUSE mount) makes each call as the user it is for.
@@ -196,7 +197,7 @@ func (c *Client) do(ctx context.Context, s *CallSpec, cred OpaqueAuth, oneShot b
 	if s.Args != nil {
 		s.Args(&cc.b)
 	}
-	cc.call = Call{XID: xid, Msg: cc.b.Message(), ReplyPayload: s.ReplyPayload, LocateReplyPayload: s.LocateReplyPayload, MaxReplySize: s.MaxReplySize}
+	cc.call = Call{XID: xid, Msg: cc.b.Message(), ReplyPayload: s.ReplyPayload, LocateReplyPayload: s.LocateReplyPayload, MaxReplySize: s.MaxReplySize, UnboundedReply: s.UnboundedReply}
 	defer func() { cc.call = Call{}; cc.b.payload = nil; cc.dec.Reset(nil) }()
 	c.calls.Add(1)
 

@@ -33,6 +33,13 @@ type Call struct {
 	// DDP-eligible result; RFC 8267 section 4 uses it to decide on a Reply
 	// chunk. 0 means unknown: the transport assumes its largest reply.
 	MaxReplySize int
+	// UnboundedReply tells that the reply's size cannot be bounded well
+	// in advance (MaxReplySize is a bound it seldom nears, as for NFS
+	// READDIRPLUS and READLINK): a transport that can receive a reply of
+	// any size without preparing room for it (RPC-over-RDMA version 2
+	// with responder-provided Read chunks) prepares none; the others use
+	// MaxReplySize as usual.
+	UnboundedReply bool
 }
 
 // Releaser takes back the buffer of a Reply (see Reply.Release).

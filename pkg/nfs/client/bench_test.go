@@ -41,7 +41,8 @@ var targets = []target{
 
 // mountOurs starts our export server on a temporary directory (NFS over
 // TCP and, for proto "rdma", over RPC-over-RDMA, version 2 between our
-// peers; "rdma-v1": the client speaks version 1 only) and mounts it.
+// peers; "rdma-v1": the client speaks version 1 only; "rdma-norprc":
+// version 2 without responder-provided Read chunks) and mounts it.
 func mountOurs(b *testing.B, proto string) (*Client, nfs3.FH) {
 	b.Helper()
 	srv, err := nfsserver.New(nfsserver.Options{Root: b.TempDir(), Exports: []nfsserver.Export{{Path: "/"}}})
@@ -67,7 +68,7 @@ func mountOurs(b *testing.B, proto string) (*Client, nfs3.FH) {
 		Export:    "/",
 		AuthSys:   sunrpc.AuthSysParams{MachineName: "bench"},
 	}
-	if proto == "rdma" || proto == "rdma-v1" {
+	if proto == "rdma" || proto == "rdma-v1" || proto == "rdma-norprc" {
 		l := listen()
 		addr := l.Addr().String()
 		l.Close()
@@ -80,6 +81,7 @@ func mountOurs(b *testing.B, proto string) (*Client, nfs3.FH) {
 		if proto == "rdma-v1" {
 			co.MaxVersion = 1
 		}
+		co.NoResponderReadChunks = proto == "rdma-norprc"
 		opts.Dial = rpcrdma.Dialer(siw.NewDevice(siw.Config{RTRDelay: -1}), addr, co)
 	}
 	mctx, mcancel := context.WithTimeout(ctx, 20*time.Second)
@@ -114,12 +116,15 @@ func benchFile(b *testing.B, t target) (*Client, nfs3.FH) {
 	return c, f.FH()
 }
 
-func forTargets(b *testing.B, f func(b *testing.B, t target)) {
+func forTargets(b *testing.B, f func(b *testing.B, t target)) { forTargetsIn(b, targets, f) }
+
+// forTargetsIn is forTargets over ts.
+func forTargetsIn(b *testing.B, ts []target, f func(b *testing.B, t target)) {
 	// servers' logs would land in the middle of benchmark result lines
 	klog.LogToStderr(false)
 	klog.SetOutput(io.Discard)
 	b.Cleanup(func() { klog.SetOutput(os.Stderr); klog.LogToStderr(true) })
-	for _, t := range targets {
+	for _, t := range ts {
 		b.Run(t.name, func(b *testing.B) { f(b, t) })
 	}
 }
@@ -231,7 +236,10 @@ func BenchmarkGetattr(b *testing.B) {
 // replies are larger than the inline threshold (a Reply chunk in version
 // 1, continuation or a Reply chunk in version 2).
 func BenchmarkReaddirplus2000(b *testing.B) {
-	forTargets(b, func(b *testing.B, t target) {
+	// and "ours-rdma-norprc": version 2 without responder-provided Read
+	// chunks, the replies in the Reply chunks the client offers
+	ts := append(targets[:len(targets):len(targets)], target{"ours-rdma-norprc", func(b *testing.B) (*Client, nfs3.FH) { return mountOurs(b, "rdma-norprc") }})
+	forTargetsIn(b, ts, func(b *testing.B, t target) {
 		c, dir := t.mount(b)
 		ctx := context.Background()
 		for i := range 2000 {

@@ -252,6 +252,14 @@ func umount(mnt *sunrpc.Client, export string) {
 	mnt.Close()
 }
 
+// unboundedReply tells whether proc's reply is seldom near its bound
+// (READDIR and READDIRPLUS replies up to the count asked, READLINK): over
+// RPC-over-RDMA with responder-provided Read chunks such a call offers no
+// Reply chunk (sunrpc.Call.UnboundedReply).
+func unboundedReply(proc uint32) bool {
+	return proc == nfs3.ProcReaddir || proc == nfs3.ProcReaddirplus || proc == nfs3.ProcReadlink
+}
+
 // call makes one NFSv3 call. args encodes the arguments (it may mark a
 // payload); results decodes the union (status included) and returns the
 // nfs3 status it read. An NFS error status is returned wrapped with the
@@ -275,6 +283,7 @@ func (c *Client) call(ctx context.Context, proc uint32, maxRes int, replyPayload
 			ReplyPayload:       replyPayload,
 			LocateReplyPayload: locate,
 			MaxReplySize:       replyHeaderMax + maxRes,
+			UnboundedReply:     unboundedReply(proc),
 			Cred:               credOf(ctx),
 		})
 		if err != nil {

@@ -77,6 +77,12 @@ type Options struct {
 	// with version 2 and falls back to version 1 when the server answers
 	// ERR_VERS (Linux knfsd does); 1 speaks version 1 only.
 	RDMAVers int
+	// NoRPRC (ours: norprc; rprc, the default, undoes it, proto=rdma
+	// only) stops the client from announcing responder-provided Read
+	// chunks on RPC-over-RDMA version 2: READDIR, READDIRPLUS and
+	// READLINK then offer a Reply chunk sized for the largest reply, as
+	// in version 1.
+	NoRPRC bool
 	// RDMADevice chooses the verbs provider for proto=rdma (ours):
 	// "auto" (default: a kernel RDMA device that reaches the server when
 	// the driver is built with the ibverbs tag, else software iWARP),
@@ -232,6 +238,10 @@ func Parse(s string) (Options, error) {
 			o.Credits, err = num(1, MaxCredits)
 		case "rdmavers":
 			o.RDMAVers, err = num(1, 2)
+		case "rprc":
+			o.NoRPRC, err = false, flag()
+		case "norprc":
+			o.NoRPRC, err = true, flag()
 		case "read_ahead_kb":
 			o.ReadAheadKB, err = num(0, MaxReadAheadKB)
 		case "mpacrc":
@@ -277,6 +287,9 @@ func Parse(s string) (Options, error) {
 	}
 	if o.RDMAVers != 0 && o.Proto != ProtoRDMA {
 		return Options{}, fmt.Errorf("%w: rdmavers=%d needs proto=rdma", ErrBadOption, o.RDMAVers)
+	}
+	if o.NoRPRC && o.Proto != ProtoRDMA {
+		return Options{}, fmt.Errorf("%w: norprc needs proto=rdma", ErrBadOption)
 	}
 	if o.Credits != 0 && o.Proto != ProtoRDMA {
 		return Options{}, fmt.Errorf("%w: credits=%d needs proto=rdma", ErrBadOption, o.Credits)

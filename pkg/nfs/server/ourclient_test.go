@@ -22,7 +22,8 @@ import (
 // and over RPC-over-RDMA (software iWARP), and moves real data: a 16 MiB
 // file written UNSTABLE + COMMIT and read back byte-exact (over RDMA: WRITE
 // data in Read chunks, READ data in Write chunks), a directory of 500
-// entries listed with READDIRPLUS (Reply chunks), a rename and a remove;
+// entries listed with READDIRPLUS (Reply chunks; in version 2
+// responder-provided Read chunks), a rename and a remove;
 // the bytes are checked on the server's disk too.
 func TestOurClient(t *testing.T) {
 	// rdma: RPC-over-RDMA version 2, negotiated; rdma1: version 1.
@@ -162,8 +163,13 @@ func ourClient(t *testing.T, proto string) {
 	if rdma != nil {
 		m := rdma.Metrics()
 		t.Logf("RPC-over-RDMA: %+v", m)
-		if m.ReadChunks == 0 || m.WriteChunks == 0 || m.ReplyChunks == 0 || m.ReadChunkBytes < 16<<20 || m.WriteChunkBytes < 16<<20 {
+		if m.ReadChunks == 0 || m.WriteChunks == 0 || m.ReadChunkBytes < 16<<20 || m.WriteChunkBytes < 16<<20 {
 			t.Fatal("the data did not move in Read and Write chunks")
+		}
+		// READDIRPLUS: version 1 offers a Reply chunk; version 2 none, and
+		// the server exposes the long replies in Read chunks.
+		if vers == 1 && m.ReplyChunks == 0 || vers == 2 && (m.ReplyReadChunks == 0 || m.ReplyChunks != 0 || m.PullDone != m.ReplyReadChunks) {
+			t.Fatal("the READDIRPLUS replies did not come in Reply chunks (version 1) or responder-provided Read chunks (version 2)")
 		}
 		if m.Version != int64(vers) || m.Version1Fallbacks != 0 {
 			t.Fatalf("RPC-over-RDMA version %d (fallbacks %d), want %d", m.Version, m.Version1Fallbacks, vers)
