@@ -1,7 +1,6 @@
 package csi
 
 import (
-	"context"
 	"io"
 	"net/http"
 	"os"
@@ -229,12 +228,6 @@ func (e *env) controller() csipb.ControllerClient {
 	return csipb.NewControllerClient(e.conn(e.ctrlSock))
 }
 func (e *env) node() csipb.NodeClient { return csipb.NewNodeClient(e.conn(e.nodeSock)) }
-
-func ctxT(t *testing.T, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
-}
 
 // scrape returns the text of a /metrics endpoint on loopback.
 func scrape(t *testing.T, port int) string {

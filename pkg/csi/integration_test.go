@@ -36,7 +36,7 @@ func mountCap() *csipb.VolumeCapability {
 func (e *env) volume(name string, bytes int64, params map[string]string) (string, string) {
 	t := e.t
 	t.Helper()
-	ctx := ctxT(t, 2*time.Minute)
+	ctx := testenv.Context(t, 2*time.Minute)
 	p := map[string]string{ParamServer: "127.0.0.1"}
 	for k, v := range params {
 		p[k] = v
@@ -72,7 +72,7 @@ func (e *env) volume(name string, bytes int64, params map[string]string) (string
 func (e *env) teardown(id, target string) {
 	t := e.t
 	t.Helper()
-	ctx := ctxT(t, time.Minute)
+	ctx := testenv.Context(t, time.Minute)
 	if _, err := e.node().NodeUnpublishVolume(ctx, &csipb.NodeUnpublishVolumeRequest{VolumeId: id, TargetPath: target}); err != nil {
 		t.Fatal("NodeUnpublishVolume:", err)
 	}
@@ -140,7 +140,7 @@ func TestQuota(t *testing.T) {
 	if err != nil || !bytes.Equal(got, first) {
 		t.Fatalf("data written before the quota was reached: %d bytes, %v; want it intact", len(got), err)
 	}
-	ctx := ctxT(t, time.Minute)
+	ctx := testenv.Context(t, time.Minute)
 	st, err := e.node().NodeGetVolumeStats(ctx, &csipb.NodeGetVolumeStatsRequest{VolumeId: id, VolumePath: target})
 	if err != nil || st.GetUsage()[0].GetTotal() != 4<<20 {
 		t.Fatalf("volume stats before expansion: %v %v; want total 4 MiB", st, err)
@@ -241,7 +241,7 @@ func TestNodeRestart(t *testing.T) {
 	}
 	e.startNode()
 	// kubelet publishes again after a plugin restart: idempotent
-	ctx := ctxT(t, time.Minute)
+	ctx := testenv.Context(t, time.Minute)
 	vc := map[string]string{}
 	cv, _ := parseVolumeID(id)
 	vc[ctxServer], vc[ctxExport] = cv.Server, cv.Path()
@@ -318,7 +318,7 @@ func listTree(t *testing.T, root string) []string {
 func TestBadRequests(t *testing.T) {
 	e := newEnv(t)
 	e.startAll()
-	ctx := ctxT(t, 2*time.Minute)
+	ctx := testenv.Context(t, 2*time.Minute)
 	c, n := e.controller(), e.node()
 	okID, target := e.volume("good", 1<<20, nil)
 	before := listTree(t, e.root)
@@ -468,7 +468,7 @@ func TestOnDeleteAndSubDir(t *testing.T) {
 	e := newEnv(t)
 	e.startServer()
 	e.startController()
-	ctx := ctxT(t, time.Minute)
+	ctx := testenv.Context(t, time.Minute)
 	c := e.controller()
 	for _, tc := range []struct{ onDelete, left string }{
 		{"retain", "ns1/claim-retain"}, {"archive", "ns1/archived-claim-archive"}, {"delete", ""},
@@ -511,7 +511,7 @@ func TestOnDeleteAndSubDir(t *testing.T) {
 func TestReadOnlyAndServerGone(t *testing.T) {
 	e := newEnv(t)
 	e.startAll()
-	ctx := ctxT(t, 2*time.Minute)
+	ctx := testenv.Context(t, 2*time.Minute)
 	id, target := e.volume("rw", 0, nil)
 	if err := os.WriteFile(filepath.Join(target, "f"), []byte("x"), 0o644); err != nil {
 		t.Fatal(err)
@@ -567,7 +567,7 @@ func TestAdminAPINotYetListening(t *testing.T) {
 	e.startServer()
 	e.adminP = want
 	e.startController()
-	ctx := ctxT(t, 2*time.Minute)
+	ctx := testenv.Context(t, 2*time.Minute)
 	req := &csipb.CreateVolumeRequest{Name: "early",
 		CapacityRange:      &csipb.CapacityRange{RequiredBytes: 4 << 20},
 		VolumeCapabilities: []*csipb.VolumeCapability{mountCap()},

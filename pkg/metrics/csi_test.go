@@ -13,12 +13,14 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
+
+	"github.com/nfsrdma/nfsrdma-csi/internal/testenv"
 )
 
 // The CSI interceptor on a real gRPC server: calls counted by method and
 // status code, durations observed.
 func TestCSIInterceptor(t *testing.T) {
-	ctx := testCtx(t, 20*time.Second)
+	ctx := testenv.Context(t, 20*time.Second)
 	m := NewCSI(nil)
 	srv := grpc.NewServer(grpc.UnaryInterceptor(m.UnaryServerInterceptor()))
 	hs := health.NewServer()

@@ -8,7 +8,6 @@ import (
 	"sort"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -20,12 +19,6 @@ import (
 
 // TestMain fails the run if goroutines started by the tests outlive them.
 func TestMain(m *testing.M) { testenv.MainCheckingLeaks(m) }
-
-func testCtx(t testing.TB, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
-}
 
 // serveReg serves reg over real HTTP on a loopback port until the test
 // ends and returns the base URL.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/nfsrdma/nfsrdma-csi/internal/testenv"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/admin"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/client"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nfs3"
@@ -27,19 +28,9 @@ type exportEnv struct {
 	nfsPort, mntPort int
 }
 
-func needRoot(t testing.TB) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("the export server needs root (CI=true)")
-		}
-		t.Skip("the export server needs root")
-	}
-}
-
 func startExport(t testing.TB, quota int64) *exportEnv {
 	t.Helper()
-	needRoot(t)
+	testenv.NeedRoot(t, "the export server (name_to_handle_at, open_by_handle_at)")
 	root := filepath.Join(t.TempDir(), "root")
 	if err := os.MkdirAll(filepath.Join(root, "vol"), 0o777); err != nil {
 		t.Fatal(err)
@@ -79,7 +70,7 @@ func startExport(t testing.TB, quota int64) *exportEnv {
 // client's are scraped over HTTP and parsed.
 func TestRPCServerAndClientMetrics(t *testing.T) {
 	e := startExport(t, 1<<30)
-	ctx := testCtx(t, 30*time.Second)
+	ctx := testenv.Context(t, 30*time.Second)
 
 	srvReg := prometheus.NewRegistry()
 	rpcm := NewRPCServer(nil)

@@ -13,10 +13,12 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/nfsrdma/nfsrdma-csi/internal/testenv"
 )
 
 func TestServeOff(t *testing.T) {
-	ctx := testCtx(t, 5*time.Second)
+	ctx := testenv.Context(t, 5*time.Second)
 	if err := Serve(ctx, "", prometheus.NewRegistry()); err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/nfsrdma/nfsrdma-csi/internal/testenv"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/rpcrdma"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/verbs/siw"
@@ -51,7 +52,7 @@ func echoHandlers() []sunrpc.Handler {
 // grow as calls are made, with the role and const labels; the RPC server
 // observer sees transport "rdma".
 func TestTransportCollector(t *testing.T) {
-	ctx := testCtx(t, 60*time.Second)
+	ctx := testenv.Context(t, 60*time.Second)
 	rpc := sunrpc.NewServer(nil)
 	rpc.Register(tProg, tVers, echoHandlers())
 	rpcm := NewRPCServer(nil)

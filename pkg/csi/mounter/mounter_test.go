@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/nfsrdma/nfsrdma-csi/internal/testenv"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nfs3"
 )
 
@@ -87,12 +88,6 @@ func (e *env) stop(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Error("Run did not return within 10 s of its context's end")
 	}
-}
-
-func ctxT(t *testing.T, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
 }
 
 // running reports whether pid is a live process (not a zombie).
@@ -182,7 +177,7 @@ func newTarget(t *testing.T) string {
 // are gone; no fd is left open in the mounter.
 func TestMountListRelease(t *testing.T) {
 	e := startServer(t, "", "serve", 30*time.Second)
-	ctx := ctxT(t, time.Minute)
+	ctx := testenv.Context(t, time.Minute)
 	if ms, err := e.c.List(ctx); err != nil || len(ms) != 0 {
 		t.Fatalf("List of a new mounter: %v, %v", ms, err)
 	}
@@ -261,7 +256,7 @@ func TestMountFailures(t *testing.T) {
 	} {
 		t.Run(tc.mode, func(t *testing.T) {
 			e := startServer(t, "", tc.mode, 2*time.Second)
-			ctx := ctxT(t, time.Minute)
+			ctx := testenv.Context(t, time.Minute)
 			base := fdCount(t)
 			target := newTarget(t)
 			fuse := tokenFile(t, "x")
@@ -284,7 +279,7 @@ func TestMountFailures(t *testing.T) {
 	}
 	t.Run("refused", func(t *testing.T) {
 		e := startServer(t, "", "serve", 10*time.Second)
-		ctx := ctxT(t, time.Minute)
+		ctx := testenv.Context(t, time.Minute)
 		base := fdCount(t)
 		fuse := tokenFile(t, "x")
 		for _, m := range []Mount{
@@ -402,7 +397,7 @@ func TestMalformedRequests(t *testing.T) {
 // (one is served, the other refused), then releases them all at once.
 func TestConcurrentMounts(t *testing.T) {
 	e := startServer(t, "", "serve", 30*time.Second)
-	ctx := ctxT(t, 2*time.Minute)
+	ctx := testenv.Context(t, 2*time.Minute)
 	base := fdCount(t)
 	const n = 6
 	targets := make([]string, n)
@@ -496,7 +491,7 @@ func TestReleaseTerminates(t *testing.T) {
 	for _, mode := range []string{"serve", "stubborn"} {
 		t.Run(mode, func(t *testing.T) {
 			e := startServer(t, "", mode, 30*time.Second)
-			ctx := ctxT(t, time.Minute)
+			ctx := testenv.Context(t, time.Minute)
 			target := newTarget(t)
 			fuse := tokenFile(t, "x")
 			m, err := e.c.Mount(ctx, Mount{Target: target, Source: "h:/e"}, fuse)
@@ -525,7 +520,7 @@ func TestReleaseTerminates(t *testing.T) {
 func TestAdoptAfterRestart(t *testing.T) {
 	state := t.TempDir()
 	e := startServer(t, state, "stubborn", 30*time.Second)
-	ctx := ctxT(t, time.Minute)
+	ctx := testenv.Context(t, time.Minute)
 	target := newTarget(t)
 	fuse := tokenFile(t, "x")
 	m, err := e.c.Mount(ctx, Mount{Target: target, Source: "h:/e", VolumeID: "v"}, fuse)
@@ -650,7 +645,7 @@ func TestListMany(t *testing.T) {
 		clear(e.s.mounts)
 		e.s.mu.Unlock()
 	})
-	ms, err := e.c.List(ctxT(t, time.Minute))
+	ms, err := e.c.List(testenv.Context(t, time.Minute))
 	if err != nil || len(ms) != n {
 		t.Fatalf("List of %d mounts: %d, %v", n, len(ms), err)
 	}

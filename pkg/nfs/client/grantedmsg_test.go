@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nfsrdma/nfsrdma-csi/internal/testenv"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nlm"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nsm"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
@@ -97,7 +98,7 @@ func TestCallbackGrantedMsg(t *testing.T) {
 		defer cancel()
 		_ = l.Close(ctx)
 	})
-	ctx := ctxT(t, 20*time.Second)
+	ctx := testenv.Context(t, 20*time.Second)
 	got := lockAsync(ctx, l, req(1, 1001, 10, 19, true))
 	var a nlm.LockArgs
 	select {
@@ -244,7 +245,7 @@ func TestCallbackUnregister(t *testing.T) {
 	run := func(replace bool) {
 		l := NewLocker(Options{Server: "127.0.0.1", Retry: sunrpc.RetryPolicy{Soft: true, Retries: 2, Timeout: 5 * time.Second},
 			Lock: LockOptions{Port: s.port, CallerName: "host-a"}})
-		if err := l.Lock(ctxT(t, 5*time.Second), req(1, 1001, 0, 0, true), false); !errors.Is(err, ErrLockDenied) {
+		if err := l.Lock(testenv.Context(t, 5*time.Second), req(1, 1001, 0, 0, true), false); !errors.Is(err, ErrLockDenied) {
 			t.Fatal(err)
 		}
 		<-s.locks
@@ -257,7 +258,7 @@ func TestCallbackUnregister(t *testing.T) {
 			rb.maps[[2]uint32{nlm.Program, nlm.Version}] = 9999
 			rb.mu.Unlock()
 		}
-		if err := l.Close(ctxT(t, 5*time.Second)); err != nil {
+		if err := l.Close(testenv.Context(t, 5*time.Second)); err != nil {
 			t.Fatal(err)
 		}
 		if CallbackPort() != 0 {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/nfsrdma/nfsrdma-csi/internal/lockdtest"
 	"github.com/nfsrdma/nfsrdma-csi/internal/posixlock"
+	"github.com/nfsrdma/nfsrdma-csi/internal/testenv"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/lockd"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nfs3"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nlm"
@@ -76,12 +77,6 @@ func req(owner uint64, pid uint32, start, end uint64, excl bool) LockRequest {
 	return LockRequest{FH: testFH, Owner: owner, Pid: pid, Start: start, End: end, Exclusive: excl}
 }
 
-func ctxT(t *testing.T, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
-}
-
 // lockAsync runs a blocking Lock and returns its result channel.
 func lockAsync(ctx context.Context, l *Locker, r LockRequest) <-chan error {
 	ch := make(chan error, 1)
@@ -110,7 +105,7 @@ func TestLockDeniedAndTest(t *testing.T) {
 	srv := startNLM(t)
 	a := newTestLocker(t, srv, "host-a", LockOptions{})
 	b := newTestLocker(t, srv, "host-b", LockOptions{})
-	ctx := ctxT(t, 10*time.Second)
+	ctx := testenv.Context(t, 10*time.Second)
 	if err := a.Lock(ctx, req(1, 4242, 10, 19, true), false); err != nil {
 		t.Fatal(err)
 	}
@@ -140,7 +135,7 @@ func TestLockDeniedAndTest(t *testing.T) {
 func TestLockOwners(t *testing.T) {
 	srv := startNLM(t)
 	a := newTestLocker(t, srv, "host-a", LockOptions{})
-	ctx := ctxT(t, 10*time.Second)
+	ctx := testenv.Context(t, 10*time.Second)
 	if err := a.Lock(ctx, req(1, 777, 0, 0, true), false); err != nil {
 		t.Fatal(err)
 	}
@@ -182,7 +177,7 @@ func TestLockBlockingGranted(t *testing.T) {
 	srv := startNLM(t)
 	a := newTestLocker(t, srv, "host-a", LockOptions{})
 	b := newTestLocker(t, srv, "host-b", LockOptions{})
-	ctx := ctxT(t, 20*time.Second)
+	ctx := testenv.Context(t, 20*time.Second)
 	if err := a.Lock(ctx, req(1, 1001, 0, MaxLockOffset, true), false); err != nil {
 		t.Fatal(err)
 	}
@@ -219,7 +214,7 @@ func TestLockBlockingPolled(t *testing.T) {
 	srv.CallbackPort = nil
 	a := newTestLocker(t, srv, "host-a", LockOptions{})
 	b := newTestLocker(t, srv, "host-b", LockOptions{NoCallbacks: true, Poll: 100 * time.Millisecond})
-	ctx := ctxT(t, 20*time.Second)
+	ctx := testenv.Context(t, 20*time.Second)
 	if err := a.Lock(ctx, req(1, 1001, 0, 9, false), false); err != nil {
 		t.Fatal(err)
 	}
@@ -247,7 +242,7 @@ func TestLockCancel(t *testing.T) {
 	srv := startNLM(t)
 	a := newTestLocker(t, srv, "host-a", LockOptions{})
 	b := newTestLocker(t, srv, "host-b", LockOptions{})
-	ctx := ctxT(t, 20*time.Second)
+	ctx := testenv.Context(t, 20*time.Second)
 	if err := a.Lock(ctx, req(1, 1001, 0, MaxLockOffset, true), false); err != nil {
 		t.Fatal(err)
 	}
@@ -286,7 +281,7 @@ func TestLockCancelGrantRace(t *testing.T) {
 	srv.Answer = func(proc uint32, _ *nlm.Lock) (nlm.Stat, bool) { return nlm.Denied, proc == nlm.ProcCancel }
 	a := newTestLocker(t, srv, "host-a", LockOptions{})
 	b := newTestLocker(t, srv, "host-b", LockOptions{})
-	ctx := ctxT(t, 20*time.Second)
+	ctx := testenv.Context(t, 20*time.Second)
 	if err := a.Lock(ctx, req(1, 1001, 10, MaxLockOffset, true), false); err != nil {
 		t.Fatal(err)
 	}
@@ -328,7 +323,7 @@ func sendNotify(t *testing.T, monName string, state int32) {
 	}
 	defer c.Close()
 	a := nsm.StatChge{MonName: monName, State: state}
-	if err := c.Call(ctxT(t, 5*time.Second), sunrpc.CallSpec{Prog: nsm.Program, Vers: nsm.Version, Proc: nsm.ProcNotify,
+	if err := c.Call(testenv.Context(t, 5*time.Second), sunrpc.CallSpec{Prog: nsm.Program, Vers: nsm.Version, Proc: nsm.ProcNotify,
 		Args: func(b *sunrpc.Builder) { a.Encode(&b.Encoder) }}); err != nil {
 		t.Fatal("SM_NOTIFY:", err)
 	}
@@ -350,7 +345,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 func TestLockReclaimOnNotify(t *testing.T) {
 	srv := startNLM(t)
 	a := newTestLocker(t, srv, "host-a", LockOptions{})
-	ctx := ctxT(t, 20*time.Second)
+	ctx := testenv.Context(t, 20*time.Second)
 	if err := a.Lock(ctx, req(1, 1001, 0, 99, false), false); err != nil {
 		t.Fatal(err)
 	}
@@ -387,7 +382,7 @@ func TestLockReclaimOnNotify(t *testing.T) {
 func TestLockReclaimOnGrace(t *testing.T) {
 	srv := startNLM(t)
 	a := newTestLocker(t, srv, "host-a", LockOptions{NoCallbacks: true})
-	ctx := ctxT(t, 20*time.Second)
+	ctx := testenv.Context(t, 20*time.Second)
 	if err := a.Lock(ctx, req(1, 1001, 0, 9, true), false); err != nil {
 		t.Fatal(err)
 	}
@@ -413,7 +408,7 @@ func TestLockReclaimOnGrace(t *testing.T) {
 func TestLockClose(t *testing.T) {
 	srv := startNLM(t)
 	a := newTestLocker(t, srv, "host-a", LockOptions{})
-	ctx := ctxT(t, 10*time.Second)
+	ctx := testenv.Context(t, 10*time.Second)
 	for i := range 3 {
 		if err := a.Lock(ctx, req(uint64(i+1), uint32(2000+i), uint64(i*10), uint64(i*10+5), true), false); err != nil {
 			t.Fatal(err)
@@ -437,7 +432,7 @@ func TestLockServiceMissing(t *testing.T) {
 	ln.Close()
 	l := NewLocker(Options{Server: "127.0.0.1", Retry: sunrpc.RetryPolicy{Soft: true, Retries: 1, Timeout: time.Second}, Lock: LockOptions{Port: port}})
 	defer l.Close(context.Background())
-	if err := l.Lock(ctxT(t, 10*time.Second), req(1, 1, 0, 0, true), false); !errors.Is(err, ErrLockService) {
+	if err := l.Lock(testenv.Context(t, 10*time.Second), req(1, 1, 0, 0, true), false); !errors.Is(err, ErrLockService) {
 		t.Fatalf("lock without a service: %v", err)
 	}
 }
@@ -447,7 +442,7 @@ func TestLockServiceMissing(t *testing.T) {
 func TestCallbackGarbage(t *testing.T) {
 	srv := startNLM(t)
 	a := newTestLocker(t, srv, "host-a", LockOptions{})
-	if _, err := a.Test(ctxT(t, 5*time.Second), req(1, 1, 0, 0, true)); err != nil { // starts the service
+	if _, err := a.Test(testenv.Context(t, 5*time.Second), req(1, 1, 0, 0, true)); err != nil { // starts the service
 		t.Fatal(err)
 	}
 	c, err := sunrpc.NewClient(sunrpc.TCPDialer("127.0.0.1:"+strconv.Itoa(CallbackPort()), sunrpc.TCPOptions{}), sunrpc.ClientOptions{})
@@ -456,7 +451,7 @@ func TestCallbackGarbage(t *testing.T) {
 	}
 	defer c.Close()
 	for _, pv := range [][3]uint32{{nlm.Program, nlm.Version, nlm.ProcGranted}, {nsm.Program, nsm.Version, nsm.ProcNotify}} {
-		err := c.Call(ctxT(t, 5*time.Second), sunrpc.CallSpec{Prog: pv[0], Vers: pv[1], Proc: pv[2],
+		err := c.Call(testenv.Context(t, 5*time.Second), sunrpc.CallSpec{Prog: pv[0], Vers: pv[1], Proc: pv[2],
 			Args: func(b *sunrpc.Builder) { b.Uint32(0xffffffff) }})
 		if !errors.Is(err, sunrpc.ErrGarbageArgs) {
 			t.Errorf("garbage to %d/%d: %v", pv[0], pv[2], err)
@@ -464,7 +459,7 @@ func TestCallbackGarbage(t *testing.T) {
 	}
 	g := nlm.TestArgs{Cookie: []byte{1}, Lock: nlm.Lock{CallerName: "srv", FH: []byte("nofile"), Svid: 5}}
 	var r nlm.Res
-	if err := c.Call(ctxT(t, 5*time.Second), sunrpc.CallSpec{Prog: nlm.Program, Vers: nlm.Version, Proc: nlm.ProcGranted,
+	if err := c.Call(testenv.Context(t, 5*time.Second), sunrpc.CallSpec{Prog: nlm.Program, Vers: nlm.Version, Proc: nlm.ProcGranted,
 		Args:    func(b *sunrpc.Builder) { g.Encode(&b.Encoder) },
 		Results: func(d *xdr.Decoder, _ int) error { return r.Decode(d) }}); err != nil || r.Stat != nlm.Denied {
 		t.Fatalf("GRANTED for nothing: %v, %d", err, r.Stat)
@@ -549,7 +544,7 @@ func TestHostState(t *testing.T) {
 // monitor's callback with its private data (as rpc.statd), found through
 // the local rpcbind.
 func TestStatdForward(t *testing.T) {
-	ctx := ctxT(t, 20*time.Second)
+	ctx := testenv.Context(t, 20*time.Second)
 	if _, err := GetPort(ctx, CallbackRPCBind, sunrpc.PortmapProgram, sunrpc.PortmapVersion, sunrpc.TCPOptions{}); err != nil {
 		if os.Getenv("CI") == "true" {
 			t.Fatal("CI=true: no rpcbind at", CallbackRPCBind, err)
@@ -646,7 +641,7 @@ func TestClientRebootFreesLocks(t *testing.T) {
 		return NewLocker(Options{Server: "127.0.0.1", Retry: sunrpc.RetryPolicy{Soft: true, Retries: 2, Timeout: 5 * time.Second},
 			Lock: LockOptions{Port: port, CallerName: caller, State: hs, NoCallbacks: true}})
 	}
-	ctx := ctxT(t, 20*time.Second)
+	ctx := testenv.Context(t, 20*time.Second)
 	a := mk("node-x", hs) // never closed: the host goes down holding it
 	if err := a.Lock(ctx, req(1, 4001, 0, MaxLockOffset, true), false); err != nil {
 		t.Fatal(err)

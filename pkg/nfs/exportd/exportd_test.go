@@ -17,16 +17,6 @@ import (
 	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
 )
 
-func needRoot(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("the export server needs root (name_to_handle_at, open_by_handle_at; CI=true)")
-		}
-		t.Skip("the export server needs root (name_to_handle_at, open_by_handle_at)")
-	}
-}
-
 // TestRunConfigErrors: a configuration Run refuses is an error before
 // anything is served.
 func TestRunConfigErrors(t *testing.T) {
@@ -59,7 +49,7 @@ func TestRunConfigErrors(t *testing.T) {
 // a volume the admin API registered and granted, the admin API answers with the configured
 // version and root, and Run returns nil once its context ends.
 func TestRunServesAndStops(t *testing.T) {
-	needRoot(t)
+	testenv.NeedRoot(t, "the export server (name_to_handle_at, open_by_handle_at)")
 	root, state := t.TempDir(), t.TempDir()
 	tokenFile := filepath.Join(state, "token")
 	if err := os.WriteFile(tokenFile, []byte("tok\n"), 0o600); err != nil {
