@@ -5,8 +5,6 @@ package archtest
 
 import (
 	"os/exec"
-	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 )
@@ -40,12 +38,8 @@ var layers = []struct {
 	},
 }
 
-// goTool returns the go command of the toolchain running the test, or
-// the one on PATH.
+// goTool returns the go command on PATH.
 func goTool(t *testing.T) string {
-	if p, err := exec.LookPath(filepath.Join(runtime.GOROOT(), "bin", "go")); err == nil {
-		return p
-	}
 	p, err := exec.LookPath("go")
 	if err != nil {
 		t.Fatal("the go command is needed to list dependencies:", err)

@@ -156,10 +156,7 @@ func mountLoopback(b *testing.B) benchMount {
 	}
 	// Every node, the root included, is a noPassthroughNode.
 	lr := lroot.(*fs.LoopbackNode).RootData
-	lr.NewNode = func(r *fs.LoopbackRoot, _ *fs.Inode, _ string, _ *syscall.Stat_t) fs.InodeEmbedder {
-		return &noPassthroughNode{fs.LoopbackNode{RootData: r}}
-	}
-	root := &noPassthroughNode{fs.LoopbackNode{RootData: lr}}
+	root := &noPassthroughNode{&fs.LoopbackNode{RootData: lr}}
 	lr.RootNode = root
 	defaults := mountopts.Default()
 	entry, attr := defaults.ACDirMin, defaults.ACRegMin
@@ -209,7 +206,13 @@ func mountLoopback(b *testing.B) benchMount {
 // the loopback's data path would not be FUSE's at all, while a file system
 // whose data is elsewhere, as ours, can never use it. Every READ and WRITE
 // then reaches the loopback's process, as they reach ours.
-type noPassthroughNode struct{ fs.LoopbackNode }
+type noPassthroughNode struct{ *fs.LoopbackNode }
+
+// WrapChild makes every node under the root a noPassthroughNode
+// (fs.NodeWrapChilder).
+func (n *noPassthroughNode) WrapChild(_ context.Context, ops fs.InodeEmbedder) fs.InodeEmbedder {
+	return &noPassthroughNode{ops.(*fs.LoopbackNode)}
+}
 
 func (n *noPassthroughNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
 	fh, fl, errno := n.LoopbackNode.Open(ctx, flags)
