@@ -389,6 +389,7 @@ func (c *cpuMeter) report(b *testing.B, bytes int64) {
 // of this file).
 func BenchmarkFUSESeqWrite(b *testing.B) {
 	forEachMountAfter(b, seqMounts, seqBefore(b), func(b *testing.B, m benchMount) {
+		checkFS(b, m, *benchSeqFS)
 		size := seqSize(b)
 		buf := randBytes(MaxWrite, 1)
 		path := filepath.Join(m.mnt, "seq-write")
@@ -415,6 +416,7 @@ func BenchmarkFUSESeqWrite(b *testing.B) {
 // of the file dropped before each pass (see the top of this file).
 func BenchmarkFUSESeqRead(b *testing.B) {
 	forEachMountAfter(b, seqMounts, seqBefore(b), func(b *testing.B, m benchMount) {
+		checkFS(b, m, *benchSeqFS)
 		size := seqSize(b)
 		// Written straight into the backing directory (not through
 		// the mount) and fsynced, so that it stays in the page cache
@@ -473,6 +475,7 @@ func BenchmarkFUSEMetadata(b *testing.B) {
 		b.Fatalf("-fusebench.metafs=%q: want tmpfs or disk", *benchMetaFS)
 	}
 	forEachMountAfter(b, benchMounts, before, func(b *testing.B, m benchMount) {
+		checkFS(b, m, *benchMetaFS)
 		n := *benchFiles
 		if n <= 0 {
 			b.Fatalf("-fusebench.files=%d: want a positive number", n)
@@ -522,6 +525,21 @@ func BenchmarkFUSEMetadata(b *testing.B) {
 		b.ReportMetric(float64(stat.Nanoseconds())/files, "stat-ns/file")
 		b.ReportMetric(float64(unlink.Nanoseconds())/files, "unlink-ns/file")
 	})
+}
+
+// checkFS fails b unless m's backing directory is on a tmpfs when where
+// (-fusebench.seqfs or -fusebench.metafs) says tmpfs.
+func checkFS(b *testing.B, m benchMount, where string) {
+	if where != "tmpfs" {
+		return
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs(m.backing, &st); err != nil {
+		b.Fatal(err)
+	}
+	if st.Type != unix.TMPFS_MAGIC {
+		b.Fatalf("backing directory %s is on a file system of type %#x, want tmpfs", m.backing, st.Type)
+	}
 }
 
 // freshTmpfs mounts a new tmpfs (size bytes at most) on a temp directory and
