@@ -26,8 +26,9 @@ import (
 // each a sub-benchmark, so that hack/bench can pair them:
 //
 //   - loopback: go-fuse's own loopback file system (fs.NewLoopbackRoot)
-//     over a local temp directory, with FUSE passthrough off (see
-//     noPassthroughNode), mounted with the FUSE options of our Serve
+//     over a directory on a tmpfs, with FUSE passthrough off (see
+//     noPassthroughNode) and splice off (READ data by pread(2), as
+//     ours; see mountLoopback), mounted with the FUSE options of our Serve
 //     (max_write and max_readahead 1 MiB, direct mount(2), allow_other,
 //     the kernel read-ahead of read_ahead_kb's default, 4 MiB) and
 //     the kernel cache timeouts of our default mount (entries 30 s =
@@ -35,8 +36,8 @@ import (
 //     machine, the baseline;
 //   - rdma: our mount with default options and credits=16 (the Helm
 //     chart's creditsPerPod; the shared test helpers' mount) over
-//     RPC-over-RDMA on software iWARP, to our export server over a temp
-//     directory on the same file system;
+//     RPC-over-RDMA on software iWARP, to our export server over a
+//     directory on a tmpfs;
 //   - tcp: the same over TCP;
 //   - rdma-nocrc (the sequential benchmarks only): rdma with the MPA CRC
 //     negotiated off, the mount's nompacrc and the server's siw.Config
@@ -44,26 +45,48 @@ import (
 //     that the table shows what CRC32c costs where every byte is checked
 //     twice, by the sender and the receiver. The default keeps it on.
 //
+// Each sub-benchmark mounts a tmpfs of its own (see freshTmpfs) and keeps
+// there the loopback's backing directory or our export server's root, and
+// the mount point: every mount reads and writes memory, none a disk, and
+// no sub-benchmark inherits the page cache, dirty data or freed inodes of
+// the one before. -fusebench.seqfs=disk and -fusebench.metafs=disk put
+// them in the temp directory's file system instead.
+//
 // Each runs in this process beside the benchmark's own system calls: the
 // FUSE server, and for ours the NFS client and the export server, share
-// the machine's cores with it.
+// the machine's cores with it. The benchmarks start no other process.
 //
 // Sequential write: one iteration creates a file, writes -fusebench.mib
 // MiB (default 1024) in 1 MiB write(2)s, then fsync(2)s and close(2)s it,
-// so the data is at the file system and, as both the loopback and our
-// export server fsync the backing file, on its disk. MB/s is reported.
-// The file is removed with the timer stopped.
+// so the data is at the backing file system (both the loopback and our
+// export server fsync the backing file; on tmpfs that returns at once).
+// MB/s is reported. The file is removed with the timer stopped.
 //
 // Sequential read: a file of the same size is written and fsynced straight
 // into the backing directory, not timed. One iteration opens it through
 // the mount, drops the mount's page cache of that file with
 // posix_fadvise(POSIX_FADV_DONTNEED) on the FUSE file (timer stopped: our
 // mount keeps the kernel's cache over an open of an unchanged file, the
-// loopback does not), then reads it in 1 MiB read(2)s. The backing file
-// stays in the page cache for both, so every byte goes through FUSE to the
-// file system (and, for ours, over the wire from the export server) and
-// neither side measures the disk. A global drop_caches would have made
-// both read the disk.
+// loopback does not), then reads it in 1 MiB read(2)s. The backing file is
+// in memory (tmpfs) for both, so every byte goes through FUSE to the file
+// system (and, for ours, over the wire from the export server) and neither
+// side measures a disk.
+//
+// Both sequential benchmarks also report cpu-s/GiB: the CPU time (user and
+// system) of this process, getrusage(RUSAGE_SELF) plus RUSAGE_CHILDREN
+// (zero here: no child process), spent during the timed part of the
+// iterations, per GiB moved; usr-s/GiB and sys-s/GiB are its two parts.
+// It counts every thread of this process: the benchmark's own read(2) and
+// write(2) (the kernel's copy to or from the caller's buffer, the FUSE
+// request queueing, the read-ahead it issues), the FUSE server's threads
+// (their /dev/fuse reads and writes, which copy the data), and for ours
+// the NFS client and the export server (file reads and writes, socket
+// sends and receives, CRC32c, software iWARP), loopback TCP's softirq work
+// where it runs in a sending thread's context (the kernel charges it to
+// the task it interrupts). It leaves out kernel threads (kworkers,
+// ksoftirqd when the softirq work is deferred to it) and other processes;
+// perf stat -a counts those too. The kernel samples the user/system split
+// at its clock tick; the sum is exact.
 //
 // Metadata: one iteration creates -fusebench.files (default 10,000) empty
 // files in a new directory (open O_CREAT|O_EXCL, close), stats each,
@@ -71,20 +94,19 @@ import (
 // and files/s, which hack/bench compares), with each phase's share
 // (create-ns/file, stat-ns/file, unlink-ns/file). The stats are what a
 // program gets on either mount: answered from the kernel's attribute
-// cache while it is fresh, by the file system after. Each mount's backing
-// directory (and mount point) is on a tmpfs of its own, mounted for the
-// sub-benchmark (-fusebench.metafs=tmpfs, the default): on the
-// journal-less ext4 of the test machines a create skips the inodes freed
-// in the last minutes (find_inode_bit, recently_deleted), so on the shared
-// disk each sub-benchmark's creates paid for the unlinks of the one before
-// (the loopback, first, was spared) and the ratio swung from 0.24x to
-// 0.77x with the order of the runs. -fusebench.metafs=disk measures on
-// the temp directory's file system as before.
+// cache while it is fresh, by the file system after. On the shared disk
+// (-fusebench.metafs=disk), the journal-less ext4 of the test machines
+// skips in a create the inodes freed in the last minutes (find_inode_bit,
+// recently_deleted), so each sub-benchmark's creates paid for the unlinks
+// of the one before (the loopback, first, was spared) and the ratio swung
+// from 0.24x to 0.77x with the order of the runs; the tmpfs of each
+// sub-benchmark (the default) has no such memory.
 var (
 	benchMiB    = flag.Int("fusebench.mib", 1024, "MiB written and read per iteration by BenchmarkFUSESeqWrite and BenchmarkFUSESeqRead")
 	benchFiles  = flag.Int("fusebench.files", 10000, "files created, stated and unlinked per iteration by BenchmarkFUSEMetadata")
 	benchRA     = flag.Int("fusebench.ra", mountopts.DefaultReadAheadKB, "kernel read-ahead of every mount of the benchmarks, in KiB (read_ahead_kb)")
 	benchMetaFS = flag.String("fusebench.metafs", "tmpfs", "where BenchmarkFUSEMetadata's mounts keep their files: tmpfs (a fresh tmpfs per sub-benchmark) or disk (the temp directory)")
+	benchSeqFS  = flag.String("fusebench.seqfs", "tmpfs", "where BenchmarkFUSESeqWrite's and BenchmarkFUSESeqRead's mounts keep their files: tmpfs (a fresh tmpfs per sub-benchmark) or disk (the temp directory)")
 	benchOpts   = flag.String("fusebench.opts", "", "more mount options (nfs(5) vocabulary, comma-separated) of our mounts in the benchmarks, e.g. rsize=262144")
 )
 
@@ -143,7 +165,7 @@ func mountOurs(b *testing.B, proto string, noCRC bool) benchMount {
 }
 
 // mountLoopback mounts go-fuse's loopback file system over a temp
-// directory with the FUSE options of our Serve, and unmounts it at the
+// directory (on the sub-benchmark's tmpfs, see freshTmpfs) with the FUSE options of our Serve, and unmounts it at the
 // end of b (Mount.Unmount: retried while busy, then lazily).
 func mountLoopback(b *testing.B) benchMount {
 	backing, mnt := b.TempDir(), b.TempDir()
@@ -172,6 +194,12 @@ func mountLoopback(b *testing.B) benchMount {
 			MaxReadAhead:      MaxWrite,
 			DirectMount:       true,
 			DirectMountStrict: true,
+			// READ replies by pread(2) and writev(2) to /dev/fuse,
+			// as ours: go-fuse's splice of a 1 MiB reply needs a
+			// pipe above fs.pipe-max-size's default (1 MiB), and
+			// would fail and log once per READ before falling
+			// back to the same.
+			DisableSplice: true,
 		},
 	})
 	if err != nil {
@@ -304,30 +332,94 @@ func writeSeq(b *testing.B, path string, buf []byte, size int64) {
 	}
 }
 
+// seqBefore is what the sequential benchmarks run in each sub-benchmark
+// ahead of its mount: a fresh tmpfs large enough for two files of
+// -fusebench.mib MiB (-fusebench.seqfs=tmpfs), or nothing (disk).
+func seqBefore(b *testing.B) func(b *testing.B) {
+	switch *benchSeqFS {
+	case "tmpfs":
+		return func(b *testing.B) { freshTmpfs(b, max(4<<30, 2*seqSize(b)+1<<30)) }
+	case "disk":
+		return nil
+	}
+	b.Fatalf("-fusebench.seqfs=%q: want tmpfs or disk", *benchSeqFS)
+	return nil
+}
+
+// cpuTime is the user and system CPU time of this process and its
+// waited-for children (getrusage(2) RUSAGE_SELF plus RUSAGE_CHILDREN).
+func cpuTime(b *testing.B) (user, sys time.Duration) {
+	for _, who := range []int{unix.RUSAGE_SELF, unix.RUSAGE_CHILDREN} {
+		var ru unix.Rusage
+		if err := unix.Getrusage(who, &ru); err != nil {
+			b.Fatal("getrusage:", err)
+		}
+		user += time.Duration(ru.Utime.Nano())
+		sys += time.Duration(ru.Stime.Nano())
+	}
+	return user, sys
+}
+
+// cpuMeter adds up the CPU time of this process over the intervals
+// between start and stop.
+type cpuMeter struct {
+	user, sys   time.Duration // accumulated
+	user0, sys0 time.Duration // at the last start
+}
+
+func (c *cpuMeter) start(b *testing.B) { c.user0, c.sys0 = cpuTime(b) }
+
+func (c *cpuMeter) stop(b *testing.B) {
+	u, s := cpuTime(b)
+	c.user += u - c.user0
+	c.sys += s - c.sys0
+}
+
+// report reports the CPU seconds per GiB of bytes moved: cpu-s/GiB
+// (user and system), usr-s/GiB and sys-s/GiB.
+func (c *cpuMeter) report(b *testing.B, bytes int64) {
+	gib := float64(bytes) / (1 << 30)
+	if gib <= 0 {
+		return
+	}
+	b.ReportMetric((c.user+c.sys).Seconds()/gib, "cpu-s/GiB")
+	b.ReportMetric(c.user.Seconds()/gib, "usr-s/GiB")
+	b.ReportMetric(c.sys.Seconds()/gib, "sys-s/GiB")
+}
+
 // BenchmarkFUSESeqWrite writes a 1 GiB file per iteration in 1 MiB writes
-// and fsyncs it, through each mount.
+// and fsyncs it, through each mount, each over a fresh tmpfs (see the top
+// of this file).
 func BenchmarkFUSESeqWrite(b *testing.B) {
-	forEachMount(b, seqMounts, func(b *testing.B, m benchMount) {
+	forEachMountAfter(b, seqMounts, seqBefore(b), func(b *testing.B, m benchMount) {
+		checkFS(b, m, *benchSeqFS)
 		size := seqSize(b)
 		buf := randBytes(MaxWrite, 1)
 		path := filepath.Join(m.mnt, "seq-write")
 		b.SetBytes(size)
+		var cpu cpuMeter
+		var moved int64
 		for b.Loop() {
+			cpu.start(b)
 			writeSeq(b, path, buf, size)
+			cpu.stop(b)
+			moved += size
 			b.StopTimer()
 			if err := os.Remove(path); err != nil {
 				b.Fatal(err)
 			}
 			b.StartTimer()
 		}
+		cpu.report(b, moved)
 	})
 }
 
 // BenchmarkFUSESeqRead reads a 1 GiB file per iteration in 1 MiB reads
-// through each mount, with the mount's page cache of the file dropped
-// before each pass (see the top of this file).
+// through each mount, each over a fresh tmpfs, with the mount's page cache
+// of the file dropped before each pass (see the top of this file).
 func BenchmarkFUSESeqRead(b *testing.B) {
-	forEachMount(b, seqMounts, func(b *testing.B, m benchMount) {
+	forEachMountAfter(b, seqMounts, seqBefore(b), func(b *testing.B, m benchMount) {
+		checkFS(b, m, *benchSeqFS)
 		size := seqSize(b)
 		// Written straight into the backing directory (not through
 		// the mount) and fsynced, so that it stays in the page cache
@@ -336,6 +428,8 @@ func BenchmarkFUSESeqRead(b *testing.B) {
 		path := filepath.Join(m.mnt, "seq-read")
 		buf := make([]byte, MaxWrite)
 		b.SetBytes(size)
+		var cpu cpuMeter
+		var moved int64
 		for b.Loop() {
 			b.StopTimer()
 			f, err := os.Open(path)
@@ -347,6 +441,7 @@ func BenchmarkFUSESeqRead(b *testing.B) {
 				b.Fatal("fadvise DONTNEED:", err)
 			}
 			b.StartTimer()
+			cpu.start(b)
 			var total int64
 			for {
 				k, err := f.Read(buf)
@@ -360,10 +455,13 @@ func BenchmarkFUSESeqRead(b *testing.B) {
 				}
 			}
 			f.Close()
+			cpu.stop(b)
+			moved += total
 			if total != size {
 				b.Fatalf("read %d bytes, want %d", total, size)
 			}
 		}
+		cpu.report(b, moved)
 	})
 }
 
@@ -374,12 +472,13 @@ func BenchmarkFUSEMetadata(b *testing.B) {
 	var before func(b *testing.B)
 	switch *benchMetaFS {
 	case "tmpfs":
-		before = freshTmpfs
+		before = func(b *testing.B) { freshTmpfs(b, 4<<30) }
 	case "disk":
 	default:
 		b.Fatalf("-fusebench.metafs=%q: want tmpfs or disk", *benchMetaFS)
 	}
 	forEachMountAfter(b, benchMounts, before, func(b *testing.B, m benchMount) {
+		checkFS(b, m, *benchMetaFS)
 		n := *benchFiles
 		if n <= 0 {
 			b.Fatalf("-fusebench.files=%d: want a positive number", n)
@@ -431,17 +530,32 @@ func BenchmarkFUSEMetadata(b *testing.B) {
 	})
 }
 
-// freshTmpfs mounts a new tmpfs (4 GiB at most) on a temp directory and
+// checkFS fails b unless m's backing directory is on a tmpfs when where
+// (-fusebench.seqfs or -fusebench.metafs) says tmpfs.
+func checkFS(b *testing.B, m benchMount, where string) {
+	if where != "tmpfs" {
+		return
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs(m.backing, &st); err != nil {
+		b.Fatal(err)
+	}
+	if st.Type != unix.TMPFS_MAGIC {
+		b.Fatalf("backing directory %s is on a file system of type %#x, want tmpfs", m.backing, st.Type)
+	}
+}
+
+// freshTmpfs mounts a new tmpfs (size bytes at most) on a temp directory and
 // points TMPDIR at it for the rest of b, so that the temp directories b
 // makes after (backing directories, mount points) are on it. It is
 // unmounted at the end of b, after the mounts made on it (cleanups run
 // last-registered first).
-func freshTmpfs(b *testing.B) {
+func freshTmpfs(b *testing.B, size int64) {
 	dir, err := os.MkdirTemp("", "fusebench-tmpfs-")
 	if err != nil {
 		b.Fatal(err)
 	}
-	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "size=4g,mode=0755"); err != nil {
+	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, fmt.Sprintf("size=%d,mode=0755", size)); err != nil {
 		os.Remove(dir)
 		b.Fatal("mount tmpfs:", err)
 	}
