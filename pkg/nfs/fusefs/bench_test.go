@@ -279,14 +279,9 @@ func noPassthrough(fh fs.FileHandle) fs.FileHandle {
 	return fh
 }
 
-// forEachMount runs f as one sub-benchmark per mount of mounts.
-func forEachMount(b *testing.B, mounts []namedMount, f func(b *testing.B, m benchMount)) {
-	forEachMountAfter(b, mounts, nil, f)
-}
-
-// forEachMountAfter is forEachMount with before (if not nil) run in each
-// sub-benchmark ahead of its mount.
-func forEachMountAfter(b *testing.B, mounts []namedMount, before func(b *testing.B), f func(b *testing.B, m benchMount)) {
+// forEachMount runs f as one sub-benchmark per mount of mounts, with
+// before (if not nil) run in each sub-benchmark ahead of its mount.
+func forEachMount(b *testing.B, mounts []namedMount, before func(b *testing.B), f func(b *testing.B, m benchMount)) {
 	testenv.NeedRootFUSE(b)
 	for _, bm := range mounts {
 		b.Run(bm.name, func(b *testing.B) {
@@ -391,7 +386,7 @@ func (c *cpuMeter) report(b *testing.B, bytes int64) {
 // and fsyncs it, through each mount, each over a fresh tmpfs (see the top
 // of this file).
 func BenchmarkFUSESeqWrite(b *testing.B) {
-	forEachMountAfter(b, seqMounts, seqBefore(b), func(b *testing.B, m benchMount) {
+	forEachMount(b, seqMounts, seqBefore(b), func(b *testing.B, m benchMount) {
 		checkFS(b, m, *benchSeqFS)
 		size := seqSize(b)
 		buf := randBytes(MaxWrite, 1)
@@ -418,7 +413,7 @@ func BenchmarkFUSESeqWrite(b *testing.B) {
 // through each mount, each over a fresh tmpfs, with the mount's page cache
 // of the file dropped before each pass (see the top of this file).
 func BenchmarkFUSESeqRead(b *testing.B) {
-	forEachMountAfter(b, seqMounts, seqBefore(b), func(b *testing.B, m benchMount) {
+	forEachMount(b, seqMounts, seqBefore(b), func(b *testing.B, m benchMount) {
 		checkFS(b, m, *benchSeqFS)
 		size := seqSize(b)
 		// Written straight into the backing directory (not through
@@ -477,7 +472,7 @@ func BenchmarkFUSEMetadata(b *testing.B) {
 	default:
 		b.Fatalf("-fusebench.metafs=%q: want tmpfs or disk", *benchMetaFS)
 	}
-	forEachMountAfter(b, benchMounts, before, func(b *testing.B, m benchMount) {
+	forEachMount(b, benchMounts, before, func(b *testing.B, m benchMount) {
 		checkFS(b, m, *benchMetaFS)
 		n := *benchFiles
 		if n <= 0 {
