@@ -131,3 +131,9 @@ func (sl *srvSlot) locateSDDP(msg []byte, hl int) (raw, arg []byte, err error) {
 // callSDDP is how a call goes by send-based DDP: RDMA2_CALL_SDDP, its
 // argument in the responder's DDP-targetable segments.
 const callSDDP CallKind = 100
+
+// SDDPInline is the send and receive buffer size, in bytes, a mount or
+// server that turns send-based DDP on uses: one page for the header and
+// fifteen DDP-targetable pages (the default OurInline of 4096 holds no
+// DDP-targetable page).
+const SDDPInline = 64 << 10
