@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 	"unsafe"
@@ -339,5 +340,45 @@ func TestRecvBufStruct(t *testing.T) {
 	}
 	if s, n, ok := w.plan(100, 100, 8193, 64<<10, nil); !ok || n != PageSize+8196 || len(s.TBSN) != 3 || s.TBSN[2] != 2 {
 		t.Fatalf("plan %+v %d %v", s, n, ok)
+	}
+}
+
+// BenchmarkSendDDPWrite: WRITE-like calls (a DDP-eligible argument of 16
+// KiB, 60 KiB, 200 KiB and 1 MiB, a 4-byte result), one outstanding, on
+// version 2: "send-ddp" with send-based DDP (256 KiB buffers: the
+// argument in the Send, page-aligned in the responder's receive buffer,
+// up to 252 KiB; larger ones fall back to a Read chunk), "read-chunk"
+// as our peers run by default (4 KiB buffers: the argument in a Read
+// chunk the responder pulls by RDMA Read), "inline-256k" (256 KiB
+// buffers without send-based DDP: the argument inline, unaligned).
+func BenchmarkSendDDPWrite(b *testing.B) {
+	for _, mode := range []struct {
+		name   string
+		inline int
+		sddp   bool
+	}{{"send-ddp", 256 << 10, true}, {"read-chunk", 0, false}, {"inline-256k", 256 << 10, false}} {
+		ts := startServer(b, ServerOptions{Credits: 32, Inline: mode.inline, SendDDP: mode.sddp})
+		c, cm := newClient(b, ts, ClientOptions{Credits: 32, Inline: mode.inline, SendDDP: mode.sddp, Versions: &VersionCache{}})
+		for _, n := range []int{16 << 10, 60 << 10, 200 << 10, 1 << 20} {
+			arg := pattern(n, 1)
+			spec := sunrpc.CallSpec{Prog: tProg, Vers: tVers, Proc: pSink,
+				Args:         func(e *sunrpc.Builder) { e.Payload(arg) },
+				Results:      func(d *xdr.Decoder, placed int) error { d.Uint32(); return d.Err() },
+				MaxReplySize: 256}
+			b.Run(fmt.Sprintf("%s/%dKiB", mode.name, n>>10), func(b *testing.B) {
+				ctx := context.Background()
+				b.ReportAllocs()
+				b.SetBytes(int64(n))
+				before := cm.Metrics()
+				for range b.N {
+					if err := c.Call(ctx, spec); err != nil {
+						b.Fatal(err)
+					}
+				}
+				m := cm.Metrics()
+				b.ReportMetric(float64(m.SendDDPMsgs-before.SendDDPMsgs)/float64(b.N), "sddp/op")
+				b.ReportMetric(float64(m.ReadChunks-before.ReadChunks)/float64(b.N), "readchunks/op")
+			})
+		}
 	}
 }
