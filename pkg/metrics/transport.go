@@ -58,9 +58,9 @@ type TransportStats struct {
 	// responder: Read chunks invalidated with no notification.
 	ReplyReadChunks, ReplyReadBytes              uint64
 	PullDone, PullDoneDropped, ReadChunkTimeouts uint64
-	// Send-based DDP: SendDDPMsgs, calls sent (requester) or received
-	// (responder) with their DDP-eligible argument placed in the Send,
-	// and those bytes (SendDDPBytes); XmitErrors, Transmit Errors
+	// Send-based DDP: SendDDPMsgs, calls and replies sent or received
+	// with their DDP-eligible item placed in the Send, and those bytes
+	// (SendDDPBytes); XmitErrors, Transmit Errors
 	// (RDMA2_XMTERR) sent (responder) or received (requester).
 	SendDDPMsgs, SendDDPBytes, XmitErrors uint64
 	// Registrations (gauge): per-call memory registrations alive now;
@@ -89,7 +89,7 @@ const Err2VersName = "RDMA2_ERR_VERS"
 //     calls holding a credit (gauge);
 //   - nfsrdma_rpcrdma_chunks_total{kind}: messages by kind: "inline",
 //     "read", "position_zero", "write", "reply" (RFC 8166 section 3.4),
-//     "reply_read", "send_ddp" (calls placed by send-based DDP);
+//     "reply_read", "send_ddp" (calls and replies placed by send-based DDP);
 //   - nfsrdma_rpcrdma_bytes_total{kind}: RPC bytes by how they moved:
 //     "inline" (in Sends), "read" (RDMA Read of Read chunks), "write" (RDMA
 //     Write into Write chunks), "reply" (into Reply chunks), "send_ddp"
@@ -139,7 +139,7 @@ func NewTransportCollector(role string, metrics func() TransportStats, constLabe
 		dropped:           d("dropped_replies_total", "Requester: replies dropped, because their XID matched no call (unmatched) or they failed to decode (bad).", "reason"),
 		creditsGranted:    d("credits_granted", "RPC-over-RDMA credits: the last grant received (requester), or the grants of all connections added up (responder)."),
 		creditsInUse:      d("credits_in_use", "Calls holding an RPC-over-RDMA credit now."),
-		chunks:            d("chunks_total", "RPC-over-RDMA messages by chunk kind (inline, read, position_zero, write, reply, reply_read: replies in responder-provided Read chunks; send_ddp: calls whose argument was placed by send-based DDP).", "kind"),
+		chunks:            d("chunks_total", "RPC-over-RDMA messages by chunk kind (inline, read, position_zero, write, reply, reply_read: replies in responder-provided Read chunks; send_ddp: calls and replies whose DDP-eligible item was placed by send-based DDP).", "kind"),
 		bytes:             d("bytes_total", "RPC bytes moved over RPC-over-RDMA, by kind: inline in Sends, read (RDMA Read of Read chunks), write (RDMA Write into Write chunks), reply (into Reply chunks), send_ddp (placed by send-based DDP inside Sends).", "kind"),
 		errors:            d("errors_total", "RDMA_ERROR replies sent (responder) or received (requester), by code.", "code"),
 		sendInv:           d("send_with_invalidate_total", "Replies sent (responder) or received (requester) with Send With Invalidate."),

@@ -60,9 +60,10 @@ type Metrics struct {
 	// ServerOptions.ReadChunkTimeout without an RDMA2_DONE.
 	ReplyReadChunks, ReplyReadBytes              uint64
 	PullDone, PullDoneDropped, ReadChunkTimeouts uint64
-	// Send-based DDP (sddp.go). SendDDPMsgs: messages sent (requester:
-	// calls; responder: none yet) or received with an item placed by
-	// send-based DDP; SendDDPBytes: the item bytes placed; XmitErrors:
+	// Send-based DDP (sddp.go). SendDDPMsgs: calls and replies sent or
+	// received with their DDP-eligible item placed by send-based DDP
+	// (RDMA2_CALL_SDDP, RDMA2_REPLY_SDDP); SendDDPBytes: the item bytes
+	// placed; XmitErrors:
 	// RDMA2_XMTERR Transmit Errors sent (responder) or received
 	// (requester).
 	SendDDPMsgs, SendDDPBytes, XmitErrors uint64

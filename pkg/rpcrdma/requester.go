@@ -317,7 +317,7 @@ func Dial(ctx context.Context, dev verbs.Device, addr string, opts ClientOptions
 	if c.sendMR, err = c.reg(make([]byte, n*opts.Inline), 0); err != nil {
 		return nil, err
 	}
-	if c.recvMR, err = c.reg(make([]byte, nrecv*opts.Inline), verbs.AccessLocalWrite); err != nil {
+	if c.recvMR, err = c.reg(pageAligned(nrecv*opts.Inline), verbs.AccessLocalWrite); err != nil {
 		return nil, err
 	}
 	c.slots = make([]slot, n)
@@ -1050,7 +1050,12 @@ func (s *slot) finish(call *sunrpc.Call) (*sunrpc.Reply, error) {
 		c.m.writeChunks.Add(1)
 		c.m.writeChunkBytes.Add(uint64(r.Placed))
 	}
-	if s.rep.Proc == ProcNoMsg {
+	if s.rep.Vers == Version2 && s.rep.HType == HTypeReplySDDP {
+		if err := s.takeSDDP(call, r); err != nil {
+			s.releaseRecv()
+			return nil, err
+		}
+	} else if s.rep.Proc == ProcNoMsg {
 		n := int(chunkLen(s.rep.Reply))
 		r.Body = s.replyMR.Bytes()[:n]
 		c.m.replyChunks.Add(1)
@@ -1087,7 +1092,11 @@ func (s *slot) checkReply() error {
 		}
 		return &ErrorReply{XID: s.xid, Code: s.rep.Errcode, VersLow: s.rep.VersLow, VersHigh: s.rep.VersHigh}
 	}
-	if s.rep.Vers == Version2 && s.rep.HType != HTypeReplyInline && s.rep.HType != HTypeReplyExternal {
+	if s.rep.Vers == Version2 && s.rep.HType == HTypeReplySDDP && !c.sddpLocal() {
+		c.m.badReplies.Add(1)
+		return fmt.Errorf("rpcrdma: reply to XID %#x: %w: RDMA2_REPLY_SDDP without our RDMA2_PROPID_RBSTRUCT", s.xid, ErrChunk)
+	}
+	if s.rep.Vers == Version2 && s.rep.HType != HTypeReplyInline && s.rep.HType != HTypeReplyExternal && s.rep.HType != HTypeReplySDDP {
 		c.m.badReplies.Add(1)
 		return fmt.Errorf("rpcrdma: reply to XID %#x: %w: %v is not a reply", s.xid, ErrChunk, s.rep.HType)
 	}

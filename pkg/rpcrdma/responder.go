@@ -281,6 +281,11 @@ type srvConn struct {
 	done           chan struct{}
 	cred           connCredits
 	exp            exposures // responder-provided Read chunks (rprcexpose.go)
+	// Send-based DDP of replies (sddpconn.go): the requester's window,
+	// set once by its RDMA2_CONNPROP_FINAL, before any call.
+	sddpOn    bool
+	sddpWin   ddpWindow
+	sddpLimit int
 }
 
 // srvSlot processes the call that arrived in receive buffer idx.
@@ -314,6 +319,7 @@ type srvSlot struct {
 	msg      []byte   // the message being handled, in its receive buffer
 	readMR   verbs.MR // sink of Read chunks
 	streamMR verbs.MR // source of a Reply chunk
+	tbsn     []uint32 // a send-based DDP reply's segment numbers
 	sge      [3]verbs.SGE
 	wr       verbs.SendWR
 }
@@ -793,14 +799,23 @@ func (sl *srvSlot) reply(msg []byte) {
 	}
 	in := s.opts.Inline
 	buf := c.sendMR.Bytes()[sl.idx*in:][:0:in]
-	b, err := sl.rep.Encode(buf)
-	if err != nil || len(b)+p.InlineLen > in {
+	var b []byte
+	if p.Proc == ProcMsg && withPayload && sl.hdr.Vers == Version2 && c.sddpOn && len(m.Payload) >= PageSize {
+		b = sl.replySDDP(&m, buf[:in]) // the whole message, or nil
+	}
+	sddp := b != nil
+	if !sddp {
+		b, err = sl.rep.Encode(buf)
+	}
+	if err != nil || !sddp && len(b)+p.InlineLen > in {
 		s.opts.Logger.Warn("rpcrdma: reply header", "peer", c.addr, "err", err)
 		c.qp.Close()
 		return
 	}
-	if p.Proc == ProcMsg {
+	if p.Proc == ProcMsg && !sddp {
 		b = appendStream(b, &m, withPayload)
+	}
+	if p.Proc == ProcMsg {
 		s.m.inlineMsgs.Add(1)
 	}
 	s.m.inlineBytes.Add(uint64(len(b)))

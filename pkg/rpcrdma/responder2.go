@@ -142,8 +142,13 @@ func (sl *srvSlot) connProp() {
 	if err == nil {
 		rprc, err = parseRPRC(c.peerProps)
 	}
+	var rbs RecvBufStruct
+	var hasRBS bool
 	if err == nil {
-		_, _, err = parseRBStruct(c.peerProps) // checked; replies do not use it yet
+		rbs, hasRBS, err = parseRBStruct(c.peerProps)
+	}
+	if err == nil && hasRBS && rbs.Length > peer.RecvSize {
+		err = &HeaderError{Kind: ErrPropVal, Reason: fmt.Sprintf("RDMA2_PROPID_RBSTRUCT of %d bytes, receive buffers of %d", rbs.Length, peer.RecvSize)}
 	}
 	c.peerProps = nil
 	local := localProperties(s.opts.Inline, s.opts.Limits)
@@ -158,6 +163,10 @@ func (sl *srvSlot) connProp() {
 	}
 	peer.HostAuth = nil
 	c.props, c.propsDone = peer, true
+	if _, ok := s.opts.sddpLocal(); ok && hasRBS {
+		c.sddpWin, c.sddpOn = rbs.window()
+		c.sddpLimit = min(send, int(rbs.Length), s.opts.Inline)
+	}
 	c.inline.Store(int64(send))
 	c.propsMu.Unlock()
 	c.setupRPRC(rprc)

@@ -382,3 +382,51 @@ func BenchmarkSendDDPWrite(b *testing.B) {
 		}
 	}
 }
+
+// TestSendDDPReplies: a DDP-eligible result that fits the requester's
+// receive goes as RDMA2_REPLY_SDDP into the requester's DDP-targetable
+// pages and reaches the caller intact, in Call.ReplyPayload (Placed) or,
+// without one, back in the reply's body; larger results take the Write
+// chunk as before; with SendDDP off on either side, nothing changes.
+func TestSendDDPReplies(t *testing.T) {
+	const in = 64 << 10
+	for _, tc := range []struct {
+		name     string
+		cli, srv bool
+	}{{"both", true, true}, {"requester-off", false, true}, {"responder-off", true, false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			ts, _ := startSDDPServer(t, ServerOptions{Credits: 8, Inline: in, SendDDP: tc.srv})
+			c, cm := newClient(t, ts, ClientOptions{Credits: 8, Inline: in, SendDDP: tc.cli})
+			ctx := tctx(t, 30*time.Second)
+			on := tc.cli && tc.srv
+			for _, k := range []struct {
+				n          int
+				sddp, buf  bool
+				writeChunk bool
+			}{{4096, true, true, false}, {5001, true, true, false}, {in - PageSize, true, true, false}, {5001, true, false, false},
+				{100, false, true, false}, {200 << 10, false, true, true}} {
+				var res []byte
+				if k.buf {
+					res = make([]byte, k.n)
+				}
+				before, sb := cm.Metrics(), ts.srv.Metrics()
+				got, placed, err := call(ctx, c, pGive, nil, false, uint32(k.n), res, 512)
+				if err != nil || !bytes.Equal(got, givePattern[:k.n]) {
+					t.Fatalf("%+v: %d bytes, equal %v, %v", k, len(got), bytes.Equal(got, givePattern[:k.n]), err)
+				}
+				m, sm := cm.Metrics(), ts.srv.Metrics()
+				want := uint64(0)
+				if on && k.sddp {
+					want = 1
+				}
+				if m.SendDDPMsgs-before.SendDDPMsgs != want || sm.SendDDPMsgs-sb.SendDDPMsgs != want ||
+					(m.WriteChunks-before.WriteChunks == 1) != k.writeChunk || (k.buf && (want == 1 || k.writeChunk)) != (placed == k.n) {
+					t.Fatalf("%+v: send-based DDP %d/%d (want %d), Write chunks %d, placed %d", k, m.SendDDPMsgs-before.SendDDPMsgs, sm.SendDDPMsgs-sb.SendDDPMsgs, want, m.WriteChunks-before.WriteChunks, placed)
+				}
+				if want == 1 && m.SendDDPBytes-before.SendDDPBytes != uint64(k.n) {
+					t.Fatalf("%+v: SendDDPBytes %d", k, m.SendDDPBytes-before.SendDDPBytes)
+				}
+			}
+		})
+	}
+}

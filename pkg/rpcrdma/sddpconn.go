@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/xdr"
 )
 
 // Send-based DDP on a connection: the announcements (PropRBStruct), the
@@ -137,3 +138,74 @@ const callSDDP CallKind = 100
 // fifteen DDP-targetable pages (the default OurInline of 4096 holds no
 // DDP-targetable page).
 const SDDPInline = 64 << 10
+
+// sddpLocal tells whether we announced a Receive Buffer Structure.
+func (c *Client) sddpLocal() bool {
+	_, ok := ourRBStruct(c.opts.Inline)
+	return c.opts.SendDDP && ok
+}
+
+// replySDDP writes the reply m to the call in sl.hdr as RDMA2_REPLY_SDDP
+// into buf (the slot's send buffer), its DDP-eligible result placed in
+// the requester's DDP-targetable window; nil when the reply does not fit
+// that layout (it then goes inline as planned).
+func (sl *srvSlot) replySDDP(m *sunrpc.Message, buf []byte) []byte {
+	c, s := sl.c, sl.c.s
+	r := &sl.rep
+	r.Vers, r.HType, r.Reply, r.HasReply = Version2, HTypeReplySDDP, r.Reply[:0], false
+	r.SDDP = SDDP{}
+	hl := r.len2() - r.SDDP.len()
+	sd, n, ok := c.sddpWin.plan(hl, len(m.Head)+len(m.Tail), len(m.Payload), min(c.sddpLimit, len(buf)), sl.tbsn[:0])
+	if !ok {
+		r.HType = HTypeReplyInline
+		return nil
+	}
+	sl.tbsn = sd.TBSN
+	sd.Disp = uint32(len(m.Head))
+	r.SDDP = sd
+	b, err := r.Encode(buf[:0])
+	if err != nil {
+		r.HType, r.SDDP = HTypeReplyInline, SDDP{}
+		return nil
+	}
+	b = c.sddpWin.layout(buf, len(b), [][]byte{m.Head, m.Tail}, m.Payload, n)
+	s.m.sddpMsgs.Add(1)
+	s.m.sddpBytes.Add(uint64(len(m.Payload)))
+	return b
+}
+
+// takeSDDP fills r from the RDMA2_REPLY_SDDP of slot s: Body is the
+// Payload stream in the receive buffer; the result is copied once from
+// where it landed into call.ReplyPayload when the caller gave one large
+// enough (Placed), else the stream is rebuilt with the result in it (in
+// the slot's reassembly buffer). A placement that does not match our
+// structure fails the call with the *XmitErr the rtrext draft's section
+// 9.5 names (we do not send it: replies are not answered).
+func (s *slot) takeSDDP(call *sunrpc.Call, r *sunrpc.Reply) error {
+	c := s.c
+	msg := c.recvMR.Bytes()[s.recvIdx*c.opts.Inline:][:s.recvLen]
+	rb, _ := ourRBStruct(c.opts.Inline)
+	w, _ := rb.window()
+	stream, item, xe := w.locate(msg, s.hdrLen, &s.rep.SDDP, XmsID{XID: s.xid, Dir: 1})
+	if xe != nil {
+		c.m.badReplies.Add(1)
+		return fmt.Errorf("rpcrdma: reply to XID %#x: %w", s.xid, xe)
+	}
+	if s.rep.SDDP.Items == 0 {
+		r.Body = stream
+		return nil
+	}
+	c.m.sddpMsgs.Add(1)
+	c.m.sddpBytes.Add(uint64(len(item)))
+	if call.ReplyPayload != nil && len(call.ReplyPayload) >= len(item) {
+		copy(call.ReplyPayload, item)
+		r.Body, r.Placed = stream, len(item)
+		return nil
+	}
+	d := s.rep.SDDP.Disp
+	s.asm = append(append(append(append(s.asm[:0], stream[:d]...), item...), zeroPad4[:xdr.Pad(len(item))]...), stream[d:]...)
+	r.Body = s.asm
+	return nil
+}
+
+var zeroPad4 [4]byte
