@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 	"unsafe"
@@ -22,10 +23,9 @@ const (
 	pSwap   = 2 // DDP-eligible argument (pattern(len, 7)), uint32 n -> n bytes of givePattern DDP-eligible, 1 if the argument was right
 )
 
-// placedSeen records where the last pPlaced argument was, in memory.
+// placedSeen records the last pPlaced argument the handler saw.
 type placedSeen struct {
-	addr uintptr
-	n    int
+	n atomic.Int64 // its length
 }
 
 // startSDDPServer is startServer with the pPlaced program, which answers
@@ -45,7 +45,7 @@ func startSDDPServer(t testing.TB, opts ServerOptions) (*testSrv, *placedSeen) {
 			var inRecv, aligned uint32
 			if len(b) > 0 {
 				p := uintptr(unsafe.Pointer(&b[0]))
-				seen.addr, seen.n = p, len(b)
+				seen.n.Store(int64(len(b)))
 				if p%PageSize == 0 {
 					aligned = 1
 				}
@@ -241,7 +241,7 @@ func TestSendDDPTransmitErrors(t *testing.T) {
 		{"disp-unaligned", func(s *SDDP) { s.Disp = 3 }, XmitErrBadPL, 0, 0, 0},
 	} {
 		tr.mangleSDDP = k.mangle
-		seen.n = 0
+		seen.n.Store(0)
 		before := ts.srv.Metrics().XmitErrors
 		_, _, err := placedCall(ctx, t, c, pattern(5000, 4))
 		var xe *XmitErr
@@ -251,8 +251,8 @@ func TestSendDDPTransmitErrors(t *testing.T) {
 		if xe.Code != k.code || k.value != 0 && (xe.Value != k.value || xe.Min != k.min || xe.Max != k.max) || xe.Bad.Dir != 0 || xe.Bad.Seq != 0 {
 			t.Fatalf("%s: %+v, want %v value %d in [%d, %d]", k.name, xe, k.code, k.value, k.min, k.max)
 		}
-		if seen.n != 0 || ts.srv.Metrics().XmitErrors != before+1 {
-			t.Fatalf("%s: handler saw %d bytes, responder XmitErrors %d", k.name, seen.n, ts.srv.Metrics().XmitErrors-before)
+		if seen.n.Load() != 0 || ts.srv.Metrics().XmitErrors != before+1 {
+			t.Fatalf("%s: handler saw %d bytes, responder XmitErrors %d", k.name, seen.n.Load(), ts.srv.Metrics().XmitErrors-before)
 		}
 	}
 	if cm.Metrics().XmitErrors != 8 {
