@@ -53,6 +53,9 @@ func TransportStats(m rpcrdma.Metrics) metrics.TransportStats {
 		PullDone:           m.PullDone,
 		PullDoneDropped:    m.PullDoneDropped,
 		ReadChunkTimeouts:  m.ReadChunkTimeouts,
+		SendDDPMsgs:        m.SendDDPMsgs,
+		SendDDPBytes:       m.SendDDPBytes,
+		XmitErrors:         m.XmitErrors,
 	}
 	if len(m.Errors2) > 0 {
 		s.Errors2 = make(map[string]uint64, len(m.Errors2))

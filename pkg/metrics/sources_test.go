@@ -42,6 +42,9 @@ func transportStats(m rpcrdma.Metrics) TransportStats {
 		PullDone:           m.PullDone,
 		PullDoneDropped:    m.PullDoneDropped,
 		ReadChunkTimeouts:  m.ReadChunkTimeouts,
+		SendDDPMsgs:        m.SendDDPMsgs,
+		SendDDPBytes:       m.SendDDPBytes,
+		XmitErrors:         m.XmitErrors,
 		Errors2:            map[string]uint64{},
 	}
 	for code, n := range m.Errors2 {

@@ -58,6 +58,11 @@ type TransportStats struct {
 	// responder: Read chunks invalidated with no notification.
 	ReplyReadChunks, ReplyReadBytes              uint64
 	PullDone, PullDoneDropped, ReadChunkTimeouts uint64
+	// Send-based DDP: SendDDPMsgs, calls and replies sent or received
+	// with their DDP-eligible item placed in the Send, and those bytes
+	// (SendDDPBytes); XmitErrors, Transmit Errors
+	// (RDMA2_XMTERR) sent (responder) or received (requester).
+	SendDDPMsgs, SendDDPBytes, XmitErrors uint64
 	// Registrations (gauge): per-call memory registrations alive now;
 	// RegisteredBytes (gauge): all memory registered, in bytes.
 	Registrations, RegisteredBytes int64
@@ -83,13 +88,16 @@ const Err2VersName = "RDMA2_ERR_VERS"
 //     per connection: ConnectionCollector); nfsrdma_rpcrdma_credits_in_use:
 //     calls holding a credit (gauge);
 //   - nfsrdma_rpcrdma_chunks_total{kind}: messages by kind: "inline",
-//     "read", "position_zero", "write", "reply" (RFC 8166 section 3.4);
+//     "read", "position_zero", "write", "reply" (RFC 8166 section 3.4),
+//     "reply_read", "send_ddp" (calls and replies placed by send-based DDP);
 //   - nfsrdma_rpcrdma_bytes_total{kind}: RPC bytes by how they moved:
 //     "inline" (in Sends), "read" (RDMA Read of Read chunks), "write" (RDMA
-//     Write into Write chunks), "reply" (into Reply chunks);
+//     Write into Write chunks), "reply" (into Reply chunks), "send_ddp"
+//     (placed by send-based DDP inside Sends);
 //   - nfsrdma_rpcrdma_errors_total{code="ERR_VERS"|"ERR_CHUNK"|"RDMA2_ERR_*"}:
 //     RDMA_ERROR and RDMA2_ERROR replies sent (responder) or received
-//     (requester); RDMA2_ERR_VERS is counted as ERR_VERS;
+//     (requester), and Transmit Errors (RDMA2_XMTERR); RDMA2_ERR_VERS is
+//     counted as ERR_VERS;
 //   - nfsrdma_rpcrdma_version: requester: the RPC-over-RDMA version of its
 //     latest connection (gauge; 1 after a fallback from version 2);
 //     nfsrdma_rpcrdma_version1_fallbacks_total: connections that fell
@@ -131,8 +139,8 @@ func NewTransportCollector(role string, metrics func() TransportStats, constLabe
 		dropped:           d("dropped_replies_total", "Requester: replies dropped, because their XID matched no call (unmatched) or they failed to decode (bad).", "reason"),
 		creditsGranted:    d("credits_granted", "RPC-over-RDMA credits: the last grant received (requester), or the grants of all connections added up (responder)."),
 		creditsInUse:      d("credits_in_use", "Calls holding an RPC-over-RDMA credit now."),
-		chunks:            d("chunks_total", "RPC-over-RDMA messages by chunk kind (inline, read, position_zero, write, reply, reply_read: replies in responder-provided Read chunks).", "kind"),
-		bytes:             d("bytes_total", "RPC bytes moved over RPC-over-RDMA, by kind: inline in Sends, read (RDMA Read of Read chunks), write (RDMA Write into Write chunks), reply (into Reply chunks).", "kind"),
+		chunks:            d("chunks_total", "RPC-over-RDMA messages by chunk kind (inline, read, position_zero, write, reply, reply_read: replies in responder-provided Read chunks; send_ddp: calls and replies whose DDP-eligible item was placed by send-based DDP).", "kind"),
+		bytes:             d("bytes_total", "RPC bytes moved over RPC-over-RDMA, by kind: inline in Sends, read (RDMA Read of Read chunks), write (RDMA Write into Write chunks), reply (into Reply chunks), send_ddp (placed by send-based DDP inside Sends).", "kind"),
 		errors:            d("errors_total", "RDMA_ERROR replies sent (responder) or received (requester), by code.", "code"),
 		sendInv:           d("send_with_invalidate_total", "Replies sent (responder) or received (requester) with Send With Invalidate."),
 		registrations:     d("registrations", "Per-call memory registrations alive now."),
@@ -177,11 +185,14 @@ func (c *TransportCollector) Collect(ch chan<- prometheus.Metric) {
 	n(c.chunks, m.WriteChunks, "write")
 	n(c.chunks, m.ReplyChunks, "reply")
 	n(c.chunks, m.ReplyReadChunks, "reply_read")
+	n(c.chunks, m.SendDDPMsgs, "send_ddp")
 	n(c.bytes, m.InlineBytes, "inline")
 	n(c.bytes, m.ReadChunkBytes, "read")
 	n(c.bytes, m.WriteChunkBytes, "write")
 	n(c.bytes, m.ReplyChunkBytes, "reply")
 	n(c.bytes, m.ReplyReadBytes, "reply_read")
+	n(c.bytes, m.SendDDPBytes, "send_ddp")
+	n(c.errors, m.XmitErrors, "RDMA2_XMTERR")
 	n(c.errors, m.ErrVers, "ERR_VERS")
 	n(c.errors, m.ErrChunk, "ERR_CHUNK")
 	for code, v := range m.Errors2 {

@@ -238,6 +238,110 @@
 //     PullDone (notifications sent, or received for an exposed chunk),
 //     PullDoneDropped and ReadChunkTimeouts (responder).
 //
-// Send-based DDP (draft-dnoveck-rpcrdma-rtrext) is not implemented; it fits
-// as properties and header types too (other code points than the above).
+// # Send-based DDP
+//
+// draft-dnoveck-rpcrdma-rtrext ("the rtrext draft") sections 3, 7 and 8,
+// send-based DDP only, is a version 2 extension (sddp.go, sddpplace.go,
+// sddpconn.go), used in a direction only when both peers announce it.
+// The rtrext draft was written for version 1's RDMA_OPTIONAL and leaves
+// its XDR "TBD"; it is defined so:
+//
+//	const RDMA2_PROPID_RBSTRUCT = 17;       /* xmrbs_buf (7.2, 8.3) */
+//	struct xmrbs_seg   { uint32 xmrseg_length; uint32 xmrseg_align;
+//	                     uint32 xmrseg_flags; };  /* XMRSFLAG_DDP = 0x1 */
+//	struct xmrbs_group { uint32 xmrgrp_count; xmrbs_seg xmrgrp_info; };
+//	struct xmrbs_buf   { uint32 xmrbuf_length;
+//	                     xmrbs_group xmrbuf_groups<16>; };
+//
+//	struct xmddp_mitem {                    /* 7.3, XMDTYPE_TBSN only */
+//	        uint32  xmdmi_disp;             /* xmddp_vsdisp */
+//	        uint32  xmdmi_length;           /* xmddp_itemlen, no pad */
+//	        uint32  xmdmi_type;             /* XMDTYPE_TBSN = 2 */
+//	        uint32  xmdl_offset;
+//	        uint32  xmdl_bsnum<64>;         /* xmddp_tbsn */
+//	};
+//	struct rpcrdma2_sddp {
+//	        uint32          rdma_pslen;     /* xmddp_pldisp */
+//	        xmddp_mitem     rdma_ddp<1>;    /* xmddp_grpinfo */
+//	};
+//	const RDMA2_CALL_SDDP  = 18;  /* RDMA2_CALL_INLINE body + rpcrdma2_sddp */
+//	const RDMA2_REPLY_SDDP = 19;  /* RDMA2_REPLY_INLINE body + rpcrdma2_sddp */
+//
+//	const RDMA2_XMTERR = 20;      /* optxmt_err (9.5) */
+//	struct xms_id { uint32 xmsi_xid; uint32 xmsi_dir; uint32 xmsi_seq; };
+//	union optx_info switch (uint32 optxe_which) {
+//	case OPTXERR_BADHMT: case OPTXERR_BADOMT:
+//	case OPTXERR_BADSEQ: case OPTXERR_BADXID:
+//	        uint32 optxi_expect; uint32 optxi_current;
+//	case OPTXERR_BADCONT:
+//	        void;
+//	case OPTXERR_BADOFF: case OPTXERR_BADTBSN: case OPTXERR_BADPL:
+//	        uint32 optxi_value; uint32 optxi_min; uint32 optxi_max;
+//	};
+//	struct rpcrdma2_hdr_xmterr {
+//	        xms_id  optxe_bad; xms_id *optxe_lead; optx_info optxe_info;
+//	};
+//
+// The choices:
+//
+//   - Code points. The rtrext draft's characteristic 5 is version 2's
+//     RDMA2_PROPID_BRS, so the structure is property 17; its operations
+//     5..8 (XMTREQ, XMTRESP, XMTCONT, XMTERR) become header types: the
+//     message DDP structure rides behind the *_INLINE bodies as two new
+//     types, 18 and 19 (version 2's own chunk lists stay, so explicit
+//     RDMA (XMDTYPE_EXRW) is not used and is RDMA2_ERR_BAD_XDR), and the
+//     Transmit Error is 20. The rtrext draft's union arms are garbled;
+//     optx_info is the one above.
+//   - Announcement (sections 5.3, 8.3). A peer with SendDDP on
+//     (ClientOptions.SendDDP, ServerOptions.SendDDP; off by default)
+//     announces its structure: one non-DDP page (4096 bytes, aligned
+//     4096) for the transport header and the Payload stream, then
+//     Inline/4096 - 1 pages with XMRSFLAG_DDP, aligned 4096. Inline must
+//     be a multiple of 4096 and at least 8192 (SDDPInline, 64 KiB, is
+//     what the mount option and server flag use); otherwise nothing is
+//     announced. Receive pools are allocated page-aligned, so the
+//     announced alignment holds in memory. A structure whose length is
+//     not the sum of its segments, or exceeds the peer's
+//     RDMA2_PROPID_RBSIZ, a group of no segment, a segment not a
+//     multiple of 4 bytes or an alignment not a power of 2 is
+//     RDMA2_ERR_BAD_PROPVAL. Announcing means "send to me this way"; a
+//     peer sends this way only when it also has SendDDP on.
+//   - Placement (sections 7.2, 7.3). A sender uses the first run of
+//     DDP-targetable segments of equal length (the window). A message is
+//     its header, the Payload stream without the item (rdma_pslen bytes),
+//     zeros up to the window, the item and its XDR pad: TBSN 0.. in
+//     order, xmdl_offset 0, xmdmi_disp the item's offset in the virtual
+//     XDR stream (its length word stays in the stream, as for a Read
+//     chunk). It is used for a call's DDP-eligible argument when the call
+//     would take a Read chunk, or goes inline with an argument of at
+//     least a page, and for a reply's DDP-eligible result when the reply
+//     goes inline (no Write chunk used) with a result of at least a
+//     page; only when everything fits one Send of the negotiated size
+//     and the header and stream stay before the window. Otherwise the
+//     message goes as without the extension. Message continuation is not
+//     combined with it: an item larger than the window goes in a Read
+//     or Write chunk as before.
+//   - Receiving. The responder hands the call's argument to the upper
+//     layer as a slice of its receive buffer: page-aligned, no copy; the
+//     receive is reposted after the reply, as the Read chunk buffer is
+//     reused only then. The requester copies a placed result once from
+//     its receive buffer into Call.ReplyPayload (sunrpc.Reply.Placed),
+//     or, without one, rebuilds the reply body with it.
+//   - Errors (section 9.5). The receiver checks the placement against
+//     its own structure and answers RDMA2_XMTERR (rdma_xid and xmsi_xid
+//     the call's, xmsi_dir 0, xmsi_seq 0, no optxe_lead): OPTXERR_BADPL
+//     for rdma_pslen past the message or an xmdmi_disp not a multiple of
+//     4 or past rdma_pslen; OPTXERR_BADTBSN for a segment number past the
+//     window (range 0..segments-1) or not following the previous (min =
+//     max = the expected one); OPTXERR_BADOFF for xmdl_offset not a
+//     multiple of 4 or past the segment, an item overrunning the segments
+//     named or the bytes received, or overlapping the header and stream.
+//     Nothing is handed up; the call fails with the *XmitErr (it matches
+//     ErrChunk). RDMA2_CALL_SDDP to a responder that announced no
+//     structure is RDMA2_ERR_INVAL_HTYPE; more than one item, another
+//     xmddp_type, no segment or more than 64 is RDMA2_ERR_BAD_XDR. A
+//     requester does not answer a bad RDMA2_REPLY_SDDP (replies are never
+//     answered); the call fails with the *XmitErr.
+//   - Metrics: SendDDPMsgs and SendDDPBytes (messages sent or received
+//     with a placed item, and its bytes), XmitErrors.
 package rpcrdma

@@ -150,7 +150,7 @@ type Header struct {
 
 // Reset clears h, keeping the capacity of its slices.
 func (h *Header) Reset() {
-	*h = Header{Reads: h.Reads[:0], Writes: h.Writes[:0], Reply: h.Reply[:0], Header2: Header2{Props: h.Props[:0]}}
+	*h = Header{Reads: h.Reads[:0], Writes: h.Writes[:0], Reply: h.Reply[:0], Header2: Header2{Props: h.Props[:0], SDDP: SDDP{TBSN: h.SDDP.TBSN[:0]}}}
 }
 
 func (h *Header) hasReply() bool { return h.HasReply || len(h.Reply) > 0 }

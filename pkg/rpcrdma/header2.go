@@ -79,6 +79,12 @@ func (t HType) String() string {
 		return "RDMA2_REPLY_INLINE"
 	case HTypeReplyRead, HTypeDone:
 		return t.rprcString()
+	case HTypeCallSDDP:
+		return "RDMA2_CALL_SDDP"
+	case HTypeReplySDDP:
+		return "RDMA2_REPLY_SDDP"
+	case HTypeXmitErr:
+		return "RDMA2_XMTERR"
 	}
 	return fmt.Sprintf("rdma_htype(%d)", uint32(t))
 }
@@ -185,6 +191,11 @@ type Header2 struct {
 	// Handle is rdma_handle of RDMA2_DONE (rprc.go): the R_key of the
 	// first segment of the Read chunk pulled.
 	Handle uint32
+	// SDDP is struct rpcrdma2_sddp of RDMA2_CALL_SDDP and
+	// RDMA2_REPLY_SDDP (sddp.go); its TBSN slice is reused.
+	SDDP SDDP
+	// XmitErr is the body of RDMA2_XMTERR (sddp.go).
+	XmitErr XmitErr
 }
 
 // Limits on version 2 headers beyond Limits.
@@ -200,7 +211,7 @@ const (
 // chunk), RDMA_ERROR; other types map to no version 1 procedure.
 func (t HType) v1Proc() Proc {
 	switch t {
-	case HTypeCallInline, HTypeReplyInline:
+	case HTypeCallInline, HTypeReplyInline, HTypeCallSDDP, HTypeReplySDDP:
 		return ProcMsg
 	case HTypeCallExternal, HTypeReplyExternal:
 		return ProcNoMsg
@@ -237,6 +248,15 @@ func (h *Header) len2() int {
 	case HTypeCallInline:
 		n += 4
 		lists(true, true)
+	case HTypeCallSDDP:
+		n += 4
+		lists(true, true)
+		n += h.SDDP.len()
+	case HTypeReplySDDP:
+		lists(false, false)
+		n += h.SDDP.len()
+	case HTypeXmitErr:
+		n += h.XmitErr.len()
 	case HTypeCallExternal:
 		n += 4
 		n += ReadSegmentLen*len(h.PositionZero()) + 4
@@ -265,6 +285,15 @@ func (h *Header) check2() error {
 	switch h.HType {
 	case HTypeGrant, HTypeCallMiddle, HTypeReplyMiddle, HTypeConnPropMiddle, HTypeConnPropFinal:
 		return nil
+	case HTypeXmitErr:
+		if e := &h.XmitErr; e.Code < XmitErrBadHMT || e.Code > XmitErrBadPL || e.Bad.Dir > 1 || e.Lead.Dir > 1 {
+			return headerErr(ErrInvalid, 16, "RDMA2_XMTERR: optx_err %d, xmsi_dir %d/%d", uint32(e.Code), e.Bad.Dir, e.Lead.Dir)
+		}
+		return nil
+	case HTypeCallSDDP, HTypeReplySDDP:
+		if s := &h.SDDP; s.Items > 1 || s.Items < 0 || s.Items == 1 && (len(s.TBSN) == 0 || len(s.TBSN) > MaxTBSN) {
+			return headerErr(ErrInvalid, 16, "%v: %d items, %d segments", h.HType, s.Items, len(s.TBSN))
+		}
 	case HTypeError:
 		if !h.Err.Code.known() {
 			return headerErr(ErrInvalid, 16, "unknown rdma_err %d", uint32(h.Err.Code))
@@ -276,11 +305,11 @@ func (h *Header) check2() error {
 	default:
 		return headerErr(ErrInvalid, 12, "unknown rdma_htype %d", uint32(h.HType))
 	}
-	isCall := h.HType == HTypeCallInline || h.HType == HTypeCallExternal
+	isCall := h.HType == HTypeCallInline || h.HType == HTypeCallExternal || h.HType == HTypeCallSDDP
 	if !isCall && len(h.Reads) > 0 {
 		return headerErr(ErrInvalid, 16, "%v with a Read list", h.HType)
 	}
-	if h.HType == HTypeReplyInline && h.hasReply() {
+	if (h.HType == HTypeReplyInline || h.HType == HTypeReplySDDP) && h.hasReply() {
 		return headerErr(ErrInvalid, 16, "RDMA2_REPLY_INLINE has no Reply chunk")
 	}
 	if h.HType == HTypeReplyExternal && !h.hasReply() {
@@ -289,7 +318,7 @@ func (h *Header) check2() error {
 	if h.HType == HTypeCallExternal && len(h.PositionZero()) == 0 {
 		return headerErr(ErrInvalid, 16, "RDMA2_CALL_EXTERNAL needs a Call chunk (section 6.3.5)")
 	}
-	if h.HType == HTypeCallInline && len(h.PositionZero()) != 0 {
+	if (h.HType == HTypeCallInline || h.HType == HTypeCallSDDP) && len(h.PositionZero()) != 0 {
 		return headerErr(ErrInvalid, 16, "RDMA2_CALL_INLINE with a Position-zero Read chunk (section 6.3.7)")
 	}
 	var prev uint32
@@ -358,7 +387,7 @@ func (h *Header) encode2(dst []byte) ([]byte, error) {
 	dst = be.AppendUint32(dst, h.Credits)
 	dst = be.AppendUint32(dst, uint32(h.HType))
 	switch h.HType {
-	case HTypeCallInline, HTypeCallExternal:
+	case HTypeCallInline, HTypeCallExternal, HTypeCallSDDP:
 		dst = be.AppendUint32(dst, h.InvHandle)
 		if h.HType == HTypeCallExternal {
 			dst = appendReadList(dst, h.Reads, true)
@@ -366,8 +395,16 @@ func (h *Header) encode2(dst []byte) ([]byte, error) {
 		dst = appendReadList(dst, h.Reads, false)
 		dst = h.appendWriteList(dst)
 		dst = h.appendReplyChunk(dst)
+		if h.HType == HTypeCallSDDP {
+			dst = h.SDDP.append(dst)
+		}
 	case HTypeReplyInline:
 		dst = h.appendWriteList(dst)
+	case HTypeReplySDDP:
+		dst = h.appendWriteList(dst)
+		dst = h.SDDP.append(dst)
+	case HTypeXmitErr:
+		dst = h.XmitErr.append(dst)
 	case HTypeReplyExternal:
 		dst = h.appendWriteList(dst)
 		dst = h.appendReplyChunk(dst)
@@ -446,7 +483,7 @@ func (h *Header) Decode2(msg []byte, lim *Limits) (n int, err error) {
 	r := listReader{lim: lim.orDefault(), v2: true}
 	r.d.Reset(msg[PrefixLen:])
 	switch h.HType {
-	case HTypeCallInline, HTypeCallExternal:
+	case HTypeCallInline, HTypeCallExternal, HTypeCallSDDP:
 		if r.d.Remaining() < 4 {
 			return 0, headerErr(ErrShort, PrefixLen, "missing rdma_inv_handle")
 		}
@@ -465,6 +502,15 @@ func (h *Header) Decode2(msg []byte, lim *Limits) (n int, err error) {
 		if err == nil {
 			err = r.replyChunk(h)
 		}
+		if err == nil && h.HType == HTypeCallSDDP {
+			err = h.SDDP.decode(&r.d, r.off())
+		}
+	case HTypeReplySDDP:
+		if err = r.writeList(h); err == nil {
+			err = h.SDDP.decode(&r.d, r.off())
+		}
+	case HTypeXmitErr:
+		err = h.XmitErr.decode(&r.d, r.off())
 	case HTypeReplyInline, HTypeReplyExternal:
 		err = r.writeList(h)
 		if err == nil && h.HType == HTypeReplyExternal {

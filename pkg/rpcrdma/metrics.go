@@ -60,6 +60,13 @@ type Metrics struct {
 	// ServerOptions.ReadChunkTimeout without an RDMA2_DONE.
 	ReplyReadChunks, ReplyReadBytes              uint64
 	PullDone, PullDoneDropped, ReadChunkTimeouts uint64
+	// Send-based DDP (sddp.go). SendDDPMsgs: calls and replies sent or
+	// received with their DDP-eligible item placed by send-based DDP
+	// (RDMA2_CALL_SDDP, RDMA2_REPLY_SDDP); SendDDPBytes: the item bytes
+	// placed; XmitErrors:
+	// RDMA2_XMTERR Transmit Errors sent (responder) or received
+	// (requester).
+	SendDDPMsgs, SendDDPBytes, XmitErrors uint64
 
 	// Registrations is a gauge of per-call memory registrations (caller
 	// memory registered for a chunk) alive now; 0 when no call is in flight.
@@ -82,6 +89,7 @@ type metrics struct {
 	errors2                                                       [len(errcodes2Index)]atomic.Uint64
 	grants, continued                                             atomic.Uint64
 	replyReads, replyReadBytes, dones, donesDropped               atomic.Uint64
+	sddpMsgs, sddpBytes, xmitErrs                                 atomic.Uint64
 	readChunkTimeouts                                             atomic.Uint64
 	registrations, registeredBytes                                atomic.Int64
 }
@@ -101,6 +109,7 @@ func (m *metrics) snapshot() Metrics {
 		Errors2: m.errors2Snapshot(), Grants: m.grants.Load(), Continued: m.continued.Load(),
 		ReplyReadChunks: m.replyReads.Load(), ReplyReadBytes: m.replyReadBytes.Load(),
 		PullDone: m.dones.Load(), PullDoneDropped: m.donesDropped.Load(), ReadChunkTimeouts: m.readChunkTimeouts.Load(),
+		SendDDPMsgs: m.sddpMsgs.Load(), SendDDPBytes: m.sddpBytes.Load(), XmitErrors: m.xmitErrs.Load(),
 	}
 }
 

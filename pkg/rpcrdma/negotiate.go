@@ -112,6 +112,7 @@ func (c *Client) negotiate(ctx context.Context, addr string, local PrivateData) 
 	if f := c.rprcLocal(); f != 0 {
 		pl = appendRPRCProp(pl, f, &rbuf)
 	}
+	pl = c.appendSDDPProp(pl)
 	h := Header{XID: xid, Vers: Version2, Credits: c.advertised(), Header2: Header2{HType: HTypeConnPropFinal, Props: pl}}
 	b, err := h.Encode(c.sendMR.Bytes()[:0:DefaultInline])
 	if err != nil {
@@ -215,10 +216,18 @@ func (c *Client) negotiated(addr string, xid uint32, msg []byte, local PrivateDa
 		}
 		c.props = peer
 		c.props.HostAuth = nil
+		rbs, hasRBS, err := parseRBStruct(c.peerProps)
+		if err != nil {
+			return true, err
+		}
+		c.peerRBS, c.peerHasRBS = rbs, hasRBS
 		c.peerProps = nil
 		c.vers = Version2
 		c.inline = Inline{Send: send, Recv: recv, MaxSegs: 1, Vers: Version2}
 		if err := c.setupRPRC(rprc); err != nil {
+			return true, err
+		}
+		if err := c.setupSDDP(c.props.RecvSize); err != nil {
 			return true, err
 		}
 		c.grant(h.Credits)

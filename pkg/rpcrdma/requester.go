@@ -47,6 +47,12 @@ type ClientOptions struct {
 	// sunrpc.Call.UnboundedReply then get a Reply chunk of MaxReplySize,
 	// as without the extension.
 	NoResponderReadChunks bool
+	// SendDDP announces our Receive Buffer Structure and sends the
+	// DDP-eligible argument of a call that would go in a Read chunk by
+	// send-based DDP instead, when the responder announced a structure
+	// with DDP-targetable segments the call fits (sddp.go); off by
+	// default [false].
+	SendDDP bool
 	// Limits bound the reply headers we decode.
 	Limits Limits
 	// MaxVersion is the highest RPC-over-RDMA version to speak: 2 (the
@@ -161,8 +167,17 @@ type Client struct {
 	// (dq, under mu), a reply for no call (orphan, completion goroutine).
 	rprc, rprcInv bool
 	pullSem       chan struct{}
-	dq            doneQueue
-	orphan        Header
+	// Send-based DDP (sddpconn.go): used for calls on this connection
+	// (sddp), into the responder's DDP-targetable window sddpWin of
+	// receives of at most sddpLimit bytes.
+	sddp       bool
+	sddpWin    ddpWindow
+	sddpLimit  int
+	peerRBS    RecvBufStruct
+	peerHasRBS bool
+	mangleSDDP func(*SDDP) // tests: alters the placement sent
+	dq         doneQueue
+	orphan     Header
 
 	sendMR, recvMR verbs.MR
 	slots          []slot
@@ -237,6 +252,7 @@ type slot struct {
 	asmRem                uint32
 	asm                   []byte
 	stream                []byte   // a continued call's Payload stream
+	tbsn                  []uint32 // a send-based DDP call's segment numbers
 	contMR                verbs.MR // slot-owned: the Sends of a continued call
 	contWRs               []verbs.SendWR
 	contSGEs              []verbs.SGE
@@ -301,7 +317,7 @@ func Dial(ctx context.Context, dev verbs.Device, addr string, opts ClientOptions
 	if c.sendMR, err = c.reg(make([]byte, n*opts.Inline), 0); err != nil {
 		return nil, err
 	}
-	if c.recvMR, err = c.reg(make([]byte, nrecv*opts.Inline), verbs.AccessLocalWrite); err != nil {
+	if c.recvMR, err = c.reg(pageAligned(nrecv*opts.Inline), verbs.AccessLocalWrite); err != nil {
 		return nil, err
 	}
 	c.slots = make([]slot, n)
@@ -895,6 +911,12 @@ func (s *slot) send(call *sunrpc.Call) error {
 			h.HType, h.Proc = HTypeCallInline, ProcMsg
 		}
 	}
+	if c.sddp && sends <= 1 && (p.Call == CallReadChunk || p.Call == CallInline && len(m.Payload) >= PageSize) && s.fitsSDDP(m, p.HeaderMax) {
+		// Send-based DDP instead of the Read chunk, or of the argument
+		// inline, when the call fits the responder's structure
+		// (sddpconn.go).
+		p.Call = callSDDP
+	}
 	switch p.Call {
 	case CallReadChunk:
 		mr, err := c.reg(m.Payload, verbs.AccessRemoteRead)
@@ -945,7 +967,12 @@ func (s *slot) send(call *sunrpc.Call) error {
 		return s.sendContinued(m, h, sends, mid)
 	}
 	buf := c.sendMR.Bytes()[s.idx*c.opts.Inline:][:c.opts.Inline]
-	b, err := h.Encode(buf[:0])
+	var b []byte
+	if p.Call == callSDDP {
+		b, err = s.encodeSDDP(m, h, buf)
+	} else {
+		b, err = h.Encode(buf[:0])
+	}
 	if err != nil {
 		return err
 	}
@@ -955,6 +982,8 @@ func (s *slot) send(call *sunrpc.Call) error {
 		c.m.inlineMsgs.Add(1)
 	case CallReadChunk:
 		b = append(append(b, m.Head...), m.Tail...)
+		c.m.inlineMsgs.Add(1)
+	case callSDDP:
 		c.m.inlineMsgs.Add(1)
 	}
 	if len(b) > c.inline.Send || len(b) > len(buf) || &b[0] != &buf[0] {
@@ -1021,7 +1050,12 @@ func (s *slot) finish(call *sunrpc.Call) (*sunrpc.Reply, error) {
 		c.m.writeChunks.Add(1)
 		c.m.writeChunkBytes.Add(uint64(r.Placed))
 	}
-	if s.rep.Proc == ProcNoMsg {
+	if s.rep.Vers == Version2 && s.rep.HType == HTypeReplySDDP {
+		if err := s.takeSDDP(call, r); err != nil {
+			s.releaseRecv()
+			return nil, err
+		}
+	} else if s.rep.Proc == ProcNoMsg {
 		n := int(chunkLen(s.rep.Reply))
 		r.Body = s.replyMR.Bytes()[:n]
 		c.m.replyChunks.Add(1)
@@ -1041,6 +1075,11 @@ func (s *slot) checkReply() error {
 		c.m.badReplies.Add(1)
 		return fmt.Errorf("rpcrdma: reply to XID %#x: %w", s.xid, s.decodeErr)
 	}
+	if s.rep.Vers == Version2 && s.rep.HType == HTypeXmitErr {
+		c.m.xmitErrs.Add(1)
+		xe := s.rep.XmitErr
+		return fmt.Errorf("rpcrdma: call XID %#x: %w", s.xid, &xe)
+	}
 	if s.rep.Vers == Version2 && s.rep.HType == HTypeError {
 		c.m.countError2(s.rep.Err.Code)
 		return &ErrorReply{XID: s.xid, Vers: Version2, Code2: s.rep.Err.Code, Err2: s.rep.Err}
@@ -1053,7 +1092,11 @@ func (s *slot) checkReply() error {
 		}
 		return &ErrorReply{XID: s.xid, Code: s.rep.Errcode, VersLow: s.rep.VersLow, VersHigh: s.rep.VersHigh}
 	}
-	if s.rep.Vers == Version2 && s.rep.HType != HTypeReplyInline && s.rep.HType != HTypeReplyExternal {
+	if s.rep.Vers == Version2 && s.rep.HType == HTypeReplySDDP && !c.sddpLocal() {
+		c.m.badReplies.Add(1)
+		return fmt.Errorf("rpcrdma: reply to XID %#x: %w: RDMA2_REPLY_SDDP without our RDMA2_PROPID_RBSTRUCT", s.xid, ErrChunk)
+	}
+	if s.rep.Vers == Version2 && s.rep.HType != HTypeReplyInline && s.rep.HType != HTypeReplyExternal && s.rep.HType != HTypeReplySDDP {
 		c.m.badReplies.Add(1)
 		return fmt.Errorf("rpcrdma: reply to XID %#x: %w: %v is not a reply", s.xid, ErrChunk, s.rep.HType)
 	}

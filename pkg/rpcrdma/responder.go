@@ -57,6 +57,12 @@ type ServerOptions struct {
 	// responder-provided Read chunk (rprcexpose.go): it is then continued,
 	// or answered RDMA2_ERR_REPLY_RESOURCE, as without the extension.
 	NoResponderReadChunks bool
+	// SendDDP announces our Receive Buffer Structure (one page for the
+	// header, then DDP-targetable pages; Inline must be a multiple of
+	// 4096 and at least 8192) and accepts calls whose DDP-eligible
+	// argument was placed by send-based DDP (sddp.go); off by default
+	// [false].
+	SendDDP bool
 	// NoRemoteInvalidate stops us from announcing that the requester may
 	// invalidate our Read chunks with the Send With Invalidate carrying
 	// its RDMA2_DONE (RPRCRemoteInv).
@@ -275,6 +281,11 @@ type srvConn struct {
 	done           chan struct{}
 	cred           connCredits
 	exp            exposures // responder-provided Read chunks (rprcexpose.go)
+	// Send-based DDP of replies (sddpconn.go): the requester's window,
+	// set once by its RDMA2_CONNPROP_FINAL, before any call.
+	sddpOn    bool
+	sddpWin   ddpWindow
+	sddpLimit int
 }
 
 // srvSlot processes the call that arrived in receive buffer idx.
@@ -308,6 +319,7 @@ type srvSlot struct {
 	msg      []byte   // the message being handled, in its receive buffer
 	readMR   verbs.MR // sink of Read chunks
 	streamMR verbs.MR // source of a Reply chunk
+	tbsn     []uint32 // a send-based DDP reply's segment numbers
 	sge      [3]verbs.SGE
 	wr       verbs.SendWR
 }
@@ -350,7 +362,7 @@ func (s *Server) newConn(ctx context.Context, req verbs.ConnRequest) (*srvConn, 
 	if c.sendMR, err = s.reg(c.pd, make([]byte, n*o.Inline), 0); err != nil {
 		return nil, err
 	}
-	if c.recvMR, err = s.reg(c.pd, make([]byte, n*o.Inline), verbs.AccessLocalWrite); err != nil {
+	if c.recvMR, err = s.reg(c.pd, pageAligned(n*o.Inline), verbs.AccessLocalWrite); err != nil {
 		return nil, err
 	}
 	if c.grantMR, err = s.reg(c.pd, make([]byte, PrefixLen), 0); err != nil {
@@ -567,7 +579,13 @@ func (sl *srvSlot) serve(ctx context.Context, d sunrpc.Dispatcher, msg []byte, h
 		inline = sl.asm
 		s.m.continued.Add(1)
 	}
-	raw, arg, err := sl.pull(inline)
+	var raw, arg []byte
+	var err error
+	if sl.hdr.Vers == Version2 && sl.hdr.HType == HTypeCallSDDP && !sl.assembled {
+		raw, arg, err = sl.locateSDDP(msg, hl)
+	} else {
+		raw, arg, err = sl.pull(inline)
+	}
 	if err != nil {
 		if errors.Is(err, sunrpc.ErrConnLost) {
 			return
@@ -683,7 +701,12 @@ func (sl *srvSlot) sendError(msg []byte, err error) {
 	in := s.opts.Inline
 	buf := c.sendMR.Bytes()[sl.idx*in:][:0:in]
 	var b []byte
-	if c.vers.Load() == Version2 {
+	var xe *XmitErr
+	if c.vers.Load() == Version2 && errors.As(err, &xe) {
+		h := Header{XID: be.Uint32(msg), Vers: Version2, Credits: 1, Header2: Header2{HType: HTypeXmitErr, XmitErr: *xe}}
+		b, _ = h.Encode(buf) // a known code: it encodes
+		s.m.xmitErrs.Add(1)
+	} else if c.vers.Load() == Version2 {
 		e := sl.error2(err)
 		b = appendError2(buf, be.Uint32(msg), be.Uint32(msg[4:]), 1, e)
 		s.m.countError2(e.Code)
@@ -776,14 +799,23 @@ func (sl *srvSlot) reply(msg []byte) {
 	}
 	in := s.opts.Inline
 	buf := c.sendMR.Bytes()[sl.idx*in:][:0:in]
-	b, err := sl.rep.Encode(buf)
-	if err != nil || len(b)+p.InlineLen > in {
+	var b []byte
+	if p.Proc == ProcMsg && withPayload && sl.hdr.Vers == Version2 && c.sddpOn && len(m.Payload) >= PageSize {
+		b = sl.replySDDP(&m, buf[:in]) // the whole message, or nil
+	}
+	sddp := b != nil
+	if !sddp {
+		b, err = sl.rep.Encode(buf)
+	}
+	if err != nil || !sddp && len(b)+p.InlineLen > in {
 		s.opts.Logger.Warn("rpcrdma: reply header", "peer", c.addr, "err", err)
 		c.qp.Close()
 		return
 	}
-	if p.Proc == ProcMsg {
+	if p.Proc == ProcMsg && !sddp {
 		b = appendStream(b, &m, withPayload)
+	}
+	if p.Proc == ProcMsg {
 		s.m.inlineMsgs.Add(1)
 	}
 	s.m.inlineBytes.Add(uint64(len(b)))

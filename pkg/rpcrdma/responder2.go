@@ -68,6 +68,14 @@ func (sl *srvSlot) handle2(ctx context.Context, d sunrpc.Dispatcher, msg []byte)
 	switch h.HType {
 	case HTypeCallInline, HTypeCallExternal:
 		sl.serve(ctx, d, msg, hl)
+	case HTypeCallSDDP:
+		if _, ok := s.opts.sddpLocal(); !ok {
+			// Not announced: a header type this connection does not
+			// support (the draft's section 6.1).
+			sl.sendError(msg, headerErr(ErrHType, 12, "RDMA2_CALL_SDDP without RDMA2_PROPID_RBSTRUCT announced"))
+			return
+		}
+		sl.serve(ctx, d, msg, hl)
 	case HTypeConnPropMiddle, HTypeConnPropFinal:
 		sl.connProp()
 	case HTypeDone:
@@ -134,6 +142,14 @@ func (sl *srvSlot) connProp() {
 	if err == nil {
 		rprc, err = parseRPRC(c.peerProps)
 	}
+	var rbs RecvBufStruct
+	var hasRBS bool
+	if err == nil {
+		rbs, hasRBS, err = parseRBStruct(c.peerProps)
+	}
+	if err == nil && hasRBS && rbs.Length > peer.RecvSize {
+		err = &HeaderError{Kind: ErrPropVal, Reason: fmt.Sprintf("RDMA2_PROPID_RBSTRUCT of %d bytes, receive buffers of %d", rbs.Length, peer.RecvSize)}
+	}
 	c.peerProps = nil
 	local := localProperties(s.opts.Inline, s.opts.Limits)
 	var send int
@@ -147,6 +163,10 @@ func (sl *srvSlot) connProp() {
 	}
 	peer.HostAuth = nil
 	c.props, c.propsDone = peer, true
+	if _, ok := s.opts.sddpLocal(); ok && hasRBS {
+		c.sddpWin, c.sddpOn = rbs.window()
+		c.sddpLimit = min(send, int(rbs.Length), s.opts.Inline)
+	}
 	c.inline.Store(int64(send))
 	c.propsMu.Unlock()
 	c.setupRPRC(rprc)
@@ -157,6 +177,9 @@ func (sl *srvSlot) connProp() {
 	pl := local.AppendProps(props[:0], &pbuf)
 	if f := s.opts.rprcLocal(); f != 0 {
 		pl = appendRPRCProp(pl, f, &rbuf)
+	}
+	if rb, ok := s.opts.sddpLocal(); ok {
+		pl = append(pl, Prop{Which: PropRBStruct, Data: rb.Append(nil)})
 	}
 	r := Header{XID: h.XID, Vers: Version2, Credits: 1, Header2: Header2{HType: HTypeConnPropFinal, Props: pl}}
 	in := s.opts.Inline

@@ -51,6 +51,13 @@ func startServerSIW(t testing.TB, sc siw.Config) *testServer {
 // (whose Path must be "/") says, e.g. with RootSquash.
 func startServerExport(t testing.TB, sc siw.Config, exp nfsserver.Export) *testServer {
 	t.Helper()
+	return startServerRDMA(t, sc, exp, rpcrdma.ServerOptions{})
+}
+
+// startServerRDMA is startServerExport with the RPC-over-RDMA listener's
+// options ro.
+func startServerRDMA(t testing.TB, sc siw.Config, exp nfsserver.Export, ro rpcrdma.ServerOptions) *testServer {
+	t.Helper()
 	root := t.TempDir()
 	srv, err := nfsserver.New(nfsserver.Options{Root: root, Exports: []nfsserver.Export{exp}})
 	if err != nil {
@@ -65,7 +72,7 @@ func startServerExport(t testing.TB, sc siw.Config, exp nfsserver.Export) *testS
 	if err != nil {
 		t.Fatal(err)
 	}
-	rsrv, err := rpcrdma.Listen(ctx, siw.NewDevice(sc), "127.0.0.1:0", rpcrdma.ServerOptions{})
+	rsrv, err := rpcrdma.Listen(ctx, siw.NewDevice(sc), "127.0.0.1:0", ro)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -83,6 +83,13 @@ type Options struct {
 	// READLINK then offer a Reply chunk sized for the largest reply, as
 	// in version 1.
 	NoRPRC bool
+	// SendDDP (ours: sddp; nosddp, the default, undoes it, proto=rdma
+	// only) announces send-based DDP on RPC-over-RDMA version 2: WRITE
+	// data goes inside the Send, into the page-aligned part of the
+	// server's receive buffers, instead of a Read chunk, when the server
+	// announces them and the call fits (the connection's buffers become
+	// rpcrdma.SDDPInline bytes).
+	SendDDP bool
 	// RDMADevice chooses the verbs provider for proto=rdma (ours):
 	// "auto" (default: a kernel RDMA device that reaches the server when
 	// the driver is built with the ibverbs tag, else software iWARP),
@@ -242,6 +249,10 @@ func Parse(s string) (Options, error) {
 			o.NoRPRC, err = false, flag()
 		case "norprc":
 			o.NoRPRC, err = true, flag()
+		case "sddp":
+			o.SendDDP, err = true, flag()
+		case "nosddp":
+			o.SendDDP, err = false, flag()
 		case "read_ahead_kb":
 			o.ReadAheadKB, err = num(0, MaxReadAheadKB)
 		case "mpacrc":
@@ -290,6 +301,9 @@ func Parse(s string) (Options, error) {
 	}
 	if o.NoRPRC && o.Proto != ProtoRDMA {
 		return Options{}, fmt.Errorf("%w: norprc needs proto=rdma", ErrBadOption)
+	}
+	if o.SendDDP && o.Proto != ProtoRDMA {
+		return Options{}, fmt.Errorf("%w: sddp needs proto=rdma", ErrBadOption)
 	}
 	if o.Credits != 0 && o.Proto != ProtoRDMA {
 		return Options{}, fmt.Errorf("%w: credits=%d needs proto=rdma", ErrBadOption, o.Credits)

@@ -28,6 +28,8 @@ func TestParse(t *testing.T) {
 		{in: "proto=rdma,rdmavers=1", want: with(func(o *Options) { o.Proto, o.RDMAVers = ProtoRDMA, 1 })},
 		{in: "proto=rdma,norprc", want: with(func(o *Options) { o.Proto, o.NoRPRC = ProtoRDMA, true })},
 		{in: "proto=rdma,norprc,rprc", want: with(func(o *Options) { o.Proto = ProtoRDMA })},
+		{in: "proto=rdma,sddp", want: with(func(o *Options) { o.Proto, o.SendDDP = ProtoRDMA, true })},
+		{in: "proto=rdma,sddp,nosddp", want: with(func(o *Options) { o.Proto = ProtoRDMA })},
 		{in: "proto=rdma,nompacrc", want: with(func(o *Options) { o.Proto, o.NoMPACRC = ProtoRDMA, true })},
 		{in: "proto=rdma,nompacrc,mpacrc", want: with(func(o *Options) { o.Proto = ProtoRDMA })},
 		{in: "rsize=65536,wsize=1048576", want: with(func(o *Options) { o.RSize, o.WSize = 65536, 1<<20 })},
@@ -67,6 +69,8 @@ func TestParse(t *testing.T) {
 		{in: "credits=8", bad: true},               // needs proto=rdma
 		{in: "rdmavers=1", bad: true},              // needs proto=rdma
 		{in: "norprc", bad: true},                  // needs proto=rdma
+		{in: "sddp", bad: true},                    // needs proto=rdma
+		{in: "proto=rdma,sddp=1", bad: true},       // a flag
 		{in: "proto=rdma,norprc=1", bad: true},     // a flag
 		{in: "proto=rdma,rdmavers=3", bad: true},   // out of range
 		{in: "proto=rdma,rdmavers=0", bad: true},   // out of range

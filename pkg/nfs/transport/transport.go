@@ -60,7 +60,12 @@ func ForMount(server string, o mountopts.Options, metrics *rpcrdma.ClientMetrics
 	klog.InfoS(LogDeviceChosen, "server", server, "provider", choice.Provider, "device", choice.Device,
 		"transport", choice.Transport, "reason", choice.Reason, "nompacrc", o.NoMPACRC)
 	addr := net.JoinHostPort(server, strconv.Itoa(o.NFSPort()))
+	var inline int
+	if o.SendDDP {
+		inline = rpcrdma.SDDPInline
+	}
 	dial := rpcrdma.Dialer(dev, addr, rpcrdma.ClientOptions{Credits: o.Credits, Metrics: metrics, MaxVersion: o.RDMAVers, NoResponderReadChunks: o.NoRPRC,
+		SendDDP: o.SendDDP, Inline: inline,
 		Logger: slog.New(logr.ToSlogHandler(klog.Background()))}) // logs each connection's version
 	return NFS{Dial: dial, Name: "rdma/" + choice.Provider, Device: choice}, nil
 }

@@ -1,0 +1,141 @@
+package rpcrdma
+
+import (
+	"bytes"
+	"errors"
+	"testing"
+	"unsafe"
+)
+
+// sddpWire are encoded headers of the extension, seeds of the fuzzers.
+func sddpWire() [][]byte {
+	var out [][]byte
+	for _, h := range []Header{
+		{XID: 7, Vers: Version2, Credits: 3, Header2: Header2{HType: HTypeCallSDDP, SDDP: SDDP{PSLen: 120, Items: 1, Disp: 40, Length: 5000, TBSN: []uint32{0, 1}}}},
+		{XID: 7, Vers: Version2, Credits: 3, Writes: [][]Segment{{{Handle: 1, Length: 4096, Offset: 8}}}, Header2: Header2{HType: HTypeCallSDDP, SDDP: SDDP{PSLen: 64}}},
+		{XID: 8, Vers: Version2, Credits: 3, Header2: Header2{HType: HTypeReplySDDP, SDDP: SDDP{PSLen: 32, Items: 1, Disp: 28, Length: 9, Offset: 4, TBSN: []uint32{3}}}},
+		{XID: 9, Vers: Version2, Credits: 1, Header2: Header2{HType: HTypeXmitErr, XmitErr: XmitErr{Bad: XmsID{XID: 9}, Code: XmitErrBadTBSN, Value: 20, Max: 14}}},
+		{XID: 9, Vers: Version2, Credits: 1, Header2: Header2{HType: HTypeXmitErr, XmitErr: XmitErr{Bad: XmsID{XID: 9, Dir: 1, Seq: 2}, HasLead: true, Lead: XmsID{XID: 9, Seq: 1}, Code: XmitErrBadSeq, Expect: 1, Current: 2}}},
+		{XID: 9, Vers: Version2, Credits: 1, Header2: Header2{HType: HTypeXmitErr, XmitErr: XmitErr{Code: XmitErrBadCont}}},
+	} {
+		b, err := h.Encode(nil)
+		if err != nil {
+			panic(err)
+		}
+		out = append(out, b)
+	}
+	return out
+}
+
+// FuzzDecodeSDDPHeader feeds arbitrary bytes under the extension's
+// header types to Header.Decode2: nothing panics, what decodes
+// re-encodes to the same bytes with Len equal to what was read, and
+// every error names an RDMA2_ERROR code other than RDMA2_ERR_SYSTEM.
+func FuzzDecodeSDDPHeader(f *testing.F) {
+	for _, w := range sddpWire() {
+		f.Add(w)
+	}
+	f.Add(words(1, 2, 1, 18, 0, 0, 0, 0, 0, 2))
+	f.Add(words(1, 2, 1, 18, 0, 0, 0, 0, 16, 1, 0, 8, 2, 0, 0xffffffff))
+	f.Add(words(1, 2, 1, 20, 1, 2, 0, 0, 9))
+	f.Fuzz(func(t *testing.T, msg []byte) {
+		var h Header
+		n, err := h.Decode2(msg, nil)
+		if err != nil {
+			var he *HeaderError
+			if n != 0 || !errors.As(err, &he) {
+				t.Fatalf("n %d, error %v", n, err)
+			}
+			if code, _ := Errcode2Of(err); code == Err2System {
+				t.Fatalf("decode error %v answered RDMA2_ERR_SYSTEM", err)
+			}
+			return
+		}
+		if h.Len() != n {
+			t.Fatalf("Len %d, decoded %d", h.Len(), n)
+		}
+		b, err := h.Encode(nil)
+		if err != nil {
+			if h.HType == HTypeCallSDDP || h.HType == HTypeReplySDDP || h.HType == HTypeXmitErr {
+				t.Fatalf("%v decodes but does not encode: %v", h.HType, err)
+			}
+			return
+		}
+		if !bytes.Equal(b, msg[:n]) {
+			t.Fatalf("re-encoded\n%x\nwant\n%x", b, msg[:n])
+		}
+	})
+}
+
+// FuzzDecodeRecvBufStruct: any property value decodes to a structure
+// that re-encodes to it and whose window lies inside the buffer, or to
+// an RDMA2_ERR_BAD_PROPVAL error; nothing panics.
+func FuzzDecodeRecvBufStruct(f *testing.F) {
+	rb, _ := ourRBStruct(64 << 10)
+	f.Add(rb.Append(nil))
+	f.Add(words(8192, 2, 1, 4096, 4096, 0, 1, 4096, 4096, 1))
+	f.Add(words(0, 0))
+	f.Add(words(12, 3, 1, 4, 0, 1, 1, 4, 0, 0, 1, 4, 0, 1))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		b, err := DecodeRecvBufStruct(data)
+		if err != nil {
+			if !errors.Is(err, ErrPropVal) {
+				t.Fatalf("error %v is not ErrPropVal", err)
+			}
+			return
+		}
+		if !bytes.Equal(b.Append(nil), data) {
+			t.Fatal("does not re-encode")
+		}
+		if w, ok := b.window(); ok && (w.Start < 0 || w.Size <= 0 || w.Start+w.Size > int(b.Length) || w.Segs*w.SegLen != w.Size) {
+			t.Fatalf("window %+v of a %d-byte buffer", w, b.Length)
+		}
+	})
+}
+
+// FuzzLocateSDDP: whatever rpcrdma2_sddp a message carries, the receiver
+// either answers a Transmit Error or returns a stream and an item inside
+// the message that do not overlap, the item in the DDP-targetable
+// window; nothing panics and nothing can be appended past the message.
+func FuzzLocateSDDP(f *testing.F) {
+	f.Add(uint32(100), uint32(4), uint32(5000), uint32(0), uint32(0), uint32(2), 10000)
+	f.Add(uint32(100), uint32(4), uint32(3), uint32(4092), uint32(14), uint32(1), 65536)
+	f.Add(uint32(0), uint32(0), uint32(0), uint32(0), uint32(0), uint32(0), 64)
+	f.Add(uint32(0xffffffff), uint32(0xfffffffc), uint32(0xffffffff), uint32(0xfffffffc), uint32(0xffffffff), uint32(3), 5000)
+	rb, _ := ourRBStruct(64 << 10)
+	w, _ := rb.window()
+	buf := make([]byte, 64<<10)
+	f.Fuzz(func(t *testing.T, pslen, disp, length, offset, first, segs uint32, n int) {
+		if n < 48 || n > len(buf) {
+			return
+		}
+		s := SDDP{PSLen: pslen, Items: 1, Disp: disp, Length: length, Offset: offset}
+		for i := range segs % 20 {
+			s.TBSN = append(s.TBSN, first+i)
+		}
+		if len(s.TBSN) == 0 {
+			s.Items = 0
+		}
+		msg := buf[:n]
+		stream, item, xe := w.locate(msg, 48, &s, XmsID{})
+		if xe != nil {
+			if xe.Code < XmitErrBadOff || xe.Code > XmitErrBadPL {
+				t.Fatalf("code %v", xe.Code)
+			}
+			return
+		}
+		if len(stream) != int(pslen) || cap(stream) != len(stream) || cap(item) != len(item) {
+			t.Fatalf("stream %d/%d, item %d/%d", len(stream), cap(stream), len(item), cap(item))
+		}
+		if item == nil {
+			return
+		}
+		off := int(uintptr(unsafe.Pointer(unsafe.SliceData(item))) - uintptr(unsafe.Pointer(&msg[0])))
+		if len(item) > 0 && (off < w.Start || off < 48+int(pslen) || off+len(item) > n || off+len(item) > w.Start+w.Size) {
+			t.Fatalf("item at %d, %d bytes: outside the window or over the stream (ends %d)", off, len(item), 48+pslen)
+		}
+		if len(item) != int(length) {
+			t.Fatalf("item of %d bytes, want %d", len(item), length)
+		}
+	})
+}

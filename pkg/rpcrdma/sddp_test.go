@@ -1,0 +1,432 @@
+package rpcrdma
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/xdr"
+)
+
+// Tests of send-based DDP (the rtrext draft) between our requester and
+// responder over software iWARP, and of its structures.
+
+const (
+	sProg   = 0x20000078
+	pPlaced = 1 // DDP-eligible argument, uint32 tail -> opaque copy, tail, where it was
+	pSwap   = 2 // DDP-eligible argument (pattern(len, 7)), uint32 n -> n bytes of givePattern DDP-eligible, 1 if the argument was right
+)
+
+// placedSeen records the last pPlaced argument the handler saw.
+type placedSeen struct {
+	n atomic.Int64 // its length
+}
+
+// startSDDPServer is startServer with the pPlaced program, which answers
+// the argument's bytes (an opaque), the tail and whether the argument
+// was page-aligned and in a receive buffer of the connection.
+func startSDDPServer(t testing.TB, opts ServerOptions) (*testSrv, *placedSeen) {
+	ts := startServer(t, opts)
+	seen := &placedSeen{}
+	ts.rpc.Register(sProg, 1, []sunrpc.Handler{
+		pPlaced: func(ctx context.Context, req *sunrpc.Request, res *sunrpc.Builder) error {
+			d := req.ArgsDecoder()
+			b := req.Payload(d, 4<<20)
+			tail := d.Uint32()
+			if d.Err() != nil {
+				return d.Err()
+			}
+			var inRecv, aligned uint32
+			if len(b) > 0 {
+				p := uintptr(unsafe.Pointer(&b[0]))
+				seen.n.Store(int64(len(b)))
+				if p%PageSize == 0 {
+					aligned = 1
+				}
+				for _, c := range ts.srvConns() {
+					r := c.recvMR.Bytes()
+					lo := uintptr(unsafe.Pointer(&r[0]))
+					if p >= lo && p+uintptr(len(b)) <= lo+uintptr(len(r)) {
+						inRecv = 1
+					}
+				}
+			}
+			res.Opaque(b)
+			res.Uint32(tail)
+			res.Uint32(aligned)
+			res.Uint32(inRecv)
+			return nil
+		},
+		pSwap: func(ctx context.Context, req *sunrpc.Request, res *sunrpc.Builder) error {
+			d := req.ArgsDecoder()
+			b := req.Payload(d, 4<<20)
+			n := d.Uint32()
+			if d.Err() != nil || n > 4<<20 {
+				return sunrpc.ErrGarbageArgs
+			}
+			res.Payload(givePattern[:n])
+			if bytes.Equal(b, pattern(len(b), 7)) {
+				res.Uint32(1)
+			} else {
+				res.Uint32(0)
+			}
+			return nil
+		},
+	})
+	return ts, seen
+}
+
+// placedCall sends arg as pPlaced's DDP-eligible argument and checks the
+// echo: it returns whether the responder saw it page-aligned in its
+// receive buffer.
+func placedCall(ctx context.Context, t *testing.T, c *sunrpc.Client, arg []byte) (aligned, inRecv bool, err error) {
+	t.Helper()
+	var got []byte
+	var tail, al, in uint32
+	err = c.Call(ctx, sunrpc.CallSpec{Prog: sProg, Vers: 1, Proc: pPlaced,
+		Args: func(b *sunrpc.Builder) { b.Payload(arg); b.Uint32(0x5dd9) },
+		Results: func(d *xdr.Decoder, _ int) error {
+			got = append([]byte(nil), d.Opaque(8<<20)...)
+			tail, al, in = d.Uint32(), d.Uint32(), d.Uint32()
+			return d.Err()
+		}, MaxReplySize: len(arg) + 1024})
+	if err != nil {
+		return false, false, err
+	}
+	if !bytes.Equal(got, arg) || tail != 0x5dd9 {
+		t.Fatalf("%d bytes: %d bytes back (equal %v), tail %#x", len(arg), len(got), bytes.Equal(got, arg), tail)
+	}
+	return al == 1, in == 1, nil
+}
+
+// TestSendDDPCalls: with SendDDP on both peers, a call's DDP-eligible
+// argument that fits one receive lands page-aligned in the responder's
+// receive buffer (RDMA2_CALL_SDDP, counted on both sides, no Read chunk)
+// and reaches the handler from there, intact; larger ones take the Read
+// chunk as before; responder-provided Read chunks work beside it; an
+// argument and a DDP-eligible result of the same call (Write chunk) too.
+func TestSendDDPCalls(t *testing.T) {
+	const in = 64 << 10
+	ts, _ := startSDDPServer(t, ServerOptions{Credits: 8, Inline: in, SendDDP: true})
+	c, cm := newClient(t, ts, ClientOptions{Credits: 8, Inline: in, SendDDP: true})
+	ctx := tctx(t, 30*time.Second)
+	for _, k := range []struct {
+		n          int
+		sddp, read bool
+	}{{4096, true, false}, {5001, true, false}, {16<<10 + 3, true, false}, {in - PageSize, true, false},
+		{in - PageSize + 1, false, false}, // larger than the window, fits inline: inline
+		{100 << 10, false, true}, {300 << 10, false, true}} {
+		arg := pattern(k.n, k.n)
+		before, sb := cm.Metrics(), ts.srv.Metrics()
+		aligned, inRecv, err := placedCall(ctx, t, c, arg)
+		if err != nil {
+			t.Fatalf("%d bytes: %v", k.n, err)
+		}
+		m, sm := cm.Metrics(), ts.srv.Metrics()
+		sent, got := m.SendDDPMsgs-before.SendDDPMsgs, sm.SendDDPMsgs-sb.SendDDPMsgs
+		reads := m.ReadChunks - before.ReadChunks
+		if k.sddp {
+			if sent != 1 || got != 1 || reads != 0 || !aligned || !inRecv ||
+				m.SendDDPBytes-before.SendDDPBytes != uint64(k.n) || sm.SendDDPBytes-sb.SendDDPBytes != uint64(k.n) {
+				t.Fatalf("%d bytes: send-based DDP sent %d received %d, Read chunks %d, aligned %v, in the receive buffer %v", k.n, sent, got, reads, aligned, inRecv)
+			}
+		} else if sent != 0 || got != 0 || (reads == 1) != k.read || inRecv == k.read {
+			t.Fatalf("%d bytes: send-based DDP sent %d received %d, Read chunks %d (want %v), in the receive buffer %v", k.n, sent, got, reads, k.read, inRecv)
+		}
+	}
+	// Beside responder-provided Read chunks and Write chunks.
+	before := cm.Metrics()
+	if got, err := longCall(ctx, c, 200000, 300000, true); err != nil || !bytes.Equal(got, pattern(200000, 5)) {
+		t.Fatalf("reply in a Read chunk: %d bytes, %v", len(got), err)
+	}
+	if m := cm.Metrics(); m.ReplyReadChunks != before.ReplyReadChunks+1 {
+		t.Fatalf("ReplyReadChunks %d -> %d", before.ReplyReadChunks, m.ReplyReadChunks)
+	}
+	arg, res := pattern(20000, 7), make([]byte, 200000)
+	before = cm.Metrics()
+	var placed int
+	var argOK uint32
+	err := c.Call(ctx, sunrpc.CallSpec{Prog: sProg, Vers: 1, Proc: pSwap,
+		Args: func(b *sunrpc.Builder) { b.Payload(arg); b.Uint32(uint32(len(res))) },
+		Results: func(d *xdr.Decoder, pl int) error {
+			placed = pl
+			d.Uint32()
+			argOK = d.Uint32()
+			return d.Err()
+		}, ReplyPayload: res, MaxReplySize: 512})
+	if err != nil || placed != len(res) || argOK != 1 || !bytes.Equal(res, givePattern[:len(res)]) {
+		t.Fatalf("DDP both ways: placed %d, argument right %d, %v", placed, argOK, err)
+	}
+	if m := cm.Metrics(); m.SendDDPMsgs != before.SendDDPMsgs+1 || m.WriteChunks != before.WriteChunks+1 || m.ReadChunks != before.ReadChunks {
+		t.Fatalf("DDP echo: send-based DDP %d, Write chunks %d, Read chunks %d", m.SendDDPMsgs-before.SendDDPMsgs, m.WriteChunks-before.WriteChunks, m.ReadChunks-before.ReadChunks)
+	}
+}
+
+// TestSendDDPOff: with SendDDP off on either side, or a structure the
+// requester cannot use (no DDP-targetable segment: Inline 4096; a window
+// smaller than the argument), calls go as before: inline or in a Read
+// chunk, nothing by send-based DDP.
+func TestSendDDPOff(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		cli, srv bool
+		inline   int
+	}{{"requester-off", false, true, 64 << 10}, {"responder-off", true, false, 64 << 10}, {"no-ddp-segment", true, true, 4096}, {"one-page-window", true, true, 8192}} {
+		t.Run(tc.name, func(t *testing.T) {
+			ts, _ := startSDDPServer(t, ServerOptions{Credits: 8, Inline: tc.inline, SendDDP: tc.srv})
+			c, cm := newClient(t, ts, ClientOptions{Credits: 8, Inline: tc.inline, SendDDP: tc.cli})
+			ctx := tctx(t, 30*time.Second)
+			for _, n := range []int{5000, 100 << 10} {
+				before := cm.Metrics()
+				_, inRecv, err := placedCall(ctx, t, c, pattern(n, 1))
+				if err != nil {
+					t.Fatal(err)
+				}
+				m, sm := cm.Metrics(), ts.srv.Metrics()
+				if m.SendDDPMsgs != 0 || sm.SendDDPMsgs != 0 {
+					t.Fatalf("%d bytes: send-based DDP used (%d, %d)", n, m.SendDDPMsgs, sm.SendDDPMsgs)
+				}
+				inline := m.InlineMsgs - before.InlineMsgs
+				reads := m.ReadChunks - before.ReadChunks
+				if (reads == 1) != (n > tc.inline) || inRecv == (n > tc.inline) || inline != 1 {
+					t.Fatalf("%d bytes: Read chunks %d, inline messages %d, argument in the receive buffer %v", n, reads, inline, inRecv)
+				}
+			}
+		})
+	}
+}
+
+// TestSendDDPTransmitErrors: placements that do not match the
+// responder's structure are answered RDMA2_XMTERR with the rtrext
+// draft's code and range (section 9.5), the call fails with it, nothing
+// is handed to the handler, and the connection goes on; RDMA2_CALL_SDDP
+// to a responder that did not announce a structure is
+// RDMA2_ERR_INVAL_HTYPE.
+func TestSendDDPTransmitErrors(t *testing.T) {
+	const in = 64 << 10
+	ts, seen := startSDDPServer(t, ServerOptions{Credits: 8, Inline: in, SendDDP: true})
+	ctx := tctx(t, 30*time.Second)
+	cm := &ClientMetrics{}
+	tr, err := Dial(ctx, newDev(), ts.srv.Addr().String(), ClientOptions{Credits: 8, Inline: in, SendDDP: true, Metrics: cm})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	c, err := sunrpc.NewClient(func(context.Context) (sunrpc.ClientTransport, error) { return tr, nil }, sunrpc.ClientOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	segs := in/PageSize - 1
+	for _, k := range []struct {
+		name     string
+		mangle   func(*SDDP)
+		code     XmitErrCode
+		value    uint32
+		min, max uint32
+	}{
+		{"tbsn-past-window", func(s *SDDP) { s.TBSN[0] = uint32(segs) }, XmitErrBadTBSN, uint32(segs), 0, uint32(segs - 1)},
+		{"tbsn-not-consecutive", func(s *SDDP) { s.TBSN[1] = 5 }, XmitErrBadTBSN, 5, 1, 1},
+		{"offset-past-segment", func(s *SDDP) { s.Offset = PageSize }, XmitErrBadOff, PageSize, 0, PageSize - 1},
+		{"offset-unaligned", func(s *SDDP) { s.Offset = 2 }, XmitErrBadOff, 2, 0, PageSize - 1},
+		{"segment-overrun", func(s *SDDP) { s.Length = 3 * PageSize }, XmitErrBadOff, 3 * PageSize, 0, 2 * PageSize},
+		{"past-received", func(s *SDDP) { s.TBSN[0], s.TBSN[1] = 10, 11 }, XmitErrBadOff, 0, 0, 0},
+		{"pslen-past-message", func(s *SDDP) { s.PSLen = in }, XmitErrBadPL, 0, 0, 0},
+		{"disp-unaligned", func(s *SDDP) { s.Disp = 3 }, XmitErrBadPL, 0, 0, 0},
+	} {
+		tr.mangleSDDP = k.mangle
+		seen.n.Store(0)
+		before := ts.srv.Metrics().XmitErrors
+		_, _, err := placedCall(ctx, t, c, pattern(5000, 4))
+		var xe *XmitErr
+		if !errors.As(err, &xe) || !errors.Is(err, ErrChunk) {
+			t.Fatalf("%s: %v, want a Transmit Error", k.name, err)
+		}
+		if xe.Code != k.code || k.value != 0 && (xe.Value != k.value || xe.Min != k.min || xe.Max != k.max) || xe.Bad.Dir != 0 || xe.Bad.Seq != 0 {
+			t.Fatalf("%s: %+v, want %v value %d in [%d, %d]", k.name, xe, k.code, k.value, k.min, k.max)
+		}
+		if seen.n.Load() != 0 || ts.srv.Metrics().XmitErrors != before+1 {
+			t.Fatalf("%s: handler saw %d bytes, responder XmitErrors %d", k.name, seen.n.Load(), ts.srv.Metrics().XmitErrors-before)
+		}
+	}
+	if cm.Metrics().XmitErrors != 8 {
+		t.Fatalf("requester XmitErrors %d", cm.Metrics().XmitErrors)
+	}
+	tr.mangleSDDP = nil
+	if _, _, err := placedCall(ctx, t, c, pattern(5000, 4)); err != nil {
+		t.Fatalf("after the Transmit Errors: %v", err)
+	}
+
+	// A responder that announced nothing.
+	ts2, _ := startSDDPServer(t, ServerOptions{Credits: 8, Inline: in})
+	tr2, err := Dial(ctx, newDev(), ts2.srv.Addr().String(), ClientOptions{Credits: 8, Inline: in, SendDDP: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr2.Close()
+	if tr2.sddp {
+		t.Fatal("send-based DDP on without the responder's structure")
+	}
+	rb, _ := ourRBStruct(in)
+	tr2.sddpWin, _ = rb.window()
+	tr2.sddpLimit, tr2.sddp = in, true
+	c2, err := sunrpc.NewClient(func(context.Context) (sunrpc.ClientTransport, error) { return tr2, nil }, sunrpc.ClientOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	_, _, err = placedCall(ctx, t, c2, pattern(5000, 4))
+	var er *ErrorReply
+	if !errors.As(err, &er) || er.Code2 != Err2InvalHType {
+		t.Fatalf("RDMA2_CALL_SDDP to a responder without the extension: %v", err)
+	}
+}
+
+// TestRecvBufStruct: the property's XDR round-trips, bad values are
+// RDMA2_ERR_BAD_PROPVAL, and the window a sender finds: the first run of
+// DDP-targetable segments, none without one.
+func TestRecvBufStruct(t *testing.T) {
+	rb, ok := ourRBStruct(64 << 10)
+	if !ok {
+		t.Fatal("no structure for 64 KiB")
+	}
+	got, err := DecodeRecvBufStruct(rb.Append(nil))
+	if err != nil || got.Length != rb.Length || len(got.Groups) != 2 || got.Groups[1] != rb.Groups[1] {
+		t.Fatalf("round trip: %+v, %v", got, err)
+	}
+	if w, ok := got.window(); !ok || w != (ddpWindow{Start: PageSize, Size: 15 * PageSize, SegLen: PageSize, Segs: 15}) {
+		t.Fatalf("window %+v %v", w, ok)
+	}
+	for _, n := range []int{4096, 6144, 1024} {
+		if _, ok := ourRBStruct(n); ok {
+			t.Fatalf("a structure for %d bytes", n)
+		}
+	}
+	noDDP := RecvBufStruct{Length: 8192, Groups: []RBGroup{{Count: 2, Seg: RBSeg{Length: 4096}}}}
+	if _, ok := noDDP.window(); ok {
+		t.Fatal("a window without a DDP-targetable segment")
+	}
+	for name, v := range map[string][]byte{
+		"short":      words(8192),
+		"length":     words(8000, 1, 2, 4096, 0, 1),
+		"zero-count": words(0, 1, 0, 4096, 0, 1),
+		"odd-length": words(6, 1, 1, 6, 0, 0),
+		"align":      words(4096, 1, 1, 4096, 3, 0),
+		"groups":     words(0, 17),
+		"trailing":   append(rb.Append(nil), 0, 0, 0, 0),
+		"huge":       words(0, 2, 0xffffffff, 4096, 0, 0, 0xffffffff, 4096, 0, 0),
+	} {
+		if _, err := DecodeRecvBufStruct(v); !errors.Is(err, ErrPropVal) {
+			t.Fatalf("%s: %v, want ErrPropVal", name, err)
+		}
+	}
+	// plan: the header and stream must stay before the window, the
+	// item within it and the message within the limit.
+	w, _ := rb.window()
+	if _, _, ok := w.plan(100, 4000, 8192, 64<<10, nil); ok {
+		t.Fatal("planned a stream reaching the window")
+	}
+	if _, _, ok := w.plan(100, 100, 15*PageSize+1, 64<<10, nil); ok {
+		t.Fatal("planned an item larger than the window")
+	}
+	if _, _, ok := w.plan(100, 100, 8192, 8192, nil); ok {
+		t.Fatal("planned a message over the limit")
+	}
+	if s, n, ok := w.plan(100, 100, 8193, 64<<10, nil); !ok || n != PageSize+8196 || len(s.TBSN) != 3 || s.TBSN[2] != 2 {
+		t.Fatalf("plan %+v %d %v", s, n, ok)
+	}
+}
+
+// BenchmarkSendDDPWrite: WRITE-like calls (a DDP-eligible argument of 16
+// KiB, 60 KiB, 200 KiB and 1 MiB, a 4-byte result), one outstanding, on
+// version 2: "send-ddp" with send-based DDP (256 KiB buffers: the
+// argument in the Send, page-aligned in the responder's receive buffer,
+// up to 252 KiB; larger ones fall back to a Read chunk), "read-chunk"
+// as our peers run by default (4 KiB buffers: the argument in a Read
+// chunk the responder pulls by RDMA Read), "inline-256k" (256 KiB
+// buffers without send-based DDP: the argument inline, unaligned).
+func BenchmarkSendDDPWrite(b *testing.B) {
+	for _, mode := range []struct {
+		name   string
+		inline int
+		sddp   bool
+	}{{"send-ddp", 256 << 10, true}, {"read-chunk", 0, false}, {"inline-256k", 256 << 10, false}} {
+		ts := startServer(b, ServerOptions{Credits: 32, Inline: mode.inline, SendDDP: mode.sddp})
+		c, cm := newClient(b, ts, ClientOptions{Credits: 32, Inline: mode.inline, SendDDP: mode.sddp, Versions: &VersionCache{}})
+		for _, n := range []int{16 << 10, 60 << 10, 200 << 10, 1 << 20} {
+			arg := pattern(n, 1)
+			spec := sunrpc.CallSpec{Prog: tProg, Vers: tVers, Proc: pSink,
+				Args:         func(e *sunrpc.Builder) { e.Payload(arg) },
+				Results:      func(d *xdr.Decoder, placed int) error { d.Uint32(); return d.Err() },
+				MaxReplySize: 256}
+			b.Run(fmt.Sprintf("%s/%dKiB", mode.name, n>>10), func(b *testing.B) {
+				ctx := context.Background()
+				b.ReportAllocs()
+				b.SetBytes(int64(n))
+				before := cm.Metrics()
+				for range b.N {
+					if err := c.Call(ctx, spec); err != nil {
+						b.Fatal(err)
+					}
+				}
+				m := cm.Metrics()
+				b.ReportMetric(float64(m.SendDDPMsgs-before.SendDDPMsgs)/float64(b.N), "sddp/op")
+				b.ReportMetric(float64(m.ReadChunks-before.ReadChunks)/float64(b.N), "readchunks/op")
+			})
+		}
+	}
+}
+
+// TestSendDDPReplies: a DDP-eligible result that fits the requester's
+// receive goes as RDMA2_REPLY_SDDP into the requester's DDP-targetable
+// pages and reaches the caller intact, in Call.ReplyPayload (Placed) or,
+// without one, back in the reply's body; larger results take the Write
+// chunk as before; with SendDDP off on either side, nothing changes.
+func TestSendDDPReplies(t *testing.T) {
+	const in = 64 << 10
+	for _, tc := range []struct {
+		name     string
+		cli, srv bool
+	}{{"both", true, true}, {"requester-off", false, true}, {"responder-off", true, false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			ts, _ := startSDDPServer(t, ServerOptions{Credits: 8, Inline: in, SendDDP: tc.srv})
+			c, cm := newClient(t, ts, ClientOptions{Credits: 8, Inline: in, SendDDP: tc.cli})
+			ctx := tctx(t, 30*time.Second)
+			on := tc.cli && tc.srv
+			for _, k := range []struct {
+				n          int
+				sddp, buf  bool
+				writeChunk bool
+			}{{4096, true, true, false}, {5001, true, true, false}, {in - PageSize, true, true, false}, {5001, true, false, false},
+				{100, false, true, false}, {200 << 10, false, true, true}} {
+				var res []byte
+				if k.buf {
+					res = make([]byte, k.n)
+				}
+				before, sb := cm.Metrics(), ts.srv.Metrics()
+				got, placed, err := call(ctx, c, pGive, nil, false, uint32(k.n), res, 512)
+				if err != nil || !bytes.Equal(got, givePattern[:k.n]) {
+					t.Fatalf("%+v: %d bytes, equal %v, %v", k, len(got), bytes.Equal(got, givePattern[:k.n]), err)
+				}
+				m, sm := cm.Metrics(), ts.srv.Metrics()
+				want := uint64(0)
+				if on && k.sddp {
+					want = 1
+				}
+				if m.SendDDPMsgs-before.SendDDPMsgs != want || sm.SendDDPMsgs-sb.SendDDPMsgs != want ||
+					(m.WriteChunks-before.WriteChunks == 1) != k.writeChunk || (k.buf && (want == 1 || k.writeChunk)) != (placed == k.n) {
+					t.Fatalf("%+v: send-based DDP %d/%d (want %d), Write chunks %d, placed %d", k, m.SendDDPMsgs-before.SendDDPMsgs, sm.SendDDPMsgs-sb.SendDDPMsgs, want, m.WriteChunks-before.WriteChunks, placed)
+				}
+				if want == 1 && m.SendDDPBytes-before.SendDDPBytes != uint64(k.n) {
+					t.Fatalf("%+v: SendDDPBytes %d", k, m.SendDDPBytes-before.SendDDPBytes)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,211 @@
+package rpcrdma
+
+import (
+	"fmt"
+
+	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/xdr"
+)
+
+// Send-based DDP on a connection: the announcements (PropRBStruct), the
+// requester sending a call's DDP-eligible argument in its Send, the
+// responder taking it from its receive buffer.
+
+// sddpLocal is the Receive Buffer Structure the responder announces: ok
+// false when SendDDP is off or Inline holds no DDP-targetable page.
+func (o *ServerOptions) sddpLocal() (RecvBufStruct, bool) {
+	if !o.SendDDP {
+		return RecvBufStruct{}, false
+	}
+	return ourRBStruct(o.Inline)
+}
+
+// appendSDDPProp appends our PropRBStruct when SendDDP is on and our
+// receives hold a DDP-targetable page.
+func (c *Client) appendSDDPProp(pl []Prop) []Prop {
+	if !c.opts.SendDDP {
+		return pl
+	}
+	if rb, ok := ourRBStruct(c.opts.Inline); ok {
+		pl = append(pl, Prop{Which: PropRBStruct, Data: rb.Append(nil)})
+	}
+	return pl
+}
+
+// setupSDDP decides, after the responder's RDMA2_CONNPROP_FINAL, whether
+// calls use send-based DDP: only when SendDDP is on and the responder
+// announced a structure with a DDP-targetable window (the rtrext
+// draft's section 5.3). recvSize is its RDMA2_PROPID_RBSIZ; a structure
+// longer than that is RDMA2_ERR_BAD_PROPVAL (section 8.3 wants them in
+// agreement).
+func (c *Client) setupSDDP(recvSize uint32) error {
+	c.sddp = false
+	if !c.peerHasRBS {
+		return nil
+	}
+	if c.peerRBS.Length > recvSize {
+		return &HeaderError{Kind: ErrPropVal, Reason: fmt.Sprintf("RDMA2_PROPID_RBSTRUCT of %d bytes, receive buffers of %d", c.peerRBS.Length, recvSize)}
+	}
+	if !c.opts.SendDDP {
+		return nil
+	}
+	w, ok := c.peerRBS.window()
+	if !ok {
+		return nil
+	}
+	c.sddp, c.sddpWin, c.sddpLimit = true, w, min(c.inline.Send, int(c.peerRBS.Length), c.opts.Inline)
+	return nil
+}
+
+// fitsSDDP tells whether the call m, under a header of at most hdrMax
+// bytes (its plan's, Read list included), fits the responder's
+// DDP-targetable window within our send buffer and its receives.
+func (s *slot) fitsSDDP(m *sunrpc.Message, hdrMax int) bool {
+	c := s.c
+	if !m.HasPayload || len(m.Payload) == 0 {
+		return false
+	}
+	_, _, ok := c.sddpWin.plan(hdrMax, len(m.Head)+len(m.Tail), len(m.Payload), c.sddpLimit, s.tbsn[:0])
+	return ok
+}
+
+// encodeSDDP writes the call m of slot s as RDMA2_CALL_SDDP (h, with the
+// reply's chunks, becomes one) into buf: the header, Head and Tail, zeros
+// up to the responder's window, the argument and its pad (one copy of
+// it, into the registered send buffer). fitsSDDP said it fits.
+func (s *slot) encodeSDDP(m *sunrpc.Message, h *Header, buf []byte) ([]byte, error) {
+	c := s.c
+	h.HType = HTypeCallSDDP
+	h.SDDP = SDDP{}
+	hl := h.len2() - h.SDDP.len()
+	sd, n, ok := c.sddpWin.plan(hl, len(m.Head)+len(m.Tail), len(m.Payload), min(c.sddpLimit, len(buf)), s.tbsn[:0])
+	if !ok {
+		return nil, fmt.Errorf("%w: call of %d bytes does not fit the responder's receive buffer structure", ErrInvalid, m.Len())
+	}
+	s.tbsn = sd.TBSN
+	sd.Disp = uint32(len(m.Head))
+	h.SDDP = sd
+	if c.mangleSDDP != nil {
+		c.mangleSDDP(&h.SDDP)
+	}
+	b, err := h.Encode(buf[:0])
+	if err != nil {
+		return nil, err
+	}
+	b = c.sddpWin.layout(buf, len(b), [][]byte{m.Head, m.Tail}, m.Payload, n)
+	c.m.sddpMsgs.Add(1)
+	c.m.sddpBytes.Add(uint64(len(m.Payload)))
+	return b, nil
+}
+
+// locateSDDP returns the Payload stream and the placed argument of the
+// RDMA2_CALL_SDDP msg (header of hl bytes in sl.hdr), from the receive
+// buffer itself: arg stays valid until the slot's receive is reposted,
+// after the reply. Errors: *XmitErr (answered RDMA2_XMTERR), ErrChunk
+// (an RDMA2_CALL_SDDP that also carries Read chunks: RDMA2_ERR_BAD_XDR),
+// or the XID check's.
+func (sl *srvSlot) locateSDDP(msg []byte, hl int) (raw, arg []byte, err error) {
+	h := &sl.hdr
+	s := sl.c.s
+	if len(h.Reads) != 0 {
+		return nil, nil, headerErr(ErrChunk, PrefixLen, "RDMA2_CALL_SDDP with Read chunks")
+	}
+	rb, _ := ourRBStruct(s.opts.Inline)
+	w, _ := rb.window()
+	raw, arg, xe := w.locate(msg, hl, &h.SDDP, XmsID{XID: h.XID, Dir: 0})
+	if xe != nil {
+		return nil, nil, xe
+	}
+	if err := h.CheckXID(raw); err != nil {
+		return nil, nil, err
+	}
+	if h.SDDP.Items > 0 {
+		s.m.sddpMsgs.Add(1)
+		s.m.sddpBytes.Add(uint64(len(arg)))
+		if arg == nil {
+			arg = []byte{}
+		}
+	}
+	return raw, arg, nil
+}
+
+// callSDDP is how a call goes by send-based DDP: RDMA2_CALL_SDDP, its
+// argument in the responder's DDP-targetable segments.
+const callSDDP CallKind = 100
+
+// SDDPInline is the send and receive buffer size, in bytes, a mount or
+// server that turns send-based DDP on uses: one page for the header and
+// fifteen DDP-targetable pages (the default OurInline of 4096 holds no
+// DDP-targetable page).
+const SDDPInline = 64 << 10
+
+// sddpLocal tells whether we announced a Receive Buffer Structure.
+func (c *Client) sddpLocal() bool {
+	_, ok := ourRBStruct(c.opts.Inline)
+	return c.opts.SendDDP && ok
+}
+
+// replySDDP writes the reply m to the call in sl.hdr as RDMA2_REPLY_SDDP
+// into buf (the slot's send buffer), its DDP-eligible result placed in
+// the requester's DDP-targetable window; nil when the reply does not fit
+// that layout (it then goes inline as planned).
+func (sl *srvSlot) replySDDP(m *sunrpc.Message, buf []byte) []byte {
+	c, s := sl.c, sl.c.s
+	r := &sl.rep
+	r.Vers, r.HType, r.Reply, r.HasReply = Version2, HTypeReplySDDP, r.Reply[:0], false
+	r.SDDP = SDDP{}
+	hl := r.len2() - r.SDDP.len()
+	sd, n, ok := c.sddpWin.plan(hl, len(m.Head)+len(m.Tail), len(m.Payload), min(c.sddpLimit, len(buf)), sl.tbsn[:0])
+	if !ok {
+		r.HType = HTypeReplyInline
+		return nil
+	}
+	sl.tbsn = sd.TBSN
+	sd.Disp = uint32(len(m.Head))
+	r.SDDP = sd
+	b, err := r.Encode(buf[:0])
+	if err != nil {
+		r.HType, r.SDDP = HTypeReplyInline, SDDP{}
+		return nil
+	}
+	b = c.sddpWin.layout(buf, len(b), [][]byte{m.Head, m.Tail}, m.Payload, n)
+	s.m.sddpMsgs.Add(1)
+	s.m.sddpBytes.Add(uint64(len(m.Payload)))
+	return b
+}
+
+// takeSDDP fills r from the RDMA2_REPLY_SDDP of slot s: Body is the
+// Payload stream in the receive buffer; the result is copied once from
+// where it landed into call.ReplyPayload when the caller gave one large
+// enough (Placed), else the stream is rebuilt with the result in it (in
+// the slot's reassembly buffer). A placement that does not match our
+// structure fails the call with the *XmitErr the rtrext draft's section
+// 9.5 names (we do not send it: replies are not answered).
+func (s *slot) takeSDDP(call *sunrpc.Call, r *sunrpc.Reply) error {
+	c := s.c
+	msg := c.recvMR.Bytes()[s.recvIdx*c.opts.Inline:][:s.recvLen]
+	rb, _ := ourRBStruct(c.opts.Inline)
+	w, _ := rb.window()
+	stream, item, xe := w.locate(msg, s.hdrLen, &s.rep.SDDP, XmsID{XID: s.xid, Dir: 1})
+	if xe != nil {
+		c.m.badReplies.Add(1)
+		return fmt.Errorf("rpcrdma: reply to XID %#x: %w", s.xid, xe)
+	}
+	if s.rep.SDDP.Items == 0 {
+		r.Body = stream
+		return nil
+	}
+	c.m.sddpMsgs.Add(1)
+	c.m.sddpBytes.Add(uint64(len(item)))
+	if call.ReplyPayload != nil && len(call.ReplyPayload) >= len(item) {
+		copy(call.ReplyPayload, item)
+		r.Body, r.Placed = stream, len(item)
+		return nil
+	}
+	d := s.rep.SDDP.Disp
+	s.asm = append(append(append(append(s.asm[:0], stream[:d]...), item...), zeroPad4[:xdr.Pad(len(item))]...), stream[d:]...)
+	r.Body = s.asm
+	return nil
+}
+
+var zeroPad4 [4]byte
