@@ -47,7 +47,7 @@ import (
 // Memory: one record per inode of a volume (about 40 bytes), plus the
 // kernel file handle of each dirty inode.
 //
-// Not counted until the next rescan (the server restarting, as New counts
+// Not counted until the next rescan (the registry restarting, as New counts
 // every volume it restores, or a call of Registry.Rescan, which nothing
 // schedules yet): changes made outside the volume's export (the root
 // export, local processes) to inodes no call through the volume touches

@@ -48,7 +48,6 @@ func (j *jobRunner) init(n int) {
 func (j *jobRunner) startPending(r *Registry) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-
 	for _, f := range j.pending {
 		f()
 	}
@@ -118,7 +117,7 @@ func (j *copyJob) cancelAndWait() {
 }
 
 // start runs work in the background as job j (r.mu held). When it ends,
-// done is called with r.mu held and work's error, unless the server is
+// done is called with r.mu held and work's error, unless the registry is
 // closing (the copy is then left unfinished, to start again on the next
 // New).
 func (r *Registry) start(j *copyJob, what string, work func(ctx context.Context) error, done func(err error)) {
@@ -143,7 +142,7 @@ func (r *Registry) start(j *copyJob, what string, work func(ctx context.Context)
 			err = ctx.Err()
 		}
 		if r.jobs.ctx.Err() != nil {
-			klog.InfoS("volumes: copy interrupted by shutdown; it starts again with the server", "job", what)
+			klog.InfoS("volumes: copy interrupted by shutdown; it starts again with the registry", "job", what)
 			return
 		}
 		r.mu.Lock()
@@ -355,7 +354,7 @@ func (r *Registry) DeleteSnapshot(id string) error {
 	return r.finishDelete(rec)
 }
 
-// finishDelete stops snapshot r's copy, removes its tree and forgets it.
+// finishDelete stops snapshot rec's copy, removes its tree and forgets it.
 // Call it without r.mu.
 func (r *Registry) finishDelete(rec *snapRec) error {
 	rec.job.cancelAndWait()
@@ -495,7 +494,7 @@ func (r *Registry) CreateClone(cl admin.Clone) (admin.Clone, error) {
 	return rec.info(), nil
 }
 
-// startCloneLocked starts the copy of clone r; again (after a restart)
+// startCloneLocked starts the copy of clone rec; again (after a restart)
 // empties the destination first. r.mu is held.
 func (r *Registry) startCloneLocked(rec *cloneRec, again bool) {
 	openSrc := func() (*os.File, error) { return openDirBeneath(r.rootFD, rec.FromVolume) }

@@ -270,8 +270,8 @@ func (r *Registry) recount(v *Volume, p string) error {
 // was changed outside the volume's export (local processes, the root
 // export) and blocks that writeback allocated since the last call
 // touching a file; see quota.go for what a rescan during renames keeps.
-// Nothing in the server calls it (there is no periodic rescan): until it
-// is called, or the server restarts (New counts every volume again), such
+// Nothing in the registry calls it (there is no periodic rescan): until
+// it is called, or the registry restarts (New counts every volume again), such
 // changes stay uncounted unless a call through the volume touches the
 // inode. It takes time proportional to the number of files and ends early
 // with ctx's error. Errors wrap admin.ErrNotFound (not registered),

@@ -9,9 +9,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// beneath is the resolution of every path the server opens by name under
-// its root (exports, MNT, the registry): no symlink, no "..", no mount
-// point.
+// beneath is the resolution of every path the registry opens by name
+// under its root (volume directories, copy sources and destinations): no
+// symlink, no "..", no mount point.
 const beneath = unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_XDEV | unix.RESOLVE_NO_MAGICLINKS
 
 // openDirBeneath opens directory rel (relative, cleaned) beneath rootFD
