@@ -89,9 +89,10 @@ type Server struct {
 	// and the volume exports. The registry calls SetVolumeExports and
 	// StaticOverlap with its own lock held: tmu is taken after it, and the
 	// server never calls the registry while holding tmu.
-	tmu    sync.Mutex
-	static []*export
-	vols   []*export // the registry's volume exports (SetVolumeExports)
+	tmu      sync.Mutex
+	static   []*export
+	vols     []*export // the registry's volume exports (SetVolumeExports)
+	volPaths []string  // every registered volume's path, exported or not
 
 	rdmaMu  sync.Mutex
 	rdma    rdmaListener   // the ServeRDMA listener
@@ -179,7 +180,7 @@ func (s *Server) SetExports(exps []Export) error {
 		return err
 	}
 	for _, e := range list {
-		if err := overlap(e, s.vols); err != nil {
+		if err := overlap(e, s.volPaths); err != nil {
 			return err
 		}
 	}

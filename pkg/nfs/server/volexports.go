@@ -25,7 +25,8 @@ type Volumes interface {
 // symlinks, on the root's file system, found at the Dev and Ino the
 // registry saw), with ExplicitClients set. It fails, changing nothing,
 // when one cannot be resolved, overlaps a static export other than "/",
-// or takes another export's id.
+// or takes another export's id. A Missing export is not installed; its
+// path only keeps static exports away.
 func (s *Server) SetVolumeExports(exps []volumes.Export) error {
 	list := make([]*export, 0, len(exps))
 	s.tmu.Lock()
@@ -34,7 +35,18 @@ func (s *Server) SetVolumeExports(exps []volumes.Export) error {
 	for _, ex := range s.vols {
 		known[ex.Path] = ex
 	}
+	paths := make([]string, 0, len(exps))
 	for _, ve := range exps {
+		p := strings.TrimPrefix(cleanPath(ve.Path), "/")
+		for _, st := range s.static {
+			if err := overlap(st, []string{p}); err != nil {
+				return err
+			}
+		}
+		paths = append(paths, p)
+		if ve.Missing {
+			continue
+		}
 		e := Export{Path: ve.Path, ExplicitClients: true,
 			Clients: slices.Clone(ve.Clients), ReadOnlyClients: slices.Clone(ve.ReadOnlyClients)}
 		var ex *export
@@ -57,11 +69,6 @@ func (s *Server) SetVolumeExports(exps []volumes.Export) error {
 		if ve.Volume != nil {
 			ex.vol = ve.Volume
 		}
-		for _, st := range s.static {
-			if err := overlap(st, []*export{ex}); err != nil {
-				return err
-			}
-		}
 		list = append(list, ex)
 	}
 	old := s.vols
@@ -70,6 +77,7 @@ func (s *Server) SetVolumeExports(exps []volumes.Export) error {
 		s.vols = old
 		return err
 	}
+	s.volPaths = paths
 	klog.V(2).InfoS("nfs server: volume exports set", "count", len(list))
 	return nil
 }
@@ -90,14 +98,15 @@ func (s *Server) StaticOverlap(p string) error {
 }
 
 // overlap reports, as an error, whether static export e (other than "/")
-// equals, contains or lies in one of the volume exports vols.
-func overlap(e *export, vols []*export) error {
+// equals, contains or lies in one of the volume paths vols (relative to
+// the root).
+func overlap(e *export, vols []string) error {
 	q := strings.TrimPrefix(e.Path, "/")
 	if q == "" {
 		return nil
 	}
-	for _, v := range vols {
-		if p := strings.TrimPrefix(v.Path, "/"); volumes.Overlaps(p, q) {
+	for _, p := range vols {
+		if volumes.Overlaps(p, q) {
 			return fmt.Errorf("nfs server: export %q overlaps volume %q", e.Path, p)
 		}
 	}

@@ -70,6 +70,29 @@ func TestVolumeExportOverlap(t *testing.T) {
 	if _, s := mnt(t, mc, "/static/sub"); s != mount3.OK { // a directory of the static export
 		t.Fatalf("MNT /static/sub: %v", s)
 	}
+
+	// a volume whose directory is missing at start is not exported, but
+	// still keeps static exports away
+	if err := os.MkdirAll(filepath.Join(root, "a", "gone"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.reg.AddVolume("a/gone", 0, nil); err != nil {
+		t.Fatal(err)
+	}
+	e.stop()
+	if err := os.Remove(filepath.Join(root, "a", "gone")); err != nil {
+		t.Fatal(err)
+	}
+	e = startVolEnv(t, root, state, false, Export{Path: "/static"})
+	if err := e.srv.SetExports([]Export{{Path: "/a"}}); err == nil {
+		t.Fatal("SetExports over a volume whose directory is missing: no error")
+	}
+	if err := os.Mkdir(filepath.Join(root, "a", "gone"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.reg.AddVolume("a/gone", 0, nil); err != nil {
+		t.Fatalf("AddVolume of the directory back: %v", err)
+	}
 }
 
 // TestVolumeExportsConcurrent runs registry changes (each installing

@@ -41,22 +41,26 @@ type Options struct {
 // it: Path is "/"+the volume path, Clients and ReadOnlyClients the
 // addresses of the nodes granted (an empty list allows nobody), Dev and
 // Ino the directory it was found at, and Volume the quota every modifying
-// call through the export goes through.
+// call through the export goes through. Missing marks a volume whose
+// directory was not found: it is not exported, but its path stays taken
+// (no static export may overlap it).
 type Export struct {
 	Path            string
 	Clients         []netip.Prefix
 	ReadOnlyClients []netip.Prefix
 	Dev, Ino        uint64
 	Volume          *Volume
+	Missing         bool
 }
 
 // Exporter is the protocol server, as the registry drives it. The
 // registry calls it with its own lock held; the exporter takes only its
 // own locks and never calls back into the registry.
 type Exporter interface {
-	// SetVolumeExports replaces the volume exports (sorted by path)
-	// atomically; on error (a directory that cannot be resolved, an export
-	// id taken, an overlap with a static export) nothing changes.
+	// SetVolumeExports replaces the volume exports (every registered
+	// volume, sorted by path) atomically; on error (a directory that
+	// cannot be resolved, an export id taken, an overlap with a static
+	// export) nothing changes.
 	SetVolumeExports(exps []Export) error
 	// StaticOverlap returns an error naming the static export, other than
 	// "/", that volume path p (relative to the root) equals, contains or
@@ -134,11 +138,10 @@ func (r *Registry) publishLocked() error {
 	if r.exp == nil {
 		return nil
 	}
-	var list []Export
-	for _, v := range r.sortedVolumes() {
-		if ex, ok := v.exportLocked(); ok {
-			list = append(list, ex)
-		}
+	vs := r.sortedVolumes()
+	list := make([]Export, len(vs))
+	for i, v := range vs {
+		list[i] = v.exportLocked()
 	}
 	return r.exp.SetVolumeExports(list)
 }

@@ -52,11 +52,11 @@ type Volume struct {
 // was replaced.
 type dirID struct{ dev, ino uint64 }
 
-// exportLocked returns the volume's export with its client list, or
-// false when its directory could not be resolved. Registry.mu is held.
-func (v *Volume) exportLocked() (Export, bool) {
+// exportLocked returns the volume's export with its client list, Missing
+// when its directory could not be resolved. Registry.mu is held.
+func (v *Volume) exportLocked() Export {
 	if v.dir == nil {
-		return Export{}, false
+		return Export{Path: "/" + v.path, Missing: true}
 	}
 	ex := Export{Path: "/" + v.path, Dev: v.dir.dev, Ino: v.dir.ino, Volume: v}
 	for _, a := range v.access {
@@ -72,7 +72,7 @@ func (v *Volume) exportLocked() (Export, bool) {
 			}
 		}
 	}
-	return ex, true
+	return ex
 }
 
 // info returns the volume as the admin API shows it. Registry.mu is held.
