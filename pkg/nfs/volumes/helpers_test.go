@@ -114,3 +114,13 @@ func checkUsage(t *testing.T, e *regEnv, p string) admin.Volume {
 	}
 	return v
 }
+
+// treeUsage walks directory rel beneath rootFD.
+func treeUsage(rootFD int, rel string) (usage, error) {
+	d, err := openDirBeneath(rootFD, rel)
+	if err != nil {
+		return usage{}, err
+	}
+	defer d.Close()
+	return dirUsage(context.Background(), d)
+}

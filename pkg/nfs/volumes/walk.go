@@ -100,16 +100,6 @@ type usage struct {
 	size   int64 // apparent size of regular files, hard links once
 }
 
-// treeUsage walks directory rel beneath rootFD.
-func treeUsage(rootFD int, rel string) (usage, error) {
-	d, err := openDirBeneath(rootFD, rel)
-	if err != nil {
-		return usage{}, err
-	}
-	defer d.Close()
-	return dirUsage(context.Background(), d)
-}
-
 // dirUsage walks the open directory d.
 func dirUsage(ctx context.Context, d *os.File) (usage, error) {
 	var st unix.Stat_t
