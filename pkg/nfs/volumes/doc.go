@@ -15,8 +15,9 @@
 // per inode, counted by walking the tree at registration, at start and by
 // Rescan, then set by every modifying call through the volume's export for
 // each inode it touches, so that blocks delayed allocation adds between
-// calls are counted once, by the next call (quota.go says how, and why a
-// full volume is NFS3ERR_NOSPC). Calls that change one file's allocation
+// calls are counted once, by the next call (quota.go says how; the
+// protocol server answers a call that does not fit NFS3ERR_NOSPC). Calls
+// that change one file's allocation
 // are serialised per inode (as the kernel's i_rwsem does), and concurrent
 // ones reserve their estimate, so pipelined writers cannot pass the quota
 // together. Usage passes the quota only by the metadata blocks of the call
