@@ -11,6 +11,7 @@ import (
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/exportd"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/lockd"
 	nfsserver "github.com/nfsrdma/nfsrdma-csi/pkg/nfs/server"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/volumes"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/rpcrdma"
 )
 
@@ -77,7 +78,7 @@ the controller: handles obtained through it bypass volume quotas and lists.`,
 			if cfg.AdminListen == "" && !cmd.Flags().Changed("state-dir") {
 				// no admin API and no explicit --state-dir: use the default
 				// state directory only if a registry is there to restore
-				if _, err := os.Stat(filepath.Join(cfg.StateDir, nfsserver.StateFileName)); err != nil {
+				if _, err := os.Stat(filepath.Join(cfg.StateDir, volumes.StateFileName)); err != nil {
 					cfg.StateDir = ""
 				}
 			}

@@ -32,6 +32,14 @@ var layers = []struct {
 		forbidden: []string{module + "/pkg/verbs", module + "/pkg/rpcrdma", module + "/pkg/nfs/server", module + "/pkg/nfs/transport"},
 	},
 	{
+		// The volume registry drives the protocol server through its
+		// Exporter interface: it imports neither the server nor what
+		// serves it.
+		pkgs: []string{"./pkg/nfs/volumes"},
+		forbidden: []string{module + "/pkg/nfs/server", module + "/pkg/nfs/exportd", module + "/pkg/nfs/lockd",
+			module + "/pkg/rpcrdma", module + "/pkg/verbs"},
+	},
+	{
 		// Mount options are plain values.
 		pkgs:      []string{"./pkg/nfs/mountopts"},
 		forbidden: []string{module},

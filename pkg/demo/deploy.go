@@ -23,6 +23,7 @@ import (
 	"github.com/nfsrdma/nfsrdma-csi/pkg/csi/mounter"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/admin"
 	nfsserver "github.com/nfsrdma/nfsrdma-csi/pkg/nfs/server"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/volumes"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/rpcrdma"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/verbs/siw"
 )
@@ -52,6 +53,7 @@ type deployment struct {
 	ports                           csi.ServerPorts
 	token                           string
 	srv                             *nfsserver.Server
+	reg                             *volumes.Registry
 	mnt                             *mounter.Server
 	ctrl                            csipb.ControllerClient
 	node                            csipb.NodeClient
@@ -123,11 +125,15 @@ func (d *deployment) failed() error {
 // (software iWARP), the admin API with a random token; all on free loopback ports.
 func (d *deployment) startServer() error {
 	ctx := d.ctx
+	reg, err := volumes.New(volumes.Options{Root: d.root, StateDir: d.state, Version: "demo"})
+	if err != nil {
+		return fmt.Errorf("%w: volume registry on %s: %v", ErrHost, d.root, err)
+	}
+	d.reg = reg
 	srv, err := nfsserver.New(nfsserver.Options{
-		Root:     d.root,
-		Exports:  []nfsserver.Export{{Path: "/", Clients: []netip.Prefix{netip.MustParsePrefix(serverHost + "/32")}}},
-		StateDir: d.state,
-		Version:  "demo",
+		Root:    d.root,
+		Exports: []nfsserver.Export{{Path: "/", Clients: []netip.Prefix{netip.MustParsePrefix(serverHost + "/32")}}},
+		Volumes: reg,
 	})
 	if err != nil {
 		return fmt.Errorf("%w: export server on %s: %v (use --dir on a local file system with file handles: ext4, xfs, btrfs, tmpfs)", ErrHost, d.root, err)
@@ -174,7 +180,7 @@ func (d *deployment) startServer() error {
 		return srv.ServeRDMA(ctx, siw.NewDevice(siw.Config{}), net.JoinHostPort(serverHost, fmt.Sprint(rdmaPort)),
 			rpcrdma.ServerOptions{Credits: serverCredits})
 	})
-	h, err := admin.NewHandler(srv, d.token)
+	h, err := admin.NewHandler(reg, d.token)
 	if err != nil {
 		return err
 	}
@@ -307,6 +313,11 @@ func (d *deployment) stop() error {
 	}
 	if d.srv != nil {
 		if cerr := d.srv.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if d.reg != nil {
+		if cerr := d.reg.Close(); err == nil {
 			err = cerr
 		}
 	}

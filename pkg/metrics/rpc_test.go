@@ -18,6 +18,7 @@ import (
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/client"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nfs3"
 	nfsserver "github.com/nfsrdma/nfsrdma-csi/pkg/nfs/server"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/volumes"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/xdr"
 )
@@ -25,6 +26,7 @@ import (
 // exportEnv is a real export server over TCP with one volume, "vol".
 type exportEnv struct {
 	srv              *nfsserver.Server
+	reg              *volumes.Registry
 	nfsPort, mntPort int
 }
 
@@ -35,14 +37,19 @@ func startExport(t testing.TB, quota int64) *exportEnv {
 	if err := os.MkdirAll(filepath.Join(root, "vol"), 0o777); err != nil {
 		t.Fatal(err)
 	}
-	srv, err := nfsserver.New(nfsserver.Options{Root: root})
+	reg, err := volumes.New(volumes.Options{Root: root})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := srv.AddVolume("vol", quota, nil); err != nil {
+	t.Cleanup(func() { reg.Close() })
+	srv, err := nfsserver.New(nfsserver.Options{Root: root, Volumes: reg})
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := srv.Grant("vol", admin.Access{Node: "node-1", Addrs: []string{"127.0.0.1"}}); err != nil {
+	if _, err := reg.AddVolume("vol", quota, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.Grant("vol", admin.Access{Node: "node-1", Addrs: []string{"127.0.0.1"}}); err != nil {
 		t.Fatal(err)
 	}
 	nl, err := net.Listen("tcp", "127.0.0.1:0")
@@ -61,7 +68,7 @@ func startExport(t testing.TB, quota int64) *exportEnv {
 		<-done
 		srv.Close()
 	})
-	return &exportEnv{srv: srv, nfsPort: nl.Addr().(*net.TCPAddr).Port, mntPort: ml.Addr().(*net.TCPAddr).Port}
+	return &exportEnv{srv: srv, reg: reg, nfsPort: nl.Addr().(*net.TCPAddr).Port, mntPort: ml.Addr().(*net.TCPAddr).Port}
 }
 
 // The export server's RPC and volume metrics and the NFS client's
@@ -74,7 +81,7 @@ func TestRPCServerAndClientMetrics(t *testing.T) {
 
 	srvReg := prometheus.NewRegistry()
 	rpcm := NewRPCServer(nil)
-	srvReg.MustRegister(rpcm, NewVolumeCollector(e.srv.Volumes, nil), NewDRCCollector(func() DRCStats { return drcStats(e.srv.DRCStats()) }))
+	srvReg.MustRegister(rpcm, NewVolumeCollector(e.reg.Volumes, nil), NewDRCCollector(func() DRCStats { return drcStats(e.srv.DRCStats()) }))
 	e.srv.Dispatcher().SetObserver(rpcm)
 	srvURL := serveReg(t, srvReg) + "/metrics"
 

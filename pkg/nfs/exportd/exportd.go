@@ -1,8 +1,9 @@
 // Package exportd runs the export server as `driver server` does: the
-// NFSv3 and MOUNT v3 protocol server (package server) over TCP and
-// RPC-over-RDMA, the NLM v4 and NSM v1 lock services (package lockd)
-// with their rpcbind registrations, and the admin API (package admin),
-// until the context ends or one of them fails.
+// volume registry (package volumes), the NFSv3 and MOUNT v3 protocol
+// server (package server) over TCP and RPC-over-RDMA, the NLM v4 and
+// NSM v1 lock services (package lockd) with their rpcbind registrations,
+// and the admin API (package admin) over the registry, until the context
+// ends or one of them fails.
 package exportd
 
 import (
@@ -24,6 +25,7 @@ import (
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/admin"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/lockd"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/server"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/volumes"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/rpcrdma"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/verbs"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/verbs/siw"
@@ -64,7 +66,7 @@ type Config struct {
 	// AdminTokenFile, a file holding the bearer token.
 	AdminListen, AdminTokenFile string
 	// StateDir and SnapshotDir are the volume registry's directories
-	// (server.Options).
+	// (volumes.Options).
 	StateDir, SnapshotDir string
 	// Version is reported by the admin API's status.
 	Version string
@@ -115,13 +117,18 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.Locks.GracePeriod < 0 {
 		return fmt.Errorf("--grace-period %v: must not be negative", cfg.Locks.GracePeriod)
 	}
-	opts := server.Options{Root: cfg.Root, Exports: exps, StateDir: cfg.StateDir, SnapshotDir: cfg.SnapshotDir,
-		Version: cfg.Version, Locks: cfg.Locks}
+	opts := server.Options{Root: cfg.Root, Exports: exps, Locks: cfg.Locks}
 	if cfg.HandleKeyFile != "" {
 		if opts.HandleKey, err = os.ReadFile(cfg.HandleKeyFile); err != nil {
 			return err
 		}
 	}
+	reg, err := volumes.New(volumes.Options{Root: cfg.Root, StateDir: cfg.StateDir, SnapshotDir: cfg.SnapshotDir, Version: cfg.Version})
+	if err != nil {
+		return err
+	}
+	defer reg.Close()
+	opts.Volumes = reg
 	srv, err := server.New(opts)
 	if err != nil {
 		return err
@@ -132,7 +139,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.Metrics != nil {
 		rpcm := metrics.NewRPCServer(nil)
 		srv.Dispatcher().SetObserver(rpcm)
-		go cfg.Metrics(ctx, rpcm, metrics.NewVolumeCollector(srv.Volumes, nil),
+		go cfg.Metrics(ctx, rpcm, metrics.NewVolumeCollector(reg.Volumes, nil),
 			metrics.NewTransportCollector(metrics.RoleResponder, metricsource.Transport(srv.RDMAMetrics), nil),
 			metrics.NewConnectionCollector(metricsource.Connections(srv.RDMAConnections)), metrics.NewDRCCollector(metricsource.DRC(srv.DRCStats)))
 	}
@@ -158,7 +165,7 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	}
 	if cfg.AdminListen != "" {
-		h, err := admin.NewHandler(srv, token)
+		h, err := admin.NewHandler(reg, token)
 		if err != nil {
 			return err
 		}

@@ -19,6 +19,7 @@ import (
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/admin"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/mountopts"
 	nfsserver "github.com/nfsrdma/nfsrdma-csi/pkg/nfs/server"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/volumes"
 )
 
 // startExport serves a volume "vol" of an export server on loopback TCP
@@ -29,14 +30,19 @@ func startExport(t *testing.T) (root, opts string) {
 	if err := os.MkdirAll(filepath.Join(root, "vol"), 0o777); err != nil {
 		t.Fatal(err)
 	}
-	srv, err := nfsserver.New(nfsserver.Options{Root: root})
+	reg, err := volumes.New(volumes.Options{Root: root})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := srv.AddVolume("vol", 0, nil); err != nil {
+	t.Cleanup(func() { reg.Close() })
+	srv, err := nfsserver.New(nfsserver.Options{Root: root, Volumes: reg})
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := srv.Grant("vol", admin.Access{Node: "n", Addrs: []string{"127.0.0.1"}}); err != nil {
+	if _, err := reg.AddVolume("vol", 0, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.Grant("vol", admin.Access{Node: "n", Addrs: []string{"127.0.0.1"}}); err != nil {
 		t.Fatal(err)
 	}
 	nl, err := net.Listen("tcp", "127.0.0.1:0")

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/nfsrdma/nfsrdma-csi/internal/testenv"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/admin"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/mount3"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nfs3"
@@ -31,7 +32,7 @@ func exportDirs(t *testing.T, e *volEnv) map[string][]string {
 // a restart; an unregistered volume's handles are NFS3ERR_BADHANDLE.
 func TestVolumeACL(t *testing.T) {
 	root, state := t.TempDir(), t.TempDir()
-	mustWrite(t, filepath.Join(root, "vol", "file"), []byte("hello"))
+	testenv.MustWrite(t, filepath.Join(root, "vol", "file"), []byte("hello"))
 	os.Chmod(filepath.Join(root, "vol", "file"), 0o666)
 	e := startVolEnv(t, root, state, false, Export{Path: "/other"}.withDir(t, root))
 	ctx := ctxT(t)

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/nfsrdma/nfsrdma-csi/internal/testenv"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nfs3"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/xdr"
@@ -13,7 +14,7 @@ import (
 // benchEnv serves a 64 MiB file over TCP and returns a client and its handle.
 func benchEnv(b *testing.B) (nfsc, nfs3.FH) {
 	root := b.TempDir()
-	mustWrite(b, filepath.Join(root, "exp", "f"), make([]byte, 64<<20))
+	testenv.MustWrite(b, filepath.Join(root, "exp", "f"), make([]byte, 64<<20))
 	env := startServer(b, root, []Export{{Path: "/exp"}})
 	n := nfsc{b, env.client(b, false, 0, 0)}
 	rootFH, _ := mnt(b, env.client(b, true, 0, 0), "/exp")

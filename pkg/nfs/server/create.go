@@ -252,7 +252,7 @@ func (c *call) makeEntry(b *sunrpc.Builder, where *nfs3.DirOpArgs, sa *nfs3.Satt
 			st = c.created(&o, where.Name, sa, &r, isDir)
 		}
 		chargeDir(&o)
-		o.ex.vol.release(est)
+		release(&o, est)
 	}
 	r.DirWcc = o.done()
 	r.Status = st

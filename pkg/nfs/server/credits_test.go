@@ -5,8 +5,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -158,23 +156,5 @@ func TestCreditGrants(t *testing.T) {
 	}
 	if g := am2.Metrics().CreditsGranted; g != 2 {
 		t.Errorf("after a restart pod-a was granted %d, want 2", g)
-	}
-}
-
-// TestStateFileBadCredits: New refuses a state file whose credit grants
-// SetCredits would refuse (a grant below 1, a bad machine name).
-func TestStateFileBadCredits(t *testing.T) {
-	needRoot(t)
-	for _, credits := range []string{`{"pod-a": 0}`, `{"": 4}`, `{"` + strings.Repeat("m", admin.MaxMachineName+1) + `": 4}`} {
-		root, state := t.TempDir(), t.TempDir()
-		mustWrite(t, filepath.Join(state, StateFileName), []byte(`{"version": 1, "volumes": [], "snapshots": [], "clones": [], "credits": `+credits+`}`))
-		srv, err := New(Options{Root: root, StateDir: state})
-		if err == nil {
-			srv.Close()
-			t.Fatalf("New with credits %.40s: no error", credits)
-		}
-		if !errors.Is(err, admin.ErrInvalid) || !strings.Contains(err.Error(), "state file") {
-			t.Errorf("New with credits %.40s: %v, want a state file error wrapping ErrInvalid", credits, err)
-		}
 	}
 }

@@ -37,45 +37,24 @@
 //
 // # Volumes
 //
-// AddVolume registers a directory under the root as a volume: its own
-// export "/"+path, whose client list is the nodes granted (Grant, Revoke;
-// an empty list allows nobody, Export.ExplicitClients), each read-write or
-// read-only (Export.ReadOnlyClients). Since every file handle carries its
-// export id, the list is checked at every call and applies from the next
-// one. A volume has a quota in bytes allocated (st_blocks*512): usage is
-// kept per inode, counted by walking the tree at registration, at start
-// and by Rescan, then set by every modifying call through the volume's
-// export for each inode it touches, so that blocks delayed allocation adds
-// between calls are counted once, by the next call (quota.go). A
-// WRITE, a SETATTR of the size, a MKDIR or a long SYMLINK whose estimated
-// growth does not fit fails with NFS3ERR_NOSPC and changes nothing (quota.go
-// says why not NFS3ERR_DQUOT); FSSTAT of a volume reports the quota.
-// Calls that change one file's allocation are serialised per inode (as the
-// kernel's i_rwsem does), and concurrent ones reserve their estimate, so
-// pipelined writers cannot pass the quota together.
-//
-// The registry (volumes, quotas, lists, snapshots, clones) is kept in
-// Options.StateDir and restored by New. Snapshots are copies of a
-// volume's tree in Options.SnapshotDir (outside the root, never
-// exported), made in the background with progress (reflink, else
-// copy_file_range, holes kept); clones fill an empty directory from a
-// snapshot or a volume the same way. An interrupted copy starts again
-// with the next New. admin.NewHandler serves all this over HTTP to the
-// CSI controller (package admin).
+// A volume registry (package volumes, Options.Volumes) adds its volumes'
+// exports to the static ones: each volume is the export "/"+path, whose
+// client list is the nodes granted (an empty list allows nobody,
+// Export.ExplicitClients), each read-write or read-only
+// (Export.ReadOnlyClients). Since every file handle carries its export
+// id, the list is checked at every call and applies from the next one.
+// Every modifying call through a volume's export goes through the
+// volume's quota (quota.go, quotaVolume): a WRITE, a SETATTR of the size,
+// a MKDIR or a long SYMLINK whose estimated growth does not fit fails
+// with NFS3ERR_NOSPC and changes nothing; FSSTAT of a volume reports the
+// quota. Package volumes says how usage is kept.
 //
 // # Limits
 //
 // Changes made through another export containing a volume (the root
-// export the controller uses, say) or by local processes are counted when
-// a call through the volume next touches the inode, or when the volume's
-// tree is walked again: when the server restarts (New counts every volume
-// it restores), when AddVolume finds the directory replaced, or when
-// Server.Rescan is called. Nothing schedules Rescan yet: until one of
-// these, such changes stay uncounted.
-// Usage passes the quota only by the metadata blocks of the call in
-// progress that fills it (quota.go). Snapshot copies are not atomic: a volume
-// written to while it is copied gives a snapshot of no single instant, as
-// with rsync. Extended attributes are not copied.
+// export the controller uses, say) or by local processes are counted only
+// as package volumes says (the next call through the volume touching the
+// inode, or a walk of the volume's tree).
 //
 // As knfsd with no_subtree_check, a handle stays valid for a file that a
 // local process moved out of its export. Mount points below an export are

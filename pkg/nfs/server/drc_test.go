@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nfsrdma/nfsrdma-csi/internal/testenv"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/mount3"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nfs3"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/rpcrdma"
@@ -287,7 +288,7 @@ func drcRetransmission(t *testing.T, proto string) {
 func TestDRCSameXIDNewCall(t *testing.T) {
 	e := newDRCEnv(t, "tcp", drcConfig{})
 	for _, n := range []string{"a", "b", "c"} {
-		mustWrite(t, filepath.Join(e.env.root, "exp", n), []byte(n))
+		testenv.MustWrite(t, filepath.Join(e.env.root, "exp", n), []byte(n))
 	}
 	tr := e.dial(t)
 	const xid = 0xabcd
@@ -330,7 +331,7 @@ func TestDRCSameXIDNewCall(t *testing.T) {
 // reply.
 func TestDRCInProgress(t *testing.T) {
 	e := newDRCEnv(t, "tcp", drcConfig{})
-	mustWrite(t, filepath.Join(e.env.root, "exp", "x"), []byte("x"))
+	testenv.MustWrite(t, filepath.Join(e.env.root, "exp", "x"), []byte("x"))
 	entered := make(chan struct{}, 4)
 	release := make(chan struct{})
 	var once sync.Once
@@ -406,7 +407,7 @@ func TestDRCBoundAndExpiry(t *testing.T) {
 		wantStatus(t, "REMOVE "+name(i), nfsStatus(t, e.call(t, tr, uint32(100+i), nfs3.ProcRemove, rm(i))), want)
 	}
 	for i := range 12 {
-		mustWrite(t, filepath.Join(e.env.root, "exp", name(i)), nil)
+		testenv.MustWrite(t, filepath.Join(e.env.root, "exp", name(i)), nil)
 	}
 	for i := range 10 {
 		remove(i, nfs3.OK)
@@ -451,7 +452,7 @@ func TestDRCBoundAndExpiry(t *testing.T) {
 func TestDRCIdempotentNotCached(t *testing.T) {
 	e := newDRCEnv(t, "tcp", drcConfig{})
 	path := filepath.Join(e.env.root, "exp", "file")
-	mustWrite(t, path, []byte("first"))
+	testenv.MustWrite(t, path, []byte("first"))
 	fh := e.lookup(t, "file")
 	tr := e.dial(t)
 	getattr := func() nfs3.GetattrRes {
@@ -484,7 +485,7 @@ func TestDRCIdempotentNotCached(t *testing.T) {
 	if d := read(); string(d) != "first" {
 		t.Fatalf("READ %q", d)
 	}
-	mustWrite(t, path, []byte("second call"))
+	testenv.MustWrite(t, path, []byte("second call"))
 	if a := getattr(); a.Attr.Size != 11 {
 		t.Fatalf("GETATTR with the same XID answered from a cache: size %d", a.Attr.Size)
 	}

@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/volumes"
 )
 
 // Export is one exported directory.
@@ -29,7 +31,7 @@ type Export struct {
 	ReadOnlyClients []netip.Prefix
 	// ExplicitClients makes Clients and ReadOnlyClients the complete list:
 	// when both are empty, no client may use the export. Volume exports
-	// (AddVolume) set it.
+	// (package volumes) set it.
 	ExplicitClients bool
 	// ReadOnly makes every modifying procedure fail with NFS3ERR_ROFS.
 	ReadOnly bool
@@ -73,6 +75,10 @@ func ExportID(p string) uint32 {
 
 func cleanPath(p string) string { return path.Clean("/" + p) }
 
+// beneath is the resolution of every path the server opens by name under
+// its root (exports, MNT): no symlink, no "..", no mount point.
+const beneath = unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_XDEV | unix.RESOLVE_NO_MAGICLINKS
+
 // export is an Export resolved under the root.
 type export struct {
 	Export
@@ -81,7 +87,7 @@ type export struct {
 	fhLen  int
 	dev    uint64 // st_dev and st_ino of the export's root directory
 	ino    uint64
-	vol    *volume // the volume whose export this is, or nil
+	vol    quotaVolume // the quota of the volume whose export this is, or nil
 }
 
 // exportTable is an immutable snapshot of the exports, replaced whole.
@@ -206,7 +212,7 @@ func ParseExport(s string) (Export, error) {
 		if f == "" || f == "*" {
 			continue
 		}
-		p, err := parsePrefix(f)
+		p, err := volumes.ParsePrefix(f)
 		if err != nil {
 			return Export{}, fmt.Errorf("export %q: %w", s, err)
 		}
@@ -229,17 +235,6 @@ func isOptions(s string) bool {
 		}
 	}
 	return true
-}
-
-func parsePrefix(s string) (netip.Prefix, error) {
-	if strings.Contains(s, "/") {
-		return netip.ParsePrefix(s)
-	}
-	a, err := netip.ParseAddr(s)
-	if err != nil {
-		return netip.Prefix{}, err
-	}
-	return netip.PrefixFrom(a, a.BitLen()), nil
 }
 
 // peerAddr returns the IP address of a caller, or the zero Addr.

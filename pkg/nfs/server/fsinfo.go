@@ -28,8 +28,8 @@ func (c *call) fsstat(d *xdr.Decoder, b *sunrpc.Builder) error {
 			r.TBytes, r.FBytes, r.ABytes = sf.Blocks*bs, sf.Bfree*bs, sf.Bavail*bs
 			r.TFiles, r.FFiles, r.AFiles = sf.Files, sf.Ffree, sf.Ffree
 			if v := o.ex.vol; v != nil {
-				if q := v.quota.Load(); q > 0 {
-					free := uint64(max(0, q-v.used.Load()))
+				if q, used := v.Quota(); q > 0 {
+					free := uint64(max(0, q-used))
 					r.TBytes, r.FBytes, r.ABytes = uint64(q), free, free
 				}
 			}

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/nfsrdma/nfsrdma-csi/internal/testenv"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/mount3"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nfs3"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
@@ -21,9 +22,9 @@ import (
 func FuzzDispatch(f *testing.F) {
 	needRoot(f)
 	root := f.TempDir()
-	mustWrite(f, filepath.Join(root, "outside", "secret.txt"), []byte("secret"))
+	testenv.MustWrite(f, filepath.Join(root, "outside", "secret.txt"), []byte("secret"))
 	os.Mkdir(filepath.Join(root, "exp"), 0o755)
-	mustWrite(f, filepath.Join(root, "exp", "file"), []byte("data"))
+	testenv.MustWrite(f, filepath.Join(root, "exp", "file"), []byte("data"))
 	os.Symlink("../outside", filepath.Join(root, "exp", "ln"))
 	srv, err := New(Options{Root: root, Exports: []Export{{Path: "/exp"}}})
 	if err != nil {

@@ -204,16 +204,6 @@ func wantStatus(t testing.TB, what string, got, want nfs3.Status) {
 	}
 }
 
-func mustWrite(t testing.TB, path string, data []byte) {
-	t.Helper()
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(path, data, 0o644); err != nil {
-		t.Fatal(err)
-	}
-}
-
 func openForTest(root, sub string) (int, error) {
 	return unix.Open(filepath.Join(root, sub), unix.O_PATH|unix.O_DIRECTORY, 0)
 }

@@ -126,10 +126,10 @@ func (c *call) read(d *xdr.Decoder, b *sunrpc.Builder) error {
 // write is WRITE (RFC 1813 section 3.3.7). The data is taken with
 // sunrpc.Request.Payload (inline, or pulled by an RDMA transport). UNSTABLE
 // data is not synced (COMMIT does), DATA_SYNC is fdatasync'ed, FILE_SYNC
-// fsync'ed (quota.go, syncStable, inside the quota accounting, so that
-// the blocks the sync allocates are counted); the reply carries the
-// instance's write verifier. In a volume, a write whose estimated growth
-// (quota.go, writeGrowth) does not fit the quota fails with NFS3ERR_NOSPC
+// fsync'ed (syncStable, inside the quota accounting, so that the blocks
+// the sync allocates are counted); the reply carries the instance's write
+// verifier. In a volume, a write whose estimated growth (volumes.Volume.Write)
+// does not fit the quota fails with NFS3ERR_NOSPC
 // and writes nothing. A write by a caller other than root clears the file's
 // set-user-ID bit (and set-group-ID, see identity.setIDAfterWrite) first, as
 // a local write(2) without CAP_FSETID would.

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nfsrdma/nfsrdma-csi/internal/testenv"
 )
 
 // libnfsTool returns the path of a libnfs-utils tool: skip if missing,
@@ -64,7 +66,7 @@ func TestLibnfs(t *testing.T) {
 		}
 	}
 	t.Run("copy-from-server", func(t *testing.T) {
-		mustWrite(t, filepath.Join(root, "exp", "big.bin"), data)
+		testenv.MustWrite(t, filepath.Join(root, "exp", "big.bin"), data)
 		dst := filepath.Join(local, "big.out")
 		runTool(t, cp, env.url("/exp/big.bin"), dst)
 		got, err := os.ReadFile(dst)
@@ -74,7 +76,7 @@ func TestLibnfs(t *testing.T) {
 	})
 	t.Run("copy-to-server", func(t *testing.T) {
 		src := filepath.Join(local, "up.bin")
-		mustWrite(t, src, data)
+		testenv.MustWrite(t, src, data)
 		runTool(t, cp, src, env.url("/exp/up.bin"))
 		got, err := os.ReadFile(filepath.Join(root, "exp", "up.bin"))
 		if err != nil || !bytes.Equal(got, data) {
@@ -82,7 +84,7 @@ func TestLibnfs(t *testing.T) {
 		}
 	})
 	t.Run("cat", func(t *testing.T) {
-		mustWrite(t, filepath.Join(root, "exp", "small.txt"), []byte("hello libnfs\n"))
+		testenv.MustWrite(t, filepath.Join(root, "exp", "small.txt"), []byte("hello libnfs\n"))
 		if out := runTool(t, cat, env.url("/exp/small.txt")); out != "hello libnfs\n" {
 			t.Fatalf("nfs-cat: %q", out)
 		}

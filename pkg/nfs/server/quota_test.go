@@ -2,7 +2,6 @@ package server
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"io"
 	"math/rand/v2"
@@ -15,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/nfsrdma/nfsrdma-csi/internal/testenv"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/admin"
 	client "github.com/nfsrdma/nfsrdma-csi/pkg/nfs/client"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nfs3"
@@ -43,7 +43,7 @@ func checkUsage(t *testing.T, e *volEnv, p string) admin.Volume {
 		if err != nil {
 			t.Fatal(err)
 		}
-		u, err := treeUsage(e.srv.rootFD, p)
+		u, err := walkUsage(filepath.Join(e.root, p))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -55,6 +55,34 @@ func checkUsage(t *testing.T, e *volEnv, p string) admin.Volume {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// treeUse is what a tree allocates: bytes (st_blocks*512) and inodes,
+// hard links once.
+type treeUse struct{ bytes, inodes int64 }
+
+// walkUsage walks dir (itself included, never following a symlink) with
+// lstat(2), as du(1) counts: the oracle the registry's accounting is
+// checked against.
+func walkUsage(dir string) (treeUse, error) {
+	var u treeUse
+	seen := map[[2]uint64]bool{}
+	err := filepath.WalkDir(dir, func(p string, _ os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		var st unix.Stat_t
+		if err := unix.Lstat(p, &st); err != nil {
+			return err
+		}
+		if k := [2]uint64{st.Dev, st.Ino}; !seen[k] {
+			seen[k] = true
+			u.bytes += st.Blocks * 512
+			u.inodes++
+		}
+		return nil
+	})
+	return u, err
 }
 
 func checkFsstat(t *testing.T, c *client.Client, quota, used int64) {
@@ -225,7 +253,7 @@ func volumeQuota(t *testing.T, proto string) {
 // the usage the server keeps equals a walk of the volume's tree.
 func TestVolumeUsage(t *testing.T) {
 	root, state := t.TempDir(), t.TempDir()
-	mustWrite(t, filepath.Join(root, "vol", "pre", "existing"), randomBytes(100000, 1))
+	testenv.MustWrite(t, filepath.Join(root, "vol", "pre", "existing"), randomBytes(100000, 1))
 	if err := os.Link(filepath.Join(root, "vol", "pre", "existing"), filepath.Join(root, "vol", "pre", "hardlink")); err != nil {
 		t.Fatal(err)
 	}
@@ -586,23 +614,23 @@ func TestVolumeRescan(t *testing.T) {
 	e, c, dir := quotaEnv(t, 1<<30)
 	ctx := ctxLong(t)
 	for i := range 20 {
-		mustWrite(t, filepath.Join(dir, "local", strconv.Itoa(i)), randomBytes(10000*i, uint64(i)))
+		testenv.MustWrite(t, filepath.Join(dir, "local", strconv.Itoa(i)), randomBytes(10000*i, uint64(i)))
 	}
 	if err := os.Symlink(strings.Repeat("y/", 100), filepath.Join(dir, "local", "link")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.srv.Rescan(ctx, "vol"); err != nil {
+	if _, err := e.reg.Rescan(ctx, "vol"); err != nil {
 		t.Fatal(err)
 	}
 	checkUsage(t, e, "vol")
 	if err := os.RemoveAll(filepath.Join(dir, "local")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.srv.Rescan(ctx, "vol"); err != nil {
+	if _, err := e.reg.Rescan(ctx, "vol"); err != nil {
 		t.Fatal(err)
 	}
 	checkUsage(t, e, "vol")
-	if _, err := e.srv.Rescan(ctx, "nope"); !errors.Is(err, admin.ErrNotFound) {
+	if _, err := e.reg.Rescan(ctx, "nope"); !errors.Is(err, admin.ErrNotFound) {
 		t.Fatalf("Rescan of an unregistered volume: %v", err)
 	}
 
@@ -626,7 +654,7 @@ func TestVolumeRescan(t *testing.T) {
 				return
 			default:
 			}
-			if _, err := e.srv.Rescan(ctx, "vol"); err != nil {
+			if _, err := e.reg.Rescan(ctx, "vol"); err != nil {
 				scans <- err
 				return
 			}
@@ -673,79 +701,4 @@ func TestVolumeRescan(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkUsage(t, e, "vol")
-}
-
-// TestVolumeAcct checks the per-inode records without a server: adoption,
-// growth seen between calls consuming the slack, the slack counting
-// against the quota, forgetting, and rescans (a record of an inode no
-// longer in the tree is dropped at the second walk that misses it).
-func TestVolumeAcct(t *testing.T) {
-	var v volume
-	v.quota.Store(100 << 10)
-	a, b := inodeKey{1, 10}, inodeKey{1, 11}
-	lock := func(f func()) { v.acct.mu.Lock(); f(); v.acct.mu.Unlock() }
-	check := func(used, inodes, slack int64) {
-		t.Helper()
-		if v.used.Load() != used || v.inodes.Load() != inodes || v.slack.Load() != slack {
-			t.Fatalf("used %d inodes %d slack %d; want %d, %d, %d", v.used.Load(), v.inodes.Load(), v.slack.Load(), used, inodes, slack)
-		}
-	}
-	lock(func() { v.setLocked(a, 8192) })
-	check(8192, 1, 0)
-	lock(func() { v.setLocked(a, 16384); v.dirtyLocked(a, unix.FileHandle{}, 12288, 1<<20) })
-	check(16384, 1, 12288)
-	// writeback added a block: counted once, out of the slack
-	st := unix.Stat_t{Dev: 1, Ino: 10, Blocks: 40}
-	lock(func() { v.observeLocked(a, &st) })
-	check(20480, 1, 8192)
-	if !v.reserve(100<<10 - 20480 - 8192) {
-		t.Fatal("a reservation up to the quota with the slack refused")
-	}
-	if v.reserve(1) {
-		t.Fatal("a reservation past the quota with the slack granted")
-	}
-	v.release(100<<10 - 20480 - 8192)
-	lock(func() { v.dirtyLocked(a, unix.FileHandle{}, 1<<20, 16384) }) // capped
-	check(20480, 1, 16384)
-	lock(func() { v.capSlackLocked(a, 4096) })
-	check(20480, 1, 4096)
-	lock(func() { v.setLocked(b, 4096) })
-	check(24576, 2, 4096)
-	lock(func() { v.forgetLocked(a) })
-	check(4096, 1, 0)
-	lock(func() { v.cleanLocked(b); v.forgetLocked(inodeKey{9, 9}) })
-	check(4096, 1, 0)
-
-	// rescans of a real tree: its inodes replace the records; b, not in
-	// it, is kept by the first walk that misses it, dropped by the second
-	root := t.TempDir()
-	mustWrite(t, filepath.Join(root, "vol", "f"), randomBytes(10000, 1))
-	rootFD, err := unix.Open(root, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Close(rootFD)
-	u, err := treeUsage(rootFD, "vol")
-	if err != nil {
-		t.Fatal(err)
-	}
-	missed, err := v.scanOnce(context.Background(), rootFD, "vol")
-	if err != nil || !missed {
-		t.Fatalf("first walk: missed %v, %v", missed, err)
-	}
-	check(u.bytes+4096, u.inodes+1, 0)
-	missed, err = v.scanOnce(context.Background(), rootFD, "vol")
-	if err != nil || missed {
-		t.Fatalf("second walk: missed %v, %v", missed, err)
-	}
-	check(u.bytes, u.inodes, 0)
-	lock(func() { v.setLocked(b, 4096) })
-	if err := v.rescan(context.Background(), rootFD, "vol"); err != nil {
-		t.Fatal(err)
-	}
-	check(u.bytes, u.inodes, 0)
-	if err := v.rescan(context.Background(), rootFD, "missing"); err == nil {
-		t.Fatal("rescan of a missing directory succeeded")
-	}
-	check(u.bytes, u.inodes, 0)
 }

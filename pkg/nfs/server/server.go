@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -53,24 +52,11 @@ type Options struct {
 	// Logger receives the RPC layer's logs; nil means klog.
 	Logger *slog.Logger
 
-	// StateDir is the directory where the volume registry (volumes,
-	// quotas, client lists, snapshots and clones) is kept, in
-	// StateDir/state.json, written atomically; New restores it. Empty:
-	// the registry lives in memory only. It is created (mode 0700) if
-	// missing, and must not be beneath Root. New walks every registered
-	// volume's tree to count its usage before it returns.
-	StateDir string
-	// SnapshotDir holds the snapshots' trees, one directory per snapshot
-	// id; empty means StateDir/snapshots (and no snapshots at all when
-	// StateDir is empty too). It must not be beneath Root, so that no NFS
-	// client reaches a snapshot; reflinks (FICLONE) are used when it is on
-	// Root's file system, plain copies otherwise.
-	SnapshotDir string
-	// CopyJobs bounds the snapshot and clone copies running at once; 0
-	// means 2. Further jobs wait, with no progress, until one ends.
-	CopyJobs int
-	// Version is reported by the admin API's status.
-	Version string
+	// Volumes is the volume registry whose volumes are exported besides
+	// the static exports (package volumes); nil: none. New attaches the
+	// server to it (Volumes.Attach) before it installs the static exports,
+	// so that one overlapping a volume is an error.
+	Volumes Volumes
 	// DRCEntries bounds the replies the duplicate request cache keeps (0:
 	// DefaultDRCEntries); DRCExpiry is how long one is kept after its last
 	// use (0: DefaultDRCExpiry). See drc.go.
@@ -100,20 +86,19 @@ type Server struct {
 	mounts  []mount3.MountEntry
 
 	// tmu serialises changes of the export table and guards the static
-	// exports and the registry (volumes, snapshots, clones).
-	tmu     sync.Mutex
-	static  []*export
-	reg     registry
-	files   fileLocks
-	version string
+	// and the volume exports. The registry calls SetVolumeExports and
+	// StaticOverlap with its own lock held: tmu is taken after it, and the
+	// server never calls the registry while holding tmu.
+	tmu      sync.Mutex
+	static   []*export
+	vols     []*export // the registry's volume exports (SetVolumeExports)
+	volPaths []string  // every registered volume's path, exported or not
 
-	credits map[string]int // RPC-over-RDMA credits per machine name; guarded by tmu
+	rdmaMu  sync.Mutex
+	rdma    rdmaListener   // the ServeRDMA listener
+	credits map[string]int // RPC-over-RDMA credits per machine name (SetMachineGrants)
 
-	rdmaMu sync.Mutex
-	rdma   rdmaListener // the ServeRDMA listener
-
-	jobs jobRunner
-	drc  *replyCache
+	drc *replyCache
 
 	locks     *lockd.Manager
 	locksOnce sync.Once
@@ -145,19 +130,19 @@ func New(opts Options) (*Server, error) {
 	if log == nil {
 		log = slog.New(logr.ToSlogHandler(klog.Background()))
 	}
-	s := &Server{root: opts.Root, rootFD: fd, rpc: sunrpc.NewServer(log), log: log, seal: newSealer(key), version: opts.Version}
+	s := &Server{root: opts.Root, rootFD: fd, rpc: sunrpc.NewServer(log), log: log, seal: newSealer(key)}
 	rand.Read(s.wverf[:])
 	s.exports.Store(&exportTable{byID: map[uint32]*export{}})
-	if err := s.initRegistry(opts); err != nil {
-		unix.Close(fd)
-		return nil, err
+	if opts.Volumes != nil {
+		if err := opts.Volumes.Attach(s); err != nil {
+			unix.Close(fd)
+			return nil, err
+		}
 	}
 	if err := s.SetExports(opts.Exports); err != nil {
-		s.jobs.stop()
 		unix.Close(fd)
 		return nil, err
 	}
-	s.jobs.startPending(s)
 	s.drc = newReplyCache(drcConfig{MaxEntries: opts.DRCEntries, Expiry: opts.DRCExpiry})
 	s.rpc.Register(nfs3.Program, nfs3.Version, s.nfsHandlersWith(s.drc))
 	s.rpc.Register(mount3.Program, mount3.Version, s.mountHandlers())
@@ -167,7 +152,6 @@ func New(opts Options) (*Server, error) {
 		lo.Logger = log
 	}
 	if s.locks, err = lockd.New(lo); err != nil {
-		s.jobs.stop()
 		unix.Close(fd)
 		return nil, err
 	}
@@ -176,10 +160,10 @@ func New(opts Options) (*Server, error) {
 	return s, nil
 }
 
-// SetExports replaces the static exports (those not made by AddVolume)
+// SetExports replaces the static exports (those not of Options.Volumes)
 // atomically: calls in progress finish under the old table, later calls
 // see the new one. Every path must name a directory beneath Root reached
-// without symbolic links, and none may be a registered volume's; on error
+// without symbolic links, and none may overlap a volume export; on error
 // the table is unchanged. A handle of a removed export becomes
 // NFS3ERR_BADHANDLE (its export id is unknown).
 func (s *Server) SetExports(exps []Export) error {
@@ -196,11 +180,8 @@ func (s *Server) SetExports(exps []Export) error {
 		return err
 	}
 	for _, e := range list {
-		q := strings.TrimPrefix(e.Path, "/")
-		for p := range s.reg.vols {
-			if q != "" && (within(p, q) || within(q, p)) {
-				return fmt.Errorf("nfs server: export %q overlaps volume %q", e.Path, p)
-			}
+		if err := overlap(e, s.volPaths); err != nil {
+			return err
 		}
 	}
 	old := s.static
@@ -214,7 +195,7 @@ func (s *Server) SetExports(exps []Export) error {
 }
 
 // Exports returns a copy of the static exports (those set by Options and
-// SetExports; volume exports are listed by Volumes).
+// SetExports; not the volume exports).
 func (s *Server) Exports() []Export {
 	s.tmu.Lock()
 	defer s.tmu.Unlock()
@@ -228,15 +209,9 @@ func (s *Server) Exports() []Export {
 }
 
 // rebuildLocked installs a new export table made of the static exports
-// and the registered volumes' exports. s.tmu is held.
+// and the volume exports. s.tmu is held.
 func (s *Server) rebuildLocked() error {
-	list := slices.Clone(s.static)
-	for _, v := range s.reg.sortedVolumes() {
-		if ex := v.exportLocked(); ex != nil {
-			list = append(list, ex)
-		}
-	}
-	t, err := newTable(list)
+	t, err := newTable(slices.Concat(s.static, s.vols))
 	if err != nil {
 		return err
 	}
@@ -316,14 +291,12 @@ func (s *Server) ListenAndServe(ctx context.Context, host string, nfsPort, mount
 	return s.Serve(ctx, nl, ml)
 }
 
-// Close cancels the running snapshot and clone copies (they are resumed
-// by the next New on the same StateDir), waits for them, and releases the
-// root descriptor. Call it after serving has stopped.
+// Close stops the lock manager and releases the root descriptor. Call it
+// after serving has stopped (and before closing Options.Volumes).
 func (s *Server) Close() error {
 	if s.closed.Swap(true) {
 		return nil
 	}
-	s.jobs.stop()
 	s.locks.Close()
 	return unix.Close(s.rootFD)
 }

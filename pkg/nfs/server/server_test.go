@@ -11,6 +11,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/nfsrdma/nfsrdma-csi/internal/testenv"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/mount3"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nfs3"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
@@ -21,8 +22,8 @@ import (
 func layout(t *testing.T) (string, []Export) {
 	root := t.TempDir()
 	os.Chmod(root, 0o755)
-	mustWrite(t, filepath.Join(root, "outside", "secret.txt"), []byte("secret"))
-	mustWrite(t, filepath.Join(root, "ro", "file"), []byte("read only"))
+	testenv.MustWrite(t, filepath.Join(root, "outside", "secret.txt"), []byte("secret"))
+	testenv.MustWrite(t, filepath.Join(root, "ro", "file"), []byte("read only"))
 	if err := os.Mkdir(filepath.Join(root, "exp"), 0o755); err != nil {
 		t.Fatal(err)
 	}

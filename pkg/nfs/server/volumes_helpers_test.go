@@ -10,6 +10,7 @@ import (
 
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/admin"
 	client "github.com/nfsrdma/nfsrdma-csi/pkg/nfs/client"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/volumes"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/rpcrdma"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/verbs/siw"
@@ -23,6 +24,7 @@ const testAdminToken = "s3cret-admin-token"
 type volEnv struct {
 	root, state      string
 	srv              *Server
+	reg              *volumes.Registry
 	nfsPort, mntPort int
 	rdmaAddr         string
 	adm              *admin.Client
@@ -32,13 +34,18 @@ type volEnv struct {
 	servers          int
 }
 
-// startVolEnv starts a server on root with state directory state and
-// static exports exps.
+// startVolEnv starts a registry on root with state directory state and
+// a server exporting it besides the static exports exps.
 func startVolEnv(t testing.TB, root, state string, rdma bool, exps ...Export) *volEnv {
 	t.Helper()
 	needRoot(t)
-	srv, err := New(Options{Root: root, StateDir: state, Exports: exps, Version: "test"})
+	reg, err := volumes.New(volumes.Options{Root: root, StateDir: state, Version: "test"})
 	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := New(Options{Root: root, Exports: exps, Volumes: reg})
+	if err != nil {
+		reg.Close()
 		t.Fatal(err)
 	}
 	nl, err := net.Listen("tcp", "127.0.0.1:0")
@@ -50,7 +57,7 @@ func startVolEnv(t testing.TB, root, state string, rdma bool, exps ...Export) *v
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	e := &volEnv{root: root, state: state, srv: srv, cancel: cancel, done: make(chan error, 3), servers: 1,
+	e := &volEnv{root: root, state: state, srv: srv, reg: reg, cancel: cancel, done: make(chan error, 3), servers: 1,
 		nfsPort: nl.Addr().(*net.TCPAddr).Port, mntPort: ml.Addr().(*net.TCPAddr).Port}
 	go func() { e.done <- srv.Serve(ctx, nl, ml) }()
 	if rdma {
@@ -65,7 +72,7 @@ func startVolEnv(t testing.TB, root, state string, rdma bool, exps ...Export) *v
 			e.done <- srv.ServeRDMA(ctx, siw.NewDevice(siw.Config{RTRDelay: -1}), e.rdmaAddr, rpcrdma.ServerOptions{Credits: 16})
 		}()
 	}
-	h, err := admin.NewHandler(srv, testAdminToken)
+	h, err := admin.NewHandler(reg, testAdminToken)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,6 +92,7 @@ func (e *volEnv) stop() {
 		<-e.done
 	}
 	e.srv.Close()
+	e.reg.Close()
 	e.cancel = nil
 }
 

@@ -1,4 +1,4 @@
-package server
+package volumes
 
 import (
 	"cmp"
@@ -22,7 +22,7 @@ import (
 // section 5.1.4, less the leading "/").
 const maxVolumePath = 1023
 
-// volume is a registered volume: a directory under the root exported as
+// Volume is a registered volume: a directory under the root exported as
 // "/"+path to the nodes granted access, with a quota.
 //
 // Usage is kept in bytes allocated (st_blocks*512, hard links counted
@@ -30,36 +30,38 @@ const maxVolumePath = 1023
 // registration, at start and by Rescan, then set by every modifying NFS
 // call made through the volume's export for the inodes it touches (see
 // quota.go).
-type volume struct {
+type Volume struct {
+	r    *Registry
 	path string // relative to the root, cleaned ("pvc-1", "ns/pvc-1")
 
-	// guarded by Server.tmu
-	ex     *export // resolved export (clients not set); nil when its directory is missing
+	// guarded by Registry.mu
+	dir    *dirID // its directory; nil when it is missing
 	access []admin.Access
 	meta   map[string]string
 
-	quota    atomic.Int64           // bytes; 0: unlimited
-	used     atomic.Int64           // bytes allocated: the sum of acct's records
-	inodes   atomic.Int64           // the number of acct's records
-	reserved atomic.Int64           // bytes reserved by calls in progress (quota.go)
-	slack    atomic.Int64           // bytes writeback may still allocate to dirty inodes (quota.go)
-	acct     acct                   // per-inode usage (quota.go)
-	srv      atomic.Pointer[Server] // set by the first recount, before the volume is exported
+	quota    atomic.Int64             // bytes; 0: unlimited
+	used     atomic.Int64             // bytes allocated: the sum of acct's records
+	inodes   atomic.Int64             // the number of acct's records
+	reserved atomic.Int64             // bytes reserved by calls in progress (quota.go)
+	slack    atomic.Int64             // bytes writeback may still allocate to dirty inodes (quota.go)
+	acct     acct                     // per-inode usage (quota.go)
+	reg      atomic.Pointer[Registry] // set by the first recount, before the volume is exported
 }
 
-// exportLocked returns the volume's export with its client list, or nil
-// when its directory could not be resolved. Server.tmu is held.
-func (v *volume) exportLocked() *export {
-	if v.ex == nil {
-		return nil
+// dirID identifies a volume's directory (st_dev, st_ino), to tell when it
+// was replaced.
+type dirID struct{ dev, ino uint64 }
+
+// exportLocked returns the volume's export with its client list, Missing
+// when its directory could not be resolved. Registry.mu is held.
+func (v *Volume) exportLocked() Export {
+	if v.dir == nil {
+		return Export{Path: "/" + v.path, Missing: true}
 	}
-	ex := *v.ex
-	ex.Clients, ex.ReadOnlyClients = nil, nil
-	ex.ExplicitClients = true
-	ex.vol = v
+	ex := Export{Path: "/" + v.path, Dev: v.dir.dev, Ino: v.dir.ino, Volume: v}
 	for _, a := range v.access {
 		for _, s := range a.Addrs {
-			p, err := parsePrefix(s)
+			p, err := ParsePrefix(s)
 			if err != nil {
 				continue // checked by Grant
 			}
@@ -70,11 +72,11 @@ func (v *volume) exportLocked() *export {
 			}
 		}
 	}
-	return &ex
+	return ex
 }
 
-// info returns the volume as the admin API shows it. Server.tmu is held.
-func (v *volume) info() admin.Volume {
+// info returns the volume as the admin API shows it. Registry.mu is held.
+func (v *Volume) info() admin.Volume {
 	acc := make([]admin.Access, len(v.access))
 	for i, a := range v.access {
 		a.Addrs = slices.Clone(a.Addrs)
@@ -103,22 +105,12 @@ func checkMeta(m map[string]string) error {
 	return nil
 }
 
-// registry is the server's volumes, snapshots and clones, guarded by
-// Server.tmu.
-type registry struct {
-	vols      map[string]*volume
-	snaps     map[string]*snapRec
-	clones    map[string]*cloneRec
-	stateFile string // "": not persisted
-	snapDir   string // "": no snapshots
-}
-
-func (r *registry) sortedVolumes() []*volume {
-	out := make([]*volume, 0, len(r.vols))
+func (r *Registry) sortedVolumes() []*Volume {
+	out := make([]*Volume, 0, len(r.vols))
 	for _, v := range r.vols {
 		out = append(out, v)
 	}
-	slices.SortFunc(out, func(a, b *volume) int { return cmp.Compare(a.path, b.path) })
+	slices.SortFunc(out, func(a, b *Volume) int { return cmp.Compare(a.path, b.path) })
 	return out
 }
 
@@ -142,40 +134,48 @@ func volumePath(p string) (string, error) {
 // relative).
 func within(a, b string) bool { return a == b || strings.HasPrefix(a, b+"/") }
 
+// Overlaps reports whether paths a and b (cleaned, relative to the root,
+// as volume paths are) are equal or one lies beneath the other.
+func Overlaps(a, b string) bool { return within(a, b) || within(b, a) }
+
 // conflictLocked checks that a volume at p neither equals, contains nor
 // lies inside another volume (other than p itself) or a static export
-// other than "/". Server.tmu is held.
-func (s *Server) conflictLocked(p string) error {
-	for q := range s.reg.vols {
-		if q != p && (within(p, q) || within(q, p)) {
+// other than "/". Registry.mu is held.
+func (r *Registry) conflictLocked(p string) error {
+	for q := range r.vols {
+		if q != p && Overlaps(p, q) {
 			return fmt.Errorf("%w: volume %q overlaps volume %q", admin.ErrPrecondition, p, q)
 		}
 	}
-	for _, e := range s.static {
-		q := strings.TrimPrefix(e.Path, "/")
-		if q != "" && (within(p, q) || within(q, p)) {
-			return fmt.Errorf("%w: volume %q overlaps the static export %q", admin.ErrPrecondition, p, e.Path)
+	if r.exp != nil {
+		if err := r.exp.StaticOverlap(p); err != nil {
+			return fmt.Errorf("%w: volume %q: %w", admin.ErrPrecondition, p, err)
 		}
 	}
 	return nil
 }
 
-// resolveVolume resolves the export of volume directory p: a directory
-// beneath the root reached without symlinks, on the root's file system;
-// ErrPrecondition when there is none.
-func (s *Server) resolveVolume(p string) (*export, error) {
-	ex, err := resolveExport(s.rootFD, s.seal, Export{Path: "/" + p, ExplicitClients: true})
-	if err != nil {
-		var en unix.Errno
-		if errors.As(err, &en) {
-			switch en {
-			case unix.ENOENT, unix.ENOTDIR, unix.ELOOP, unix.EXDEV:
-				return nil, fmt.Errorf("%w: volume directory %q: %w", admin.ErrPrecondition, p, err)
-			}
+// resolveVolume finds volume directory p: a directory beneath the root
+// reached without symlinks, on the root's file system; ErrPrecondition
+// when there is none.
+func (r *Registry) resolveVolume(p string) (*dirID, error) {
+	d, err := openDirBeneath(r.rootFD, p)
+	if err == nil {
+		var st unix.Stat_t
+		err = unix.Fstat(int(d.Fd()), &st)
+		d.Close()
+		if err == nil {
+			return &dirID{dev: st.Dev, ino: st.Ino}, nil
 		}
-		return nil, err
 	}
-	return ex, nil
+	var en unix.Errno
+	if errors.As(err, &en) {
+		switch en {
+		case unix.ENOENT, unix.ENOTDIR, unix.ELOOP, unix.EXDEV:
+			return nil, fmt.Errorf("%w: volume directory %q: %w", admin.ErrPrecondition, p, err)
+		}
+	}
+	return nil, fmt.Errorf("volumes: volume directory %q: %w", p, err)
 }
 
 // AddVolume registers the existing directory p (relative to the root, see
@@ -188,7 +188,7 @@ func (s *Server) resolveVolume(p string) (*export, error) {
 // negative quota, metadata over the limits), admin.ErrPrecondition (no
 // such directory, or it overlaps another volume or a static export), or
 // are internal (walk or state file failures).
-func (s *Server) AddVolume(p string, quotaBytes int64, meta map[string]string) (admin.Volume, error) {
+func (r *Registry) AddVolume(p string, quotaBytes int64, meta map[string]string) (admin.Volume, error) {
 	p, err := volumePath(p)
 	if err != nil {
 		return admin.Volume{}, err
@@ -199,25 +199,25 @@ func (s *Server) AddVolume(p string, quotaBytes int64, meta map[string]string) (
 	if err := checkMeta(meta); err != nil {
 		return admin.Volume{}, err
 	}
-	s.tmu.Lock()
-	defer s.tmu.Unlock()
-	if err := s.conflictLocked(p); err != nil {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.conflictLocked(p); err != nil {
 		return admin.Volume{}, err
 	}
-	ex, err := s.resolveVolume(p)
+	ex, err := r.resolveVolume(p)
 	if err != nil {
 		return admin.Volume{}, err
 	}
-	v := s.reg.vols[p]
+	v := r.vols[p]
 	if v != nil {
-		oldQuota, oldEx, oldMeta := v.quota.Load(), v.ex, v.meta
-		if v.ex == nil || v.ex.dev != ex.dev || v.ex.ino != ex.ino {
-			if err := s.recount(v, p); err != nil {
+		oldQuota, oldEx, oldMeta := v.quota.Load(), v.dir, v.meta
+		if v.dir == nil || *v.dir != *ex {
+			if err := r.recount(v, p); err != nil {
 				return admin.Volume{}, err
 			}
-			v.ex = ex
-			if err := s.rebuildLocked(); err != nil {
-				v.ex = oldEx
+			v.dir = ex
+			if err := r.publishLocked(); err != nil {
+				v.dir = oldEx
 				return admin.Volume{}, fmt.Errorf("%w: %w", admin.ErrPrecondition, err)
 			}
 		}
@@ -225,42 +225,42 @@ func (s *Server) AddVolume(p string, quotaBytes int64, meta map[string]string) (
 		if meta != nil {
 			v.meta = maps.Clone(meta)
 		}
-		if err := s.saveLocked(); err != nil {
+		if err := r.saveLocked(); err != nil {
 			v.quota.Store(oldQuota)
 			v.meta = oldMeta
 			return admin.Volume{}, err
 		}
 		if oldQuota != quotaBytes {
-			klog.InfoS("nfs server: volume quota set", "volume", p, "quotaBytes", quotaBytes, "usedBytes", v.used.Load())
+			klog.InfoS("volumes: volume quota set", "volume", p, "quotaBytes", quotaBytes, "usedBytes", v.used.Load())
 		}
 		return v.info(), nil
 	}
-	v = &volume{path: p, ex: ex, meta: maps.Clone(meta)}
+	v = &Volume{r: r, path: p, dir: ex, meta: maps.Clone(meta)}
 	v.quota.Store(quotaBytes)
-	if err := s.recount(v, p); err != nil {
+	if err := r.recount(v, p); err != nil {
 		return admin.Volume{}, err
 	}
-	s.reg.vols[p] = v
-	if err := s.rebuildLocked(); err != nil {
-		delete(s.reg.vols, p)
+	r.vols[p] = v
+	if err := r.publishLocked(); err != nil {
+		delete(r.vols, p)
 		return admin.Volume{}, fmt.Errorf("%w: %w", admin.ErrPrecondition, err)
 	}
-	if err := s.saveLocked(); err != nil {
-		delete(s.reg.vols, p)
-		s.rebuildLocked()
+	if err := r.saveLocked(); err != nil {
+		delete(r.vols, p)
+		r.publishLocked()
 		return admin.Volume{}, err
 	}
-	klog.InfoS("nfs server: volume registered", "volume", p, "export", ex.Path, "exportID", ex.id,
+	klog.InfoS("volumes: volume registered", "volume", p, "export", "/"+p,
 		"quotaBytes", quotaBytes, "usedBytes", v.used.Load(), "usedInodes", v.inodes.Load())
 	return v.info(), nil
 }
 
 // recount sets v's usage from a walk of directory p (volume.rescan: calls
 // running meanwhile are accounted for exactly).
-func (s *Server) recount(v *volume, p string) error {
-	v.srv.CompareAndSwap(nil, s)
-	if err := v.rescan(context.Background(), s.rootFD, p); err != nil {
-		return fmt.Errorf("nfs server: volume %q: counting usage: %w", p, err)
+func (r *Registry) recount(v *Volume, p string) error {
+	v.reg.CompareAndSwap(nil, r)
+	if err := v.rescan(context.Background(), r.rootFD, p); err != nil {
+		return fmt.Errorf("volumes: volume %q: counting usage: %w", p, err)
 	}
 	return nil
 }
@@ -270,33 +270,33 @@ func (s *Server) recount(v *volume, p string) error {
 // was changed outside the volume's export (local processes, the root
 // export) and blocks that writeback allocated since the last call
 // touching a file; see quota.go for what a rescan during renames keeps.
-// Nothing in the server calls it (there is no periodic rescan): until it
-// is called, or the server restarts (New counts every volume again), such
+// Nothing in the registry calls it (there is no periodic rescan): until
+// it is called, or the registry restarts (New counts every volume again), such
 // changes stay uncounted unless a call through the volume touches the
 // inode. It takes time proportional to the number of files and ends early
 // with ctx's error. Errors wrap admin.ErrNotFound (not registered),
 // admin.ErrPrecondition (its directory is missing), admin.ErrInvalid (bad
 // path), or are internal (walk failures).
-func (s *Server) Rescan(ctx context.Context, p string) (admin.Volume, error) {
+func (r *Registry) Rescan(ctx context.Context, p string) (admin.Volume, error) {
 	p, err := volumePath(p)
 	if err != nil {
 		return admin.Volume{}, err
 	}
-	s.tmu.Lock()
-	v := s.reg.vols[p]
-	bound := v != nil && v.srv.Load() != nil
-	s.tmu.Unlock()
+	r.mu.Lock()
+	v := r.vols[p]
+	bound := v != nil && v.reg.Load() != nil
+	r.mu.Unlock()
 	if v == nil {
 		return admin.Volume{}, fmt.Errorf("%w: volume %q is not registered", admin.ErrNotFound, p)
 	}
 	if !bound {
 		return admin.Volume{}, fmt.Errorf("%w: volume %q: its directory was not found", admin.ErrPrecondition, p)
 	}
-	if err := v.rescan(ctx, s.rootFD, p); err != nil {
-		return admin.Volume{}, fmt.Errorf("nfs server: volume %q: counting usage: %w", p, err)
+	if err := v.rescan(ctx, r.rootFD, p); err != nil {
+		return admin.Volume{}, fmt.Errorf("volumes: volume %q: counting usage: %w", p, err)
 	}
-	s.tmu.Lock()
-	defer s.tmu.Unlock()
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	return v.info(), nil
 }
 
@@ -305,40 +305,40 @@ func (s *Server) Rescan(ctx context.Context, p string) (admin.Volume, error) {
 // waited for); the directory is left as it is. Idempotent: nil when p is
 // not registered. Errors wrap admin.ErrInvalid for a bad path, or are
 // internal (state file).
-func (s *Server) RemoveVolume(p string) error {
+func (r *Registry) RemoveVolume(p string) error {
 	p, err := volumePath(p)
 	if err != nil {
 		return err
 	}
-	s.tmu.Lock()
-	v := s.reg.vols[p]
-	cl := s.reg.clones[p]
+	r.mu.Lock()
+	v := r.vols[p]
+	cl := r.clones[p]
 	if v == nil && cl == nil {
-		s.tmu.Unlock()
+		r.mu.Unlock()
 		return nil
 	}
-	delete(s.reg.vols, p)
-	delete(s.reg.clones, p)
-	err = s.rebuildLocked()
+	delete(r.vols, p)
+	delete(r.clones, p)
+	err = r.publishLocked()
 	if err == nil {
-		err = s.saveLocked()
+		err = r.saveLocked()
 	}
 	if err != nil {
 		if v != nil {
-			s.reg.vols[p] = v
+			r.vols[p] = v
 		}
 		if cl != nil {
-			s.reg.clones[p] = cl
+			r.clones[p] = cl
 		}
-		s.rebuildLocked()
-		s.tmu.Unlock()
+		r.publishLocked()
+		r.mu.Unlock()
 		return err
 	}
-	s.tmu.Unlock()
+	r.mu.Unlock()
 	if cl != nil {
 		cl.job.cancelAndWait()
 	}
-	klog.InfoS("nfs server: volume unregistered", "volume", p)
+	klog.InfoS("volumes: volume unregistered", "volume", p)
 	return nil
 }
 
@@ -346,33 +346,33 @@ func (s *Server) RemoveVolume(p string) error {
 // of its files with unsynced data (blocks writeback allocated since their
 // last call are counted); admin.ErrNotFound when it is not registered,
 // admin.ErrInvalid for a bad path.
-func (s *Server) Volume(p string) (admin.Volume, error) {
+func (r *Registry) Volume(p string) (admin.Volume, error) {
 	p, err := volumePath(p)
 	if err != nil {
 		return admin.Volume{}, err
 	}
-	s.tmu.Lock()
-	v := s.reg.vols[p]
-	s.tmu.Unlock()
+	r.mu.Lock()
+	v := r.vols[p]
+	r.mu.Unlock()
 	if v == nil {
 		return admin.Volume{}, fmt.Errorf("%w: volume %q is not registered", admin.ErrNotFound, p)
 	}
 	v.refreshDirty()
-	s.tmu.Lock()
-	defer s.tmu.Unlock()
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	return v.info(), nil
 }
 
 // Volumes returns every registered volume, sorted by path.
-func (s *Server) Volumes() []admin.Volume {
-	s.tmu.Lock()
-	vs := s.reg.sortedVolumes()
-	s.tmu.Unlock()
+func (r *Registry) Volumes() []admin.Volume {
+	r.mu.Lock()
+	vs := r.sortedVolumes()
+	r.mu.Unlock()
 	for _, v := range vs {
 		v.refreshDirty()
 	}
-	s.tmu.Lock()
-	defer s.tmu.Unlock()
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	out := make([]admin.Volume, len(vs))
 	for i, v := range vs {
 		out[i] = v.info()
@@ -391,7 +391,7 @@ func checkAccess(a admin.Access) (admin.Access, error) {
 	}
 	out := admin.Access{Node: a.Node, ReadOnly: a.ReadOnly, Addrs: make([]string, 0, len(a.Addrs))}
 	for _, s := range a.Addrs {
-		p, err := parsePrefix(strings.TrimSpace(s))
+		p, err := ParsePrefix(strings.TrimSpace(s))
 		if err != nil {
 			return a, fmt.Errorf("%w: node %q: address %q: %w", admin.ErrInvalid, a.Node, s, err)
 		}
@@ -419,7 +419,7 @@ func checkAccess(a admin.Access) (admin.Access, error) {
 // (read-only with a.ReadOnly). Idempotent. Errors wrap admin.ErrNotFound
 // (not registered), admin.ErrInvalid (bad path, node or address), or are
 // internal (state file).
-func (s *Server) Grant(p string, a admin.Access) error {
+func (r *Registry) Grant(p string, a admin.Access) error {
 	p, err := volumePath(p)
 	if err != nil {
 		return err
@@ -428,7 +428,7 @@ func (s *Server) Grant(p string, a admin.Access) error {
 	if err != nil {
 		return err
 	}
-	return s.changeAccess(p, func(acc []admin.Access) []admin.Access {
+	return r.changeAccess(p, func(acc []admin.Access) []admin.Access {
 		i, found := slices.BinarySearchFunc(acc, a.Node, func(x admin.Access, n string) int { return cmp.Compare(x.Node, n) })
 		if found {
 			acc[i] = a
@@ -443,34 +443,34 @@ func (s *Server) Grant(p string, a admin.Access) error {
 // MNT3ERR_ACCES) unless another node's entry covers them. Idempotent.
 // Errors wrap admin.ErrNotFound (not registered), admin.ErrInvalid (bad
 // path), or are internal (state file).
-func (s *Server) Revoke(p, node string) error {
+func (r *Registry) Revoke(p, node string) error {
 	p, err := volumePath(p)
 	if err != nil {
 		return err
 	}
-	return s.changeAccess(p, func(acc []admin.Access) []admin.Access {
+	return r.changeAccess(p, func(acc []admin.Access) []admin.Access {
 		return slices.DeleteFunc(acc, func(x admin.Access) bool { return x.Node == node })
 	}, "revoke", admin.Access{Node: node})
 }
 
-func (s *Server) changeAccess(p string, f func([]admin.Access) []admin.Access, what string, a admin.Access) error {
-	s.tmu.Lock()
-	defer s.tmu.Unlock()
-	v := s.reg.vols[p]
+func (r *Registry) changeAccess(p string, f func([]admin.Access) []admin.Access, what string, a admin.Access) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	v := r.vols[p]
 	if v == nil {
 		return fmt.Errorf("%w: volume %q is not registered", admin.ErrNotFound, p)
 	}
 	old := v.access
 	v.access = f(slices.Clone(old))
-	err := s.rebuildLocked()
+	err := r.publishLocked()
 	if err == nil {
-		err = s.saveLocked()
+		err = r.saveLocked()
 	}
 	if err != nil {
 		v.access = old
-		s.rebuildLocked()
+		r.publishLocked()
 		return err
 	}
-	klog.InfoS("nfs server: volume access "+what, "volume", p, "node", a.Node, "addrs", a.Addrs, "readOnly", a.ReadOnly, "nodes", len(v.access))
+	klog.InfoS("volumes: volume access "+what, "volume", p, "node", a.Node, "addrs", a.Addrs, "readOnly", a.ReadOnly, "nodes", len(v.access))
 	return nil
 }

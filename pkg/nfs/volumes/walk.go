@@ -1,4 +1,4 @@
-package server
+package volumes
 
 import (
 	"context"
@@ -9,9 +9,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// beneath is the resolution of every path the server opens by name under
-// its root (exports, MNT, the registry): no symlink, no "..", no mount
-// point.
+// beneath is the resolution of every path the registry opens by name
+// under its root (volume directories, copy sources and destinations): no
+// symlink, no "..", no mount point.
 const beneath = unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_XDEV | unix.RESOLVE_NO_MAGICLINKS
 
 // openDirBeneath opens directory rel (relative, cleaned) beneath rootFD
@@ -98,16 +98,6 @@ type usage struct {
 	bytes  int64 // allocated, st_blocks*512, hard links once
 	inodes int64 // the root included
 	size   int64 // apparent size of regular files, hard links once
-}
-
-// treeUsage walks directory rel beneath rootFD.
-func treeUsage(rootFD int, rel string) (usage, error) {
-	d, err := openDirBeneath(rootFD, rel)
-	if err != nil {
-		return usage{}, err
-	}
-	defer d.Close()
-	return dirUsage(context.Background(), d)
 }
 
 // dirUsage walks the open directory d.

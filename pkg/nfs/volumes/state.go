@@ -1,4 +1,4 @@
-package server
+package volumes
 
 import (
 	"encoding/json"
@@ -50,112 +50,112 @@ type persistedClone struct {
 	DestIno uint64 `json:"destIno"`
 }
 
-// initRegistry sets up the registry from opts: the state and snapshot
+// init sets up the registry from opts: the state and snapshot
 // directories, then the state file's volumes (each resolved and counted;
 // one whose directory is missing stays registered but unexported, and is
 // logged), snapshots and clones (interrupted copies are queued to start
 // again; deletions interrupted are finished).
-func (s *Server) initRegistry(opts Options) error {
-	s.reg = registry{vols: map[string]*volume{}, snaps: map[string]*snapRec{}, clones: map[string]*cloneRec{}}
-	s.jobs.init(opts.CopyJobs)
+func (r *Registry) init(opts Options) error {
+	r.vols, r.snaps, r.clones = map[string]*Volume{}, map[string]*snapRec{}, map[string]*cloneRec{}
+	r.jobs.init(opts.CopyJobs)
 	snapDir := opts.SnapshotDir
 	if opts.StateDir != "" {
 		if err := os.MkdirAll(opts.StateDir, 0o700); err != nil {
-			return fmt.Errorf("nfs server: state directory: %w", err)
+			return fmt.Errorf("volumes: state directory: %w", err)
 		}
 		if err := notBeneath(opts.Root, opts.StateDir); err != nil {
 			return err
 		}
-		s.reg.stateFile = filepath.Join(opts.StateDir, StateFileName)
+		r.stateFile = filepath.Join(opts.StateDir, StateFileName)
 		if snapDir == "" {
 			snapDir = filepath.Join(opts.StateDir, "snapshots")
 		}
 	}
 	if snapDir != "" {
 		if err := os.MkdirAll(snapDir, 0o700); err != nil {
-			return fmt.Errorf("nfs server: snapshot directory: %w", err)
+			return fmt.Errorf("volumes: snapshot directory: %w", err)
 		}
 		if err := notBeneath(opts.Root, snapDir); err != nil {
 			return err
 		}
 		abs, err := filepath.Abs(snapDir)
 		if err != nil {
-			return fmt.Errorf("nfs server: snapshot directory: %w", err)
+			return fmt.Errorf("volumes: snapshot directory: %w", err)
 		}
-		s.reg.snapDir = abs
+		r.snapDir = abs
 	}
-	if s.reg.stateFile == "" {
+	if r.stateFile == "" {
 		return nil
 	}
-	data, err := os.ReadFile(s.reg.stateFile)
+	data, err := os.ReadFile(r.stateFile)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("nfs server: state: %w", err)
+		return fmt.Errorf("volumes: state: %w", err)
 	}
 	var st persisted
 	if err := json.Unmarshal(data, &st); err != nil {
-		return fmt.Errorf("nfs server: state file %s: %w", s.reg.stateFile, err)
+		return fmt.Errorf("volumes: state file %s: %w", r.stateFile, err)
 	}
 	if st.Version != stateVersion {
-		return fmt.Errorf("nfs server: state file %s: version %d, want %d", s.reg.stateFile, st.Version, stateVersion)
+		return fmt.Errorf("volumes: state file %s: version %d, want %d", r.stateFile, st.Version, stateVersion)
 	}
 	if err := checkCredits(st.Credits); err != nil {
-		return fmt.Errorf("nfs server: state file %s: credits: %w", s.reg.stateFile, err)
+		return fmt.Errorf("volumes: state file %s: credits: %w", r.stateFile, err)
 	}
 	for _, pv := range st.Volumes {
 		p, err := volumePath(pv.Path)
 		if err != nil {
-			return fmt.Errorf("nfs server: state file %s: %w", s.reg.stateFile, err)
+			return fmt.Errorf("volumes: state file %s: %w", r.stateFile, err)
 		}
-		v := &volume{path: p, access: pv.Access, meta: pv.Meta}
+		v := &Volume{r: r, path: p, access: pv.Access, meta: pv.Meta}
 		v.quota.Store(pv.QuotaBytes)
-		ex, err := s.resolveVolume(p)
+		ex, err := r.resolveVolume(p)
 		if err == nil {
-			err = s.recount(v, p)
+			err = r.recount(v, p)
 		}
 		if err != nil {
-			klog.ErrorS(err, "nfs server: volume not exported (PutVolume resolves it again)", "volume", p)
+			klog.ErrorS(err, "volumes: volume not exported (PutVolume resolves it again)", "volume", p)
 		} else {
-			v.ex = ex
+			v.dir = ex
 		}
-		s.reg.vols[p] = v
-		klog.InfoS("nfs server: volume restored", "volume", p, "quotaBytes", pv.QuotaBytes,
-			"usedBytes", v.used.Load(), "usedInodes", v.inodes.Load(), "nodes", len(v.access), "exported", v.ex != nil)
+		r.vols[p] = v
+		klog.InfoS("volumes: volume restored", "volume", p, "quotaBytes", pv.QuotaBytes,
+			"usedBytes", v.used.Load(), "usedInodes", v.inodes.Load(), "nodes", len(v.access), "exported", v.dir != nil)
 	}
 	for _, ps := range st.Snapshots {
-		r := &snapRec{Snapshot: ps.Snapshot, deleting: ps.Deleting, job: newCopyJob(ps.SizeBytes, ps.CopiedBytes)}
-		s.reg.snaps[ps.ID] = r
+		sr := &snapRec{Snapshot: ps.Snapshot, deleting: ps.Deleting, job: newCopyJob(ps.SizeBytes, ps.CopiedBytes)}
+		r.snaps[ps.ID] = sr
 		switch {
 		case ps.Deleting:
-			s.jobs.pending = append(s.jobs.pending, func() {
-				if !s.jobs.add() {
+			r.jobs.pending = append(r.jobs.pending, func() {
+				if !r.jobs.add() {
 					return
 				}
 				go func() {
-					defer s.jobs.wg.Done()
-					if err := s.finishDelete(r); err != nil {
-						klog.ErrorS(err, "nfs server: finishing a snapshot deletion", "snapshot", r.ID)
+					defer r.jobs.wg.Done()
+					if err := r.finishDelete(sr); err != nil {
+						klog.ErrorS(err, "volumes: finishing a snapshot deletion", "snapshot", sr.ID)
 					}
 				}()
 			})
 		case !ps.Ready && ps.Error == "":
-			r.job.copied.Store(0)
-			s.jobs.pending = append(s.jobs.pending, func() { s.startSnapshotLocked(r, true) })
+			sr.job.copied.Store(0)
+			r.jobs.pending = append(r.jobs.pending, func() { r.startSnapshotLocked(sr, true) })
 		default:
-			r.job.finish(ps.Error)
+			sr.job.finish(ps.Error)
 		}
 	}
-	s.credits = st.Credits
+	r.credits = st.Credits
 	for _, pc := range st.Clones {
-		r := &cloneRec{Clone: pc.Clone, dev: pc.DestDev, ino: pc.DestIno, job: newCopyJob(pc.SizeBytes, pc.CopiedBytes)}
-		s.reg.clones[pc.Dest] = r
+		cr := &cloneRec{Clone: pc.Clone, dev: pc.DestDev, ino: pc.DestIno, job: newCopyJob(pc.SizeBytes, pc.CopiedBytes)}
+		r.clones[pc.Dest] = cr
 		if !pc.Ready && pc.Error == "" {
-			r.job.copied.Store(0)
-			s.jobs.pending = append(s.jobs.pending, func() { s.startCloneLocked(r, true) })
+			cr.job.copied.Store(0)
+			r.jobs.pending = append(r.jobs.pending, func() { r.startCloneLocked(cr, true) })
 		} else {
-			r.job.finish(pc.Error)
+			cr.job.finish(pc.Error)
 		}
 	}
 	return nil
@@ -173,39 +173,39 @@ func notBeneath(root, dir string) error {
 		d, derr = filepath.EvalSymlinks(d)
 	}
 	if err != nil || derr != nil {
-		return fmt.Errorf("nfs server: directory %q: %w", dir, errors.Join(err, derr))
+		return fmt.Errorf("volumes: directory %q: %w", dir, errors.Join(err, derr))
 	}
 	if d == r || strings.HasPrefix(d, strings.TrimSuffix(r, "/")+"/") {
-		return fmt.Errorf("nfs server: directory %q is beneath the root %q: NFS clients could reach it", dir, root)
+		return fmt.Errorf("volumes: directory %q is beneath the root %q: NFS clients could reach it", dir, root)
 	}
 	return nil
 }
 
 // saveLocked writes the registry to the state file atomically (a
-// temporary file, fsync, rename, fsync of the directory). s.tmu is held.
+// temporary file, fsync, rename, fsync of the directory). r.mu is held.
 // Errors are internal (no admin sentinel).
-func (s *Server) saveLocked() error {
-	if s.reg.stateFile == "" {
+func (r *Registry) saveLocked() error {
+	if r.stateFile == "" {
 		return nil
 	}
-	st := persisted{Version: stateVersion, Volumes: []persistedVolume{}, Snapshots: []persistedSnapshot{}, Clones: []persistedClone{}, Credits: s.credits}
-	for _, v := range s.reg.sortedVolumes() {
+	st := persisted{Version: stateVersion, Volumes: []persistedVolume{}, Snapshots: []persistedSnapshot{}, Clones: []persistedClone{}, Credits: r.credits}
+	for _, v := range r.sortedVolumes() {
 		st.Volumes = append(st.Volumes, persistedVolume{Path: v.path, QuotaBytes: v.quota.Load(), Access: v.access, Meta: v.meta})
 	}
-	for _, r := range s.reg.snaps {
-		st.Snapshots = append(st.Snapshots, persistedSnapshot{Snapshot: r.info(), Deleting: r.deleting})
+	for _, sr := range r.snaps {
+		st.Snapshots = append(st.Snapshots, persistedSnapshot{Snapshot: sr.info(), Deleting: sr.deleting})
 	}
 	slices.SortFunc(st.Snapshots, func(a, b persistedSnapshot) int { return strings.Compare(a.ID, b.ID) })
-	for _, r := range s.reg.clones {
-		st.Clones = append(st.Clones, persistedClone{Clone: r.info(), DestDev: r.dev, DestIno: r.ino})
+	for _, cr := range r.clones {
+		st.Clones = append(st.Clones, persistedClone{Clone: cr.info(), DestDev: cr.dev, DestIno: cr.ino})
 	}
 	slices.SortFunc(st.Clones, func(a, b persistedClone) int { return strings.Compare(a.Dest, b.Dest) })
 	data, err := json.MarshalIndent(&st, "", "  ")
 	if err != nil {
-		return fmt.Errorf("nfs server: state: %w", err)
+		return fmt.Errorf("volumes: state: %w", err)
 	}
-	if err := writeFileAtomic(s.reg.stateFile, data); err != nil {
-		return fmt.Errorf("nfs server: state: %w", err)
+	if err := writeFileAtomic(r.stateFile, data); err != nil {
+		return fmt.Errorf("volumes: state: %w", err)
 	}
 	return nil
 }

@@ -1,4 +1,4 @@
-package server
+package volumes
 
 import (
 	"context"
@@ -231,7 +231,15 @@ func (tc *treeCopier) copyRange(in, out int, from, to int64) error {
 			tc.buf = make([]byte, 1<<20)
 		}
 		b := tc.buf[:min(n, len(tc.buf))]
-		m, err := fdReader(in).ReadAt(b, from)
+		m, err := unix.Pread(in, b, from)
+		switch {
+		case err == unix.EINTR:
+			continue
+		case err == nil && m == 0: // the file shrank
+			return nil
+		case err != nil:
+			return err
+		}
 		if m > 0 {
 			if _, werr := pwriteAll(out, b[:m], from); werr != nil {
 				return werr
@@ -241,12 +249,6 @@ func (tc *treeCopier) copyRange(in, out int, from, to int64) error {
 			if tc.pace != nil {
 				tc.pace()
 			}
-		}
-		if err == io.EOF {
-			return nil
-		}
-		if err != nil {
-			return err
 		}
 	}
 	return nil

@@ -1,4 +1,4 @@
-package server
+package volumes
 
 import (
 	"errors"
@@ -24,7 +24,7 @@ func wantErr(t *testing.T, what string, err, want error) {
 // idempotency.
 func TestAdminAPI(t *testing.T) {
 	root, state := t.TempDir(), t.TempDir()
-	e := startVolEnv(t, root, state, false)
+	e := startRegEnv(t, root, state)
 	ctx := ctxT(t)
 	a := e.adm
 
@@ -43,7 +43,7 @@ func TestAdminAPI(t *testing.T) {
 		if resp.StatusCode != 401 || resp.Header.Get("WWW-Authenticate") == "" {
 			t.Fatalf("Basic auth: %d %v", resp.StatusCode, resp.Header)
 		}
-		if _, err := admin.NewHandler(e.srv, ""); !errors.Is(err, admin.ErrNoToken) {
+		if _, err := admin.NewHandler(e.reg, ""); !errors.Is(err, admin.ErrNoToken) {
 			t.Fatalf("empty token: %v", err)
 		}
 	})

@@ -1,4 +1,4 @@
-package server
+package volumes
 
 import (
 	"context"
@@ -31,7 +31,7 @@ type jobRunner struct {
 	stopped bool
 	wg      sync.WaitGroup
 	sem     chan struct{}
-	pending []func() // queued by initRegistry, run by startPending under Server.tmu
+	pending []func() // queued by init, run by startPending under Registry.mu
 	pace    func()   // tests: slows copies down (see treeCopier.pace)
 }
 
@@ -43,11 +43,11 @@ func (j *jobRunner) init(n int) {
 	j.sem = make(chan struct{}, n)
 }
 
-// startPending starts what initRegistry queued: interrupted copies and
+// startPending starts what New queued: interrupted copies and
 // deletions.
-func (j *jobRunner) startPending(s *Server) {
-	s.tmu.Lock()
-	defer s.tmu.Unlock()
+func (j *jobRunner) startPending(r *Registry) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	for _, f := range j.pending {
 		f()
 	}
@@ -81,10 +81,10 @@ func (j *jobRunner) add() bool {
 type copyJob struct {
 	total, copied atomic.Int64 // bytes
 
-	// set when started, under Server.tmu
+	// set when started, under Registry.mu
 	cancel context.CancelFunc
 	done   chan struct{} // closed when the copy's goroutine has ended
-	// guarded by Server.tmu
+	// guarded by Registry.mu
 	ready bool
 	err   string
 }
@@ -108,7 +108,7 @@ func (j *copyJob) finishErr(err error) {
 }
 
 // cancelAndWait stops the copy, if it runs, and waits for its end. Call
-// it without Server.tmu.
+// it without Registry.mu.
 func (j *copyJob) cancelAndWait() {
 	if j.cancel != nil {
 		j.cancel()
@@ -116,42 +116,42 @@ func (j *copyJob) cancelAndWait() {
 	}
 }
 
-// start runs work in the background as job j (s.tmu held). When it ends,
-// done is called with s.tmu held and work's error, unless the server is
+// start runs work in the background as job j (r.mu held). When it ends,
+// done is called with r.mu held and work's error, unless the registry is
 // closing (the copy is then left unfinished, to start again on the next
 // New).
-func (s *Server) start(j *copyJob, what string, work func(ctx context.Context) error, done func(err error)) {
-	ctx, cancel := context.WithCancel(s.jobs.ctx)
+func (r *Registry) start(j *copyJob, what string, work func(ctx context.Context) error, done func(err error)) {
+	ctx, cancel := context.WithCancel(r.jobs.ctx)
 	j.cancel, j.done = cancel, make(chan struct{})
-	if !s.jobs.add() {
+	if !r.jobs.add() {
 		cancel()
 		close(j.done)
 		return
 	}
 	go func() {
-		defer s.jobs.wg.Done()
+		defer r.jobs.wg.Done()
 		defer close(j.done)
 		defer cancel()
 		var err error
 		select {
-		case s.jobs.sem <- struct{}{}:
-			klog.InfoS("nfs server: copy started", "job", what, "totalBytes", j.total.Load())
+		case r.jobs.sem <- struct{}{}:
+			klog.InfoS("volumes: copy started", "job", what, "totalBytes", j.total.Load())
 			err = work(ctx)
-			<-s.jobs.sem
+			<-r.jobs.sem
 		case <-ctx.Done():
 			err = ctx.Err()
 		}
-		if s.jobs.ctx.Err() != nil {
-			klog.InfoS("nfs server: copy interrupted by shutdown; it starts again with the server", "job", what)
+		if r.jobs.ctx.Err() != nil {
+			klog.InfoS("volumes: copy interrupted by shutdown; it starts again with the registry", "job", what)
 			return
 		}
-		s.tmu.Lock()
+		r.mu.Lock()
 		done(err)
-		s.tmu.Unlock()
+		r.mu.Unlock()
 		if err != nil {
-			klog.ErrorS(err, "nfs server: copy failed", "job", what, "copiedBytes", j.copied.Load())
+			klog.ErrorS(err, "volumes: copy failed", "job", what, "copiedBytes", j.copied.Load())
 		} else {
-			klog.InfoS("nfs server: copy done", "job", what, "copiedBytes", j.copied.Load())
+			klog.InfoS("volumes: copy done", "job", what, "copiedBytes", j.copied.Load())
 		}
 	}()
 }
@@ -160,15 +160,15 @@ func (s *Server) start(j *copyJob, what string, work func(ctx context.Context) e
 type snapRec struct {
 	admin.Snapshot // ID, Source, CreatedAt
 	job            *copyJob
-	deleting       bool // guarded by Server.tmu
+	deleting       bool // guarded by Registry.mu
 }
 
-// info returns the snapshot with its progress (Server.tmu held).
-func (r *snapRec) info() admin.Snapshot {
-	s := r.Snapshot
+// info returns the snapshot with its progress (Registry.mu held).
+func (rec *snapRec) info() admin.Snapshot {
+	s := rec.Snapshot
 	s.SourceMeta = maps.Clone(s.SourceMeta)
-	s.SizeBytes, s.CopiedBytes = r.job.total.Load(), r.job.copied.Load()
-	s.Ready, s.Error = r.job.ready, r.job.err
+	s.SizeBytes, s.CopiedBytes = rec.job.total.Load(), rec.job.copied.Load()
+	s.Ready, s.Error = rec.job.ready, rec.job.err
 	if s.Ready {
 		s.SizeBytes = max(s.SizeBytes, s.CopiedBytes)
 	}
@@ -196,7 +196,7 @@ func checkSnapshotID(id string) error {
 // (source not registered), admin.ErrPrecondition (no snapshot directory
 // configured, the volume's directory missing, or id being deleted), or
 // are internal (state file).
-func (s *Server) CreateSnapshot(id, source string) (admin.Snapshot, error) {
+func (r *Registry) CreateSnapshot(id, source string) (admin.Snapshot, error) {
 	if err := checkSnapshotID(id); err != nil {
 		return admin.Snapshot{}, err
 	}
@@ -204,68 +204,68 @@ func (s *Server) CreateSnapshot(id, source string) (admin.Snapshot, error) {
 	if err != nil {
 		return admin.Snapshot{}, err
 	}
-	s.tmu.Lock()
-	defer s.tmu.Unlock()
-	if r := s.reg.snaps[id]; r != nil {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if rec := r.snaps[id]; rec != nil {
 		switch {
-		case r.Source != src:
-			return admin.Snapshot{}, fmt.Errorf("%w: snapshot %q is of volume %q, not %q", admin.ErrExists, id, r.Source, src)
-		case r.deleting:
+		case rec.Source != src:
+			return admin.Snapshot{}, fmt.Errorf("%w: snapshot %q is of volume %q, not %q", admin.ErrExists, id, rec.Source, src)
+		case rec.deleting:
 			return admin.Snapshot{}, fmt.Errorf("%w: snapshot %q is being deleted", admin.ErrPrecondition, id)
 		}
-		return r.info(), nil
+		return rec.info(), nil
 	}
-	if s.reg.snapDir == "" {
+	if r.snapDir == "" {
 		return admin.Snapshot{}, fmt.Errorf("%w: the server has no snapshot directory (--state-dir or --snapshot-dir)", admin.ErrPrecondition)
 	}
-	v := s.reg.vols[src]
+	v := r.vols[src]
 	if v == nil {
 		return admin.Snapshot{}, fmt.Errorf("%w: volume %q is not registered", admin.ErrNotFound, src)
 	}
-	if v.ex == nil {
+	if v.dir == nil {
 		return admin.Snapshot{}, fmt.Errorf("%w: the directory of volume %q is missing", admin.ErrPrecondition, src)
 	}
-	r := &snapRec{Snapshot: admin.Snapshot{ID: id, Source: src, SourceMeta: maps.Clone(v.meta), CreatedAt: now()}, job: newCopyJob(0, 0)}
-	s.reg.snaps[id] = r
-	if err := s.saveLocked(); err != nil {
-		delete(s.reg.snaps, id)
+	rec := &snapRec{Snapshot: admin.Snapshot{ID: id, Source: src, SourceMeta: maps.Clone(v.meta), CreatedAt: now()}, job: newCopyJob(0, 0)}
+	r.snaps[id] = rec
+	if err := r.saveLocked(); err != nil {
+		delete(r.snaps, id)
 		return admin.Snapshot{}, err
 	}
-	s.startSnapshotLocked(r, false)
-	klog.InfoS("nfs server: snapshot created", "snapshot", id, "volume", src)
-	return r.info(), nil
+	r.startSnapshotLocked(rec, false)
+	klog.InfoS("volumes: snapshot created", "snapshot", id, "volume", src)
+	return rec.info(), nil
 }
 
 // startSnapshotLocked starts (or, after a restart, starts again from
-// scratch) the copy of snapshot r. s.tmu is held.
-func (s *Server) startSnapshotLocked(r *snapRec, again bool) {
-	dst := filepath.Join(s.reg.snapDir, r.ID)
-	s.start(r.job, "snapshot "+r.ID, func(ctx context.Context) error {
+// scratch) the copy of snapshot rec. r.mu is held.
+func (r *Registry) startSnapshotLocked(rec *snapRec, again bool) {
+	dst := filepath.Join(r.snapDir, rec.ID)
+	r.start(rec.job, "snapshot "+rec.ID, func(ctx context.Context) error {
 		if err := os.RemoveAll(dst); err != nil {
 			return err
 		}
 		if err := os.Mkdir(dst, 0o700); err != nil {
 			return err
 		}
-		return s.copyInto(ctx, r.job, func() (*os.File, error) { return openDirBeneath(s.rootFD, r.Source) }, dst, nil)
+		return r.copyInto(ctx, rec.job, func() (*os.File, error) { return openDirBeneath(r.rootFD, rec.Source) }, dst, nil)
 	}, func(err error) {
-		if s.reg.snaps[r.ID] != r || r.deleting {
+		if r.snaps[rec.ID] != rec || rec.deleting {
 			return
 		}
-		r.job.finishErr(err)
-		if err := s.saveLocked(); err != nil {
-			klog.ErrorS(err, "nfs server: saving the state after a snapshot copy", "snapshot", r.ID)
+		rec.job.finishErr(err)
+		if err := r.saveLocked(); err != nil {
+			klog.ErrorS(err, "volumes: saving the state after a snapshot copy", "snapshot", rec.ID)
 		}
 	})
 	if again {
-		klog.InfoS("nfs server: snapshot copy restarted", "snapshot", r.ID, "volume", r.Source)
+		klog.InfoS("volumes: snapshot copy restarted", "snapshot", rec.ID, "volume", rec.Source)
 	}
 }
 
 // copyInto copies the tree opened by openSrc into directory dst (open it
 // with openDst, or by path when openDst is nil), with progress in j: the
 // source is walked first for the total.
-func (s *Server) copyInto(ctx context.Context, j *copyJob, openSrc func() (*os.File, error), dst string, openDst func() (*os.File, error)) error {
+func (r *Registry) copyInto(ctx context.Context, j *copyJob, openSrc func() (*os.File, error), dst string, openDst func() (*os.File, error)) error {
 	src, err := openSrc()
 	if err != nil {
 		return err
@@ -291,32 +291,32 @@ func (s *Server) copyInto(ctx context.Context, j *copyJob, openSrc func() (*os.F
 		return err
 	}
 	defer d.Close()
-	return copyTree(ctx, src, d, &j.copied, s.jobs.pace)
+	return copyTree(ctx, src, d, &j.copied, r.jobs.pace)
 }
 
 // Snapshot returns snapshot id with its progress; admin.ErrNotFound when
 // unknown (or being deleted), admin.ErrInvalid for a bad id.
-func (s *Server) Snapshot(id string) (admin.Snapshot, error) {
+func (r *Registry) Snapshot(id string) (admin.Snapshot, error) {
 	if err := checkSnapshotID(id); err != nil {
 		return admin.Snapshot{}, err
 	}
-	s.tmu.Lock()
-	defer s.tmu.Unlock()
-	r := s.reg.snaps[id]
-	if r == nil || r.deleting {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rec := r.snaps[id]
+	if rec == nil || rec.deleting {
 		return admin.Snapshot{}, fmt.Errorf("%w: snapshot %q", admin.ErrNotFound, id)
 	}
-	return r.info(), nil
+	return rec.info(), nil
 }
 
 // Snapshots returns every snapshot (not being deleted), sorted by id.
-func (s *Server) Snapshots() []admin.Snapshot {
-	s.tmu.Lock()
-	defer s.tmu.Unlock()
-	out := make([]admin.Snapshot, 0, len(s.reg.snaps))
-	for _, r := range s.reg.snaps {
-		if !r.deleting {
-			out = append(out, r.info())
+func (r *Registry) Snapshots() []admin.Snapshot {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]admin.Snapshot, 0, len(r.snaps))
+	for _, rec := range r.snaps {
+		if !rec.deleting {
+			out = append(out, rec.info())
 		}
 	}
 	slices.SortFunc(out, func(a, b admin.Snapshot) int { return strings.Compare(a.ID, b.ID) })
@@ -328,48 +328,48 @@ func (s *Server) Snapshots() []admin.Snapshot {
 // finishes it. Idempotent: nil when unknown. Errors wrap admin.ErrInvalid
 // (bad id), admin.ErrPrecondition (a clone is being filled from it: the
 // CSI "snapshot in use"), or are internal (state file, removal).
-func (s *Server) DeleteSnapshot(id string) error {
+func (r *Registry) DeleteSnapshot(id string) error {
 	if err := checkSnapshotID(id); err != nil {
 		return err
 	}
-	s.tmu.Lock()
-	r := s.reg.snaps[id]
-	if r == nil || r.deleting {
-		s.tmu.Unlock()
+	r.mu.Lock()
+	rec := r.snaps[id]
+	if rec == nil || rec.deleting {
+		r.mu.Unlock()
 		return nil
 	}
-	for _, c := range s.reg.clones {
+	for _, c := range r.clones {
 		if c.FromSnapshot == id && !c.job.ready && c.job.err == "" {
-			s.tmu.Unlock()
+			r.mu.Unlock()
 			return fmt.Errorf("%w: snapshot %q is in use: volume %q is being filled from it", admin.ErrPrecondition, id, c.Dest)
 		}
 	}
-	r.deleting = true
-	if err := s.saveLocked(); err != nil {
-		r.deleting = false
-		s.tmu.Unlock()
+	rec.deleting = true
+	if err := r.saveLocked(); err != nil {
+		rec.deleting = false
+		r.mu.Unlock()
 		return err
 	}
-	s.tmu.Unlock()
-	return s.finishDelete(r)
+	r.mu.Unlock()
+	return r.finishDelete(rec)
 }
 
-// finishDelete stops snapshot r's copy, removes its tree and forgets it.
-// Call it without s.tmu.
-func (s *Server) finishDelete(r *snapRec) error {
-	r.job.cancelAndWait()
-	if err := os.RemoveAll(filepath.Join(s.reg.snapDir, r.ID)); err != nil {
-		return fmt.Errorf("nfs server: snapshot %q: %w", r.ID, err)
+// finishDelete stops snapshot rec's copy, removes its tree and forgets it.
+// Call it without r.mu.
+func (r *Registry) finishDelete(rec *snapRec) error {
+	rec.job.cancelAndWait()
+	if err := os.RemoveAll(filepath.Join(r.snapDir, rec.ID)); err != nil {
+		return fmt.Errorf("volumes: snapshot %q: %w", rec.ID, err)
 	}
-	s.tmu.Lock()
-	defer s.tmu.Unlock()
-	if s.reg.snaps[r.ID] == r {
-		delete(s.reg.snaps, r.ID)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.snaps[rec.ID] == rec {
+		delete(r.snaps, rec.ID)
 	}
-	if err := s.saveLocked(); err != nil {
+	if err := r.saveLocked(); err != nil {
 		return err
 	}
-	klog.InfoS("nfs server: snapshot deleted", "snapshot", r.ID, "volume", r.Source)
+	klog.InfoS("volumes: snapshot deleted", "snapshot", rec.ID, "volume", rec.Source)
 	return nil
 }
 
@@ -380,11 +380,11 @@ type cloneRec struct {
 	job         *copyJob
 }
 
-// info returns the clone with its progress (Server.tmu held).
-func (r *cloneRec) info() admin.Clone {
-	c := r.Clone
-	c.SizeBytes, c.CopiedBytes = r.job.total.Load(), r.job.copied.Load()
-	c.Ready, c.Error = r.job.ready, r.job.err
+// info returns the clone with its progress (Registry.mu held).
+func (rec *cloneRec) info() admin.Clone {
+	c := rec.Clone
+	c.SizeBytes, c.CopiedBytes = rec.job.total.Load(), rec.job.copied.Load()
+	c.Ready, c.Error = rec.job.ready, rec.job.err
 	if c.Ready {
 		c.SizeBytes = max(c.SizeBytes, c.CopiedBytes)
 	}
@@ -392,9 +392,9 @@ func (r *cloneRec) info() admin.Clone {
 }
 
 // statBeneath returns the stat of directory rel beneath the root.
-func (s *Server) statBeneath(rel string) (unix.Stat_t, bool, error) {
+func (r *Registry) statBeneath(rel string) (unix.Stat_t, bool, error) {
 	var st unix.Stat_t
-	d, err := openDirBeneath(s.rootFD, rel)
+	d, err := openDirBeneath(r.rootFD, rel)
 	if err != nil {
 		var en unix.Errno
 		if errors.As(err, &en) && (en == unix.ENOENT || en == unix.ENOTDIR || en == unix.ELOOP || en == unix.EXDEV) {
@@ -422,7 +422,7 @@ func (s *Server) statBeneath(rel string) (unix.Stat_t, bool, error) {
 // admin.ErrPrecondition (destination missing or not empty, snapshot not
 // ready or failed), admin.ErrExists (another source fills cl.Dest), or
 // are internal.
-func (s *Server) CreateClone(cl admin.Clone) (admin.Clone, error) {
+func (r *Registry) CreateClone(cl admin.Clone) (admin.Clone, error) {
 	dest, err := volumePath(cl.Dest)
 	if err != nil {
 		return admin.Clone{}, err
@@ -443,21 +443,21 @@ func (s *Server) CreateClone(cl admin.Clone) (admin.Clone, error) {
 			return admin.Clone{}, fmt.Errorf("%w: clone of volume %q into %q: one contains the other", admin.ErrInvalid, want.FromVolume, dest)
 		}
 	}
-	s.tmu.Lock()
-	defer s.tmu.Unlock()
-	st, exists, serr := s.statBeneath(dest)
-	if r := s.reg.clones[dest]; r != nil {
-		if exists && st.Dev == r.dev && st.Ino == r.ino {
-			if r.FromSnapshot != want.FromSnapshot || r.FromVolume != want.FromVolume {
-				return admin.Clone{}, fmt.Errorf("%w: %q is being filled from another source (snapshot %q, volume %q)", admin.ErrExists, dest, r.FromSnapshot, r.FromVolume)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	st, exists, serr := r.statBeneath(dest)
+	if rec := r.clones[dest]; rec != nil {
+		if exists && st.Dev == rec.dev && st.Ino == rec.ino {
+			if rec.FromSnapshot != want.FromSnapshot || rec.FromVolume != want.FromVolume {
+				return admin.Clone{}, fmt.Errorf("%w: %q is being filled from another source (snapshot %q, volume %q)", admin.ErrExists, dest, rec.FromSnapshot, rec.FromVolume)
 			}
-			return r.info(), nil
+			return rec.info(), nil
 		}
 		// the directory was replaced: the old job is stale
-		if r.job.cancel != nil {
-			r.job.cancel()
+		if rec.job.cancel != nil {
+			rec.job.cancel()
 		}
-		delete(s.reg.clones, dest)
+		delete(r.clones, dest)
 	}
 	switch {
 	case !exists && serr == nil:
@@ -465,10 +465,10 @@ func (s *Server) CreateClone(cl admin.Clone) (admin.Clone, error) {
 	case serr == nil:
 		return admin.Clone{}, fmt.Errorf("%w: clone destination %q is not empty", admin.ErrPrecondition, dest)
 	case serr != io.EOF:
-		return admin.Clone{}, fmt.Errorf("nfs server: clone destination %q: %w", dest, serr)
+		return admin.Clone{}, fmt.Errorf("volumes: clone destination %q: %w", dest, serr)
 	}
 	if want.FromSnapshot != "" {
-		sr := s.reg.snaps[want.FromSnapshot]
+		sr := r.snaps[want.FromSnapshot]
 		switch {
 		case sr == nil || sr.deleting:
 			return admin.Clone{}, fmt.Errorf("%w: snapshot %q", admin.ErrNotFound, want.FromSnapshot)
@@ -478,43 +478,43 @@ func (s *Server) CreateClone(cl admin.Clone) (admin.Clone, error) {
 			return admin.Clone{}, fmt.Errorf("%w: snapshot %q is not ready (%d of %d bytes copied)", admin.ErrPrecondition, want.FromSnapshot, sr.job.copied.Load(), sr.job.total.Load())
 		}
 	} else {
-		v := s.reg.vols[want.FromVolume]
+		v := r.vols[want.FromVolume]
 		if v == nil {
 			return admin.Clone{}, fmt.Errorf("%w: volume %q is not registered", admin.ErrNotFound, want.FromVolume)
 		}
 	}
-	r := &cloneRec{Clone: want, dev: st.Dev, ino: st.Ino, job: newCopyJob(0, 0)}
-	s.reg.clones[dest] = r
-	if err := s.saveLocked(); err != nil {
-		delete(s.reg.clones, dest)
+	rec := &cloneRec{Clone: want, dev: st.Dev, ino: st.Ino, job: newCopyJob(0, 0)}
+	r.clones[dest] = rec
+	if err := r.saveLocked(); err != nil {
+		delete(r.clones, dest)
 		return admin.Clone{}, err
 	}
-	s.startCloneLocked(r, false)
-	klog.InfoS("nfs server: clone created", "dest", dest, "fromSnapshot", want.FromSnapshot, "fromVolume", want.FromVolume)
-	return r.info(), nil
+	r.startCloneLocked(rec, false)
+	klog.InfoS("volumes: clone created", "dest", dest, "fromSnapshot", want.FromSnapshot, "fromVolume", want.FromVolume)
+	return rec.info(), nil
 }
 
-// startCloneLocked starts the copy of clone r; again (after a restart)
-// empties the destination first. s.tmu is held.
-func (s *Server) startCloneLocked(r *cloneRec, again bool) {
-	openSrc := func() (*os.File, error) { return openDirBeneath(s.rootFD, r.FromVolume) }
-	if r.FromSnapshot != "" {
-		p := filepath.Join(s.reg.snapDir, r.FromSnapshot)
+// startCloneLocked starts the copy of clone rec; again (after a restart)
+// empties the destination first. r.mu is held.
+func (r *Registry) startCloneLocked(rec *cloneRec, again bool) {
+	openSrc := func() (*os.File, error) { return openDirBeneath(r.rootFD, rec.FromVolume) }
+	if rec.FromSnapshot != "" {
+		p := filepath.Join(r.snapDir, rec.FromSnapshot)
 		openSrc = func() (*os.File, error) { return openDirAt(unix.AT_FDCWD, p) }
 	}
 	openDst := func() (*os.File, error) {
-		d, err := openDirBeneath(s.rootFD, r.Dest)
+		d, err := openDirBeneath(r.rootFD, rec.Dest)
 		if err != nil {
 			return nil, err
 		}
 		var st unix.Stat_t
-		if err := unix.Fstat(int(d.Fd()), &st); err != nil || st.Dev != r.dev || st.Ino != r.ino {
+		if err := unix.Fstat(int(d.Fd()), &st); err != nil || st.Dev != rec.dev || st.Ino != rec.ino {
 			d.Close()
-			return nil, fmt.Errorf("clone destination %q was replaced", r.Dest)
+			return nil, fmt.Errorf("clone destination %q was replaced", rec.Dest)
 		}
 		return d, nil
 	}
-	s.start(r.job, "clone "+r.Dest, func(ctx context.Context) error {
+	r.start(rec.job, "clone "+rec.Dest, func(ctx context.Context) error {
 		if again {
 			d, err := openDst()
 			if err != nil {
@@ -526,42 +526,42 @@ func (s *Server) startCloneLocked(r *cloneRec, again bool) {
 				return err
 			}
 		}
-		if err := s.copyInto(ctx, r.job, openSrc, "", openDst); err != nil {
+		if err := r.copyInto(ctx, rec.job, openSrc, "", openDst); err != nil {
 			return err
 		}
-		s.tmu.Lock()
-		v := s.reg.vols[r.Dest]
-		s.tmu.Unlock()
+		r.mu.Lock()
+		v := r.vols[rec.Dest]
+		r.mu.Unlock()
 		if v != nil {
-			return s.recount(v, r.Dest)
+			return r.recount(v, rec.Dest)
 		}
 		return nil
 	}, func(err error) {
-		if s.reg.clones[r.Dest] != r {
+		if r.clones[rec.Dest] != rec {
 			return
 		}
-		r.job.finishErr(err)
-		if err := s.saveLocked(); err != nil {
-			klog.ErrorS(err, "nfs server: saving the state after a clone copy", "dest", r.Dest)
+		rec.job.finishErr(err)
+		if err := r.saveLocked(); err != nil {
+			klog.ErrorS(err, "volumes: saving the state after a clone copy", "dest", rec.Dest)
 		}
 	})
 	if again {
-		klog.InfoS("nfs server: clone copy restarted", "dest", r.Dest)
+		klog.InfoS("volumes: clone copy restarted", "dest", rec.Dest)
 	}
 }
 
 // Clone returns the clone job of destination dest with its progress;
 // admin.ErrNotFound when there is none, admin.ErrInvalid for a bad path.
-func (s *Server) Clone(dest string) (admin.Clone, error) {
+func (r *Registry) Clone(dest string) (admin.Clone, error) {
 	dest, err := volumePath(dest)
 	if err != nil {
 		return admin.Clone{}, err
 	}
-	s.tmu.Lock()
-	defer s.tmu.Unlock()
-	r := s.reg.clones[dest]
-	if r == nil {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rec := r.clones[dest]
+	if rec == nil {
 		return admin.Clone{}, fmt.Errorf("%w: no clone into %q", admin.ErrNotFound, dest)
 	}
-	return r.info(), nil
+	return rec.info(), nil
 }
