@@ -48,6 +48,7 @@ type peer struct {
 	notified []nsm.StatChge
 	answer   nlm.Stat // what GRANTED answers
 	down     bool     // lookup fails: the client cannot be reached
+	refused  int      // lookups that failed because down was set
 	ch       chan struct{}
 }
 
@@ -88,6 +89,13 @@ func newPeer(t *testing.T) *peer {
 	return p
 }
 
+// refusedLookups is how many lookups failed while the peer was down.
+func (p *peer) refusedLookups() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.refused
+}
+
 func portOf(addr string) int {
 	_, p, _ := net.SplitHostPort(addr)
 	n, _ := strconv.Atoi(p)
@@ -99,6 +107,7 @@ func (p *peer) lookup(_ context.Context, host string, prog, vers uint32) (int, e
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.down {
+		p.refused++
 		return 0, errors.New("test: client unreachable")
 	}
 	if host != "127.0.0.1" {

@@ -19,7 +19,8 @@ const DefaultRDMAPort = 20049
 // RFC 8267 binding) on addr ("host:port") through dev until ctx ends, then
 // returns nil; or the listener's error. MOUNT stays on TCP (RFC 8267 section
 // 5.1), served by Serve. opts sets the credits per connection and the
-// receive budget; SetCredits, the grants per machine name.
+// receive budget; SetMachineGrants (set by the volume registry), the
+// grants per machine name.
 func (s *Server) ServeRDMA(ctx context.Context, dev verbs.Device, addr string, opts rpcrdma.ServerOptions) error {
 	l, err := rpcrdma.Listen(ctx, dev, addr, opts)
 	if err != nil {
