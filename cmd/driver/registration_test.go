@@ -89,16 +89,6 @@ func (p *process) wait(t *testing.T) error {
 	}
 }
 
-// waitFor polls ok every 20 ms for up to 10 s.
-func waitFor(t *testing.T, what string, ok func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !ok(); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("no %s after 10 s", what)
-		}
-	}
-}
-
 // unixConn dials a unix socket as kubelet does (no TLS).
 func unixConn(t *testing.T, path string) *grpc.ClientConn {
 	t.Helper()
@@ -162,7 +152,7 @@ func (e nodeEnv) nodeArgs(extra ...string) []string {
 func TestNodeRegistersWithKubelet(t *testing.T) {
 	e := newNodeEnv(t)
 	mounter := startDriver(t, "mounter", "--socket="+e.mounterSock, "--state-dir="+filepath.Join(e.dir, "state"))
-	waitFor(t, "mounter socket", testenv.Dialable("unixpacket", e.mounterSock))
+	testenv.Eventually(t, 10*time.Second, "mounter socket", testenv.Dialable("unixpacket", e.mounterSock))
 
 	// A stale registration socket from an earlier run.
 	l, err := net.Listen("unix", e.regSock)
@@ -173,7 +163,7 @@ func TestNodeRegistersWithKubelet(t *testing.T) {
 	l.Close()
 
 	node := startDriver(t, e.nodeArgs()...)
-	waitFor(t, "registration socket", testenv.Dialable("unix", e.regSock))
+	testenv.Eventually(t, 10*time.Second, "registration socket", testenv.Dialable("unix", e.regSock))
 	reg := registerapi.NewRegistrationClient(unixConn(t, e.regSock))
 	ctx := testenv.Context(t, 30*time.Second)
 	info, err := reg.GetInfo(ctx, &registerapi.InfoRequest{})
@@ -192,7 +182,7 @@ func TestNodeRegistersWithKubelet(t *testing.T) {
 	if _, err := reg.NotifyRegistrationStatus(ctx, &registerapi.RegistrationStatus{PluginRegistered: true}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "registration logged", func() bool { return strings.Contains(node.out.String(), "kubelet registered the plugin") })
+	testenv.Eventually(t, 10*time.Second, "registration logged", func() bool { return strings.Contains(node.out.String(), "kubelet registered the plugin") })
 
 	if code := healthz(t, e.healthAddr); code != http.StatusOK {
 		t.Fatalf("/healthz with the mounter running: %d", code)
@@ -220,7 +210,7 @@ func TestNodeRegistersWithKubelet(t *testing.T) {
 	// Kubelet rejects the plugin: the process exits with status 1 (to be
 	// restarted), the socket removed.
 	node = startDriver(t, e.nodeArgs("--kubelet-registration-path=/var/lib/kubelet/plugins/nfsrdma.csi.dev/csi.sock")...)
-	waitFor(t, "registration socket", testenv.Dialable("unix", e.regSock))
+	testenv.Eventually(t, 10*time.Second, "registration socket", testenv.Dialable("unix", e.regSock))
 	reg = registerapi.NewRegistrationClient(unixConn(t, e.regSock))
 	if info, err := reg.GetInfo(ctx, &registerapi.InfoRequest{}); err != nil || info.Endpoint != "/var/lib/kubelet/plugins/nfsrdma.csi.dev/csi.sock" {
 		t.Fatalf("GetInfo with --kubelet-registration-path: %+v, %v", info, err)
@@ -257,7 +247,7 @@ func TestNodeRegistrationArgs(t *testing.T) {
 func TestControllerHealthAddress(t *testing.T) {
 	e := newNodeEnv(t)
 	p := startDriver(t, "controller", "--endpoint=unix://"+e.csiSock, "--credit-ledger=false", "--health-address="+e.healthAddr)
-	waitFor(t, "health endpoint", testenv.Dialable("tcp", e.healthAddr))
+	testenv.Eventually(t, 10*time.Second, "health endpoint", testenv.Dialable("tcp", e.healthAddr))
 	if code := healthz(t, e.healthAddr); code != http.StatusOK {
 		t.Fatalf("/healthz: %d", code)
 	}

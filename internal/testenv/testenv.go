@@ -172,3 +172,12 @@ func WaitFor(d time.Duration, cond func() bool) bool {
 	}
 	return true
 }
+
+// Eventually fails t unless cond holds within d (polled every 10 ms);
+// what names the awaited condition in the failure.
+func Eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	if !WaitFor(d, cond) {
+		t.Fatalf("timed out after %v waiting for %s", d, what)
+	}
+}

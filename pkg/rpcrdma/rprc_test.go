@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nfsrdma/nfsrdma-csi/internal/testenv"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/verbs"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/xdr"
@@ -55,18 +56,6 @@ func (ts *testSrv) waitExposed(t *testing.T, want int) {
 			t.Fatalf("%d Read chunks exposed, want %d", n, want)
 		}
 		time.Sleep(5 * time.Millisecond)
-	}
-}
-
-// waitFor waits up to 3 s for cond.
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(3 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met in 3 s")
-		}
-		time.Sleep(2 * time.Millisecond)
 	}
 }
 
@@ -133,7 +122,7 @@ func TestRPRCReplies(t *testing.T) {
 				}
 			}
 			ts.waitExposed(t, 0)
-			waitFor(t, func() bool { return ts.srv.Metrics().PullDone == uint64(reads) })
+			testenv.Eventually(t, 10*time.Second, "the counters", func() bool { return ts.srv.Metrics().PullDone == uint64(reads) })
 			m, sm := cm.Metrics(), ts.srv.Metrics()
 			if m.ReplyReadChunks != uint64(reads) || sm.ReplyReadChunks != uint64(reads) || m.PullDone != uint64(reads) || sm.PullDone != uint64(reads) ||
 				sm.PullDoneDropped != 0 || sm.ReadChunkTimeouts != 0 || m.Registrations != 0 || m.CreditsInUse != 0 || m.BadReplies != 0 {
@@ -238,7 +227,7 @@ func TestRPRCRequesterWithout(t *testing.T) {
 		t.Fatalf("error %v, want ErrChunk", err)
 	}
 	ts.waitExposed(t, 0)
-	waitFor(t, func() bool { return ts.srv.Metrics().PullDone == 1 })
+	testenv.Eventually(t, 10*time.Second, "the counters", func() bool { return ts.srv.Metrics().PullDone == 1 })
 	if sm := ts.srv.Metrics(); sm.PullDone != 1 || sm.ReplyReadChunks != 1 {
 		t.Fatalf("server %+v", sm)
 	}
@@ -283,7 +272,7 @@ func TestRPRCAbandoned(t *testing.T) {
 	if got, err := longCall(ctx, c, 8000, 100, true); err != nil || !bytes.Equal(got, pattern(8000, 5)) {
 		t.Fatal(err)
 	}
-	waitFor(t, func() bool { return ts.srv.Metrics().PullDone == 2 })
+	testenv.Eventually(t, 10*time.Second, "the counters", func() bool { return ts.srv.Metrics().PullDone == 2 })
 	m, sm := cm.Metrics(), ts.srv.Metrics()
 	if m.ReplyReadChunks != 1 || m.PullDone != 2 || sm.PullDone != 2 || sm.ReadChunkTimeouts != 0 || m.CreditsInUse != 0 || m.Registrations != 0 {
 		t.Fatalf("client %+v\nserver %+v", m, sm)
@@ -545,7 +534,7 @@ func TestRPRCCreditOne(t *testing.T) {
 			t.Fatalf("call %d: %v", i, err)
 		}
 	}
-	waitFor(t, func() bool { return cm.Metrics().Grants >= 20 })
+	testenv.Eventually(t, 10*time.Second, "the counters", func() bool { return cm.Metrics().Grants >= 20 })
 	if m := cm.Metrics(); m.ReplyReadChunks != 20 || m.PullDone != 20 || m.CreditsInUse != 0 {
 		t.Fatalf("client %+v", m)
 	}
@@ -683,7 +672,7 @@ func TestRPRCConcurrent(t *testing.T) {
 	}
 	ts.waitExposed(t, 0)
 	m := cm.Metrics()
-	waitFor(t, func() bool { return ts.srv.Metrics().PullDone == m.ReplyReadChunks })
+	testenv.Eventually(t, 10*time.Second, "the counters", func() bool { return ts.srv.Metrics().PullDone == m.ReplyReadChunks })
 	if sm := ts.srv.Metrics(); m.ReplyReadChunks == 0 || m.PullDone != m.ReplyReadChunks || sm.ReplyReadChunks != m.ReplyReadChunks ||
 		sm.PullDoneDropped != 0 || m.CreditsInUse != 0 || m.BadReplies != 0 || sm.ReadChunkTimeouts != 0 {
 		t.Fatalf("client %+v\nserver %+v", m, sm)

@@ -100,18 +100,6 @@ func running(pid int) bool {
 	return i > 0 && i+2 < len(b) && b[i+2] != 'Z'
 }
 
-// waitFor polls cond every 10 ms for up to d.
-func waitFor(d time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	return true
-}
-
 // killWait kills pid (a mount process this test started) and waits for
 // it to be gone.
 func killWait(t *testing.T, pid int) {
@@ -120,7 +108,7 @@ func killWait(t *testing.T, pid int) {
 		return
 	}
 	_ = unix.Kill(pid, unix.SIGKILL)
-	if !waitFor(10*time.Second, func() bool { return !running(pid) }) {
+	if !testenv.WaitFor(10*time.Second, func() bool { return !running(pid) }) {
 		t.Errorf("pid %d still running after SIGKILL", pid)
 	}
 }
@@ -140,7 +128,7 @@ func fdCount(t *testing.T) int {
 func checkFDs(t *testing.T, base int) {
 	t.Helper()
 	n := 0
-	if !waitFor(5*time.Second, func() bool { n = fdCount(t); return n <= base }) {
+	if !testenv.WaitFor(5*time.Second, func() bool { n = fdCount(t); return n <= base }) {
 		t.Errorf("%d fds open, %d before: leaked", n, base)
 	}
 }
@@ -579,7 +567,7 @@ func TestAdoptAfterRestart(t *testing.T) {
 	if running(m.PID) {
 		t.Fatalf("adopted pid %d still running after Release", m.PID)
 	}
-	if !waitFor(10*time.Second, func() bool { return len(e2.s.List()) == 0 }) {
+	if !testenv.WaitFor(10*time.Second, func() bool { return len(e2.s.List()) == 0 }) {
 		t.Fatalf("still listed: %+v", e2.s.List())
 	}
 	if _, err := os.Stat(filepath.Join(state, key(target)+".json")); !os.IsNotExist(err) {
@@ -620,7 +608,7 @@ func TestClientGone(t *testing.T) {
 		pid = ms[0].PID
 		t.Cleanup(func() { killWait(t, pid) })
 	}
-	if !waitFor(10*time.Second, func() bool { return len(e.s.List()) == 0 }) {
+	if !testenv.WaitFor(10*time.Second, func() bool { return len(e.s.List()) == 0 }) {
 		t.Fatalf("the abandoned mount is still served: %+v", e.s.List())
 	}
 	if pid > 0 && running(pid) {

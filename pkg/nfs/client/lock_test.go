@@ -329,17 +329,6 @@ func sendNotify(t *testing.T, monName string, state int32) {
 	}
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("timed out waiting for " + what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // TestLockReclaimOnNotify: after the server restarts and sends SM_NOTIFY,
 // every held range is sent again with reclaim set, in its grace period.
 func TestLockReclaimOnNotify(t *testing.T) {
@@ -357,7 +346,7 @@ func TestLockReclaimOnNotify(t *testing.T) {
 		t.Fatal("restart kept locks")
 	}
 	sendNotify(t, "127.0.0.1", 3)
-	waitFor(t, "reclaim", func() bool { return len(srv.Held(1001)) == 3 })
+	testenv.Eventually(t, 10*time.Second, "reclaim", func() bool { return len(srv.Held(1001)) == 3 })
 	var reclaims int
 	for _, c := range srv.Calls() {
 		if c.Proc == nlm.ProcLock && c.Reclaim {
@@ -389,7 +378,7 @@ func TestLockReclaimOnGrace(t *testing.T) {
 	srv.Restart()
 	got := make(chan error, 1)
 	go func() { got <- a.Lock(ctx, req(1, 1001, 20, 29, true), false) }()
-	waitFor(t, "reclaim in grace", func() bool { return len(srv.Held(1001)) == 1 })
+	testenv.Eventually(t, 10*time.Second, "reclaim in grace", func() bool { return len(srv.Held(1001)) == 1 })
 	select {
 	case err := <-got:
 		t.Fatalf("lock in the grace period returned %v", err)
@@ -536,7 +525,7 @@ func TestHostState(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("no SM_NOTIFY after a reboot")
 	}
-	waitFor(t, "record removed", func() bool { return len(h3.Monitored()) == 0 })
+	testenv.Eventually(t, 10*time.Second, "record removed", func() bool { return len(h3.Monitored()) == 0 })
 }
 
 // TestStatdForward: the callback service's NSM answers SM_MON from this
@@ -658,5 +647,5 @@ func TestClientRebootFreesLocks(t *testing.T) {
 	if _, err := OpenHostState(dir, "node-x", no); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the old locks freed", func() bool { return b.Lock(ctx, req(2, 4002, 0, 0, true), false) == nil })
+	testenv.Eventually(t, 10*time.Second, "the old locks freed", func() bool { return b.Lock(ctx, req(2, 4002, 0, 0, true), false) == nil })
 }

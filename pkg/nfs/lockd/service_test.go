@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nfsrdma/nfsrdma-csi/internal/testenv"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nlm"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nsm"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
@@ -87,7 +88,7 @@ func TestServiceBlockingGranted(t *testing.T) {
 		string(g[0].Lock.FH) != "fh" || g[0].Lock.Offset != 10 || g[0].Lock.Length != 5 || len(g[0].Cookie) == 0 {
 		t.Fatalf("GRANTED args: %+v", g)
 	}
-	waitFor(t, "the acknowledged block to go", func() bool { return s.m.Waiting("fh") == 0 })
+	testenv.Eventually(t, 10*time.Second, "the acknowledged block to go", func() bool { return s.m.Waiting("fh") == 0 })
 	if res := a.test(t, &nlm.TestArgs{Lock: lk("node-a", 1, "fh", 12, 1)}); res.Stat != nlm.Denied || res.Holder.Svid != 2 {
 		t.Fatalf("TEST after grant: %+v", res)
 	}
@@ -110,8 +111,8 @@ func TestServiceGrantedCallbackFails(t *testing.T) {
 		t.Fatal(st)
 	}
 	a.nlm(t, nlm.ProcUnlock, &nlm.UnlockArgs{Lock: la})
-	waitFor(t, "the grant", func() bool { h := s.m.Held("fh"); return len(h) == 1 && h[0].Owner.Caller == "node-b" })
-	waitFor(t, "the failed GRANTED callback", func() bool { return p.refusedLookups() > 0 })
+	testenv.Eventually(t, 10*time.Second, "the grant", func() bool { h := s.m.Held("fh"); return len(h) == 1 && h[0].Owner.Caller == "node-b" })
+	testenv.Eventually(t, 10*time.Second, "the failed GRANTED callback", func() bool { return p.refusedLookups() > 0 })
 	if st := c.nlm(t, nlm.ProcLock, &nlm.LockArgs{Lock: lk("node-c", 3, "fh", 5, 1)}); st != nlm.Denied {
 		t.Fatalf("third host while granted-pending: %v", st)
 	}
@@ -145,7 +146,7 @@ func TestServiceGrantedRetried(t *testing.T) {
 	time.Sleep(300 * time.Millisecond)
 	p.setDown(false)
 	p.wait(t, "GRANTED retried")
-	waitFor(t, "the block to go", func() bool { return s.m.Waiting("fh") == 0 })
+	testenv.Eventually(t, 10*time.Second, "the block to go", func() bool { return s.m.Waiting("fh") == 0 })
 }
 
 // TestServiceGrantedRefused: a client that answers GRANTED with DENIED
@@ -161,7 +162,7 @@ func TestServiceGrantedRefused(t *testing.T) {
 	b.nlm(t, nlm.ProcLock, &nlm.LockArgs{Block: true, Lock: lb})
 	a.nlm(t, nlm.ProcUnlock, &nlm.UnlockArgs{Lock: la})
 	p.wait(t, "GRANTED")
-	waitFor(t, "the refused lock to go", func() bool { return len(s.m.Held("fh")) == 0 && s.m.Waiting("fh") == 0 })
+	testenv.Eventually(t, 10*time.Second, "the refused lock to go", func() bool { return len(s.m.Held("fh")) == 0 && s.m.Waiting("fh") == 0 })
 }
 
 // TestServiceCancel: CANCEL removes a queued request, which is then never
@@ -351,7 +352,7 @@ func TestServiceRestartGraceReclaim(t *testing.T) {
 	if st := c.nlm(t, nlm.ProcLock, &nlm.LockArgs{Lock: lc, Reclaim: true}); st != nlm.DeniedGracePeriod {
 		t.Fatalf("reclaim after the grace period: %v", st)
 	}
-	waitFor(t, "the notified client to be forgotten then re-recorded", func() bool {
+	testenv.Eventually(t, 10*time.Second, "the notified client to be forgotten then re-recorded", func() bool {
 		b, _ := os.ReadFile(filepath.Join(dir, "clients.json"))
 		return strings.Contains(string(b), `"node-a"`) && strings.Contains(string(b), `"node-c"`)
 	})
@@ -371,15 +372,4 @@ func appendInt(b []byte, n int32) []byte {
 		b = appendInt(b, n/10)
 	}
 	return append(b, byte('0'+n%10))
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
