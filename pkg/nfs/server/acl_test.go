@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/nfsrdma/nfsrdma-csi/internal/testenv"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/admin"
@@ -35,7 +36,7 @@ func TestVolumeACL(t *testing.T) {
 	testenv.MustWrite(t, filepath.Join(root, "vol", "file"), []byte("hello"))
 	os.Chmod(filepath.Join(root, "vol", "file"), 0o666)
 	e := startVolEnv(t, root, state, false, Export{Path: "/other"}.withDir(t, root))
-	ctx := ctxT(t)
+	ctx := testenv.Context(t, 30*time.Second)
 	if _, err := e.adm.PutVolume(ctx, "vol", 0); err != nil {
 		t.Fatal(err)
 	}

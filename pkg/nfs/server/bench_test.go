@@ -4,6 +4,7 @@ import (
 	"math/rand/v2"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/nfsrdma/nfsrdma-csi/internal/testenv"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nfs3"
@@ -30,7 +31,7 @@ func benchEnv(b *testing.B) (nfsc, nfs3.FH) {
 func BenchmarkNull(b *testing.B) {
 	n, _ := benchEnv(b)
 	spec := sunrpc.CallSpec{Prog: nfs3.Program, Vers: 3, Proc: nfs3.ProcNull}
-	ctx := ctxT(b)
+	ctx := testenv.Context(b, 30*time.Second)
 	b.ReportAllocs()
 	b.ResetTimer()
 	for b.Loop() {
@@ -47,7 +48,7 @@ func BenchmarkGetattr(b *testing.B) {
 	spec := sunrpc.CallSpec{Prog: nfs3.Program, Vers: 3, Proc: nfs3.ProcGetattr,
 		Args:    func(bd *sunrpc.Builder) { args.Encode(&bd.Encoder) },
 		Results: func(d *xdr.Decoder, _ int) error { return res.Decode(d) }}
-	ctx := ctxT(b)
+	ctx := testenv.Context(b, 30*time.Second)
 	b.ReportAllocs()
 	b.ResetTimer()
 	for b.Loop() {
@@ -64,7 +65,7 @@ func benchRead(b *testing.B, size int, random bool) {
 	spec := sunrpc.CallSpec{Prog: nfs3.Program, Vers: 3, Proc: nfs3.ProcRead,
 		Args:    func(bd *sunrpc.Builder) { args.Encode(&bd.Encoder) },
 		Results: func(d *xdr.Decoder, _ int) error { return res.DecodeMax(d, nil, false, size) }}
-	ctx := ctxT(b)
+	ctx := testenv.Context(b, 30*time.Second)
 	r := rand.New(rand.NewPCG(1, 1))
 	blocks := uint64(64<<20) / uint64(size)
 	b.SetBytes(int64(size))
@@ -101,7 +102,7 @@ func BenchmarkWrite1MiB(b *testing.B) {
 		bd.Uint32(uint32(args.Stable))
 		bd.Payload(data)
 	}
-	ctx := ctxT(b)
+	ctx := testenv.Context(b, 30*time.Second)
 	b.SetBytes(int64(len(data)))
 	b.ReportAllocs()
 	b.ResetTimer()

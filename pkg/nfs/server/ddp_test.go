@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/nfsrdma/nfsrdma-csi/internal/testenv"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nfs3"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/xdr"
@@ -17,7 +18,7 @@ import (
 // (Request.ArgPayload, a Read chunk), and READ data and the READLINK target
 // leave as the Builder's payload (for a Write chunk), not inline.
 func TestDDP(t *testing.T) {
-	needRoot(t)
+	testenv.NeedRoot(t, "the export server (name_to_handle_at, open_by_handle_at)")
 	root := t.TempDir()
 	os.Mkdir(filepath.Join(root, "exp"), 0o755)
 	srv, err := New(Options{Root: root, Exports: []Export{{Path: "/exp"}}})

@@ -75,7 +75,7 @@ func newDRCEnv(t *testing.T, proto string, cfg drcConfig) *drcEnv {
 	case "tcp":
 		e.dial = func(t *testing.T) sunrpc.ClientTransport {
 			t.Helper()
-			tr, err := sunrpc.DialTCP(ctxT(t), env.nfsAddr, sunrpc.TCPOptions{})
+			tr, err := sunrpc.DialTCP(testenv.Context(t, 30*time.Second), env.nfsAddr, sunrpc.TCPOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -97,7 +97,7 @@ func newDRCEnv(t *testing.T, proto string, cfg drcConfig) *drcEnv {
 		e.rdma = l
 		e.dial = func(t *testing.T) sunrpc.ClientTransport {
 			t.Helper()
-			tr, err := rpcrdma.Dial(ctxT(t), dev, addr, rpcrdma.ClientOptions{})
+			tr, err := rpcrdma.Dial(testenv.Context(t, 30*time.Second), dev, addr, rpcrdma.ClientOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -142,7 +142,7 @@ func rawCall(ctx context.Context, tr sunrpc.ClientTransport, xid, proc uint32, c
 
 func (e *drcEnv) call(t *testing.T, tr sunrpc.ClientTransport, xid, proc uint32, args any) []byte {
 	t.Helper()
-	body, err := rawCall(ctxT(t), tr, xid, proc, e.cred, args)
+	body, err := rawCall(testenv.Context(t, 30*time.Second), tr, xid, proc, e.cred, args)
 	if err != nil {
 		t.Fatalf("%s xid %#x: %v", nfs3.ProcName(proc), xid, err)
 	}
@@ -305,7 +305,7 @@ func TestDRCSameXIDNewCall(t *testing.T) {
 	// same XID and arguments, another user: executed (and refused: /exp
 	// is root's, mode 0755)
 	cred, _ := (&sunrpc.AuthSysParams{MachineName: "drc-test", UID: 1000, GID: 1000}).Credential()
-	body, err := rawCall(ctxT(t), tr, xid, nfs3.ProcRemove, cred, rm("a"))
+	body, err := rawCall(testenv.Context(t, 30*time.Second), tr, xid, nfs3.ProcRemove, cred, rm("a"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -356,12 +356,12 @@ func TestDRCInProgress(t *testing.T) {
 	send := func(tr sunrpc.ClientTransport) chan result {
 		c := make(chan result, 1)
 		go func() {
-			body, err := rawCall(ctxT(t), tr, 0x1234, nfs3.ProcRemove, e.cred, args)
+			body, err := rawCall(testenv.Context(t, 30*time.Second), tr, 0x1234, nfs3.ProcRemove, e.cred, args)
 			c <- result{body, err}
 		}()
 		return c
 	}
-	ctx := ctxT(t)
+	ctx := testenv.Context(t, 30*time.Second)
 	first := send(e.dial(t))
 	select {
 	case <-entered:
@@ -563,7 +563,7 @@ func TestDRCHandlerFailures(t *testing.T) {
 	req := func() *sunrpc.Request {
 		return drcRequest(5, nfs3.ProcCreate, []byte{0, 0, 0, 1}, peer, sunrpc.AuthSysParams{})
 	}
-	ctx := ctxT(t)
+	ctx := testenv.Context(t, 30*time.Second)
 	failing := c.wrap(nfs3.ProcCreate, func(context.Context, *sunrpc.Request, *sunrpc.Builder) error { return sunrpc.ErrSystemErr })
 	for range 2 {
 		if err := failing(ctx, req(), sunrpc.NewBuilder(nil)); !errors.Is(err, sunrpc.ErrSystemErr) {

@@ -20,7 +20,7 @@ import (
 // dispatcher, as root. No input may panic the server, and the directories
 // outside the export must stay as they were.
 func FuzzDispatch(f *testing.F) {
-	needRoot(f)
+	testenv.NeedRoot(f, "the export server (name_to_handle_at, open_by_handle_at)")
 	root := f.TempDir()
 	testenv.MustWrite(f, filepath.Join(root, "outside", "secret.txt"), []byte("secret"))
 	os.Mkdir(filepath.Join(root, "exp"), 0o755)

@@ -3,13 +3,13 @@ package server
 import (
 	"context"
 	"net"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/nfsrdma/nfsrdma-csi/internal/testenv"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/mount3"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nfs3"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
@@ -25,20 +25,10 @@ type testEnv struct {
 	done             chan error
 }
 
-func needRoot(t testing.TB) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("the export server tests need root (CI=true)")
-		}
-		t.Skip("the export server tests need root")
-	}
-}
-
 // startServer serves root with exps on ephemeral ports until the test ends.
 func startServer(t testing.TB, root string, exps []Export) *testEnv {
 	t.Helper()
-	needRoot(t)
+	testenv.NeedRoot(t, "the export server (name_to_handle_at, open_by_handle_at)")
 	srv, err := New(Options{Root: root, Exports: exps})
 	if err != nil {
 		t.Fatal(err)
@@ -93,12 +83,6 @@ func authSysClient(t testing.TB, addr string, uid, gid uint32, gids ...uint32) *
 	return c
 }
 
-func ctxT(t testing.TB) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
-
 // rpc calls proc of prog with args and decodes res.
 func rpc(t testing.TB, c *sunrpc.Client, prog, proc uint32, args interface{ Encode(*xdr.Encoder) }, res interface{ Decode(*xdr.Decoder) error }) error {
 	t.Helper()
@@ -106,7 +90,7 @@ func rpc(t testing.TB, c *sunrpc.Client, prog, proc uint32, args interface{ Enco
 	if prog == mount3.Program {
 		vers = mount3.Version
 	}
-	return c.Call(ctxT(t), sunrpc.CallSpec{
+	return c.Call(testenv.Context(t, 30*time.Second), sunrpc.CallSpec{
 		Prog: prog, Vers: vers, Proc: proc,
 		Args: func(b *sunrpc.Builder) {
 			if args != nil {

@@ -48,7 +48,7 @@ func TestKernelClientLocksOverRDMA(t *testing.T) { testKernelClientLocks(t, "rdm
 
 func testKernelClientLocks(t *testing.T, proto string) {
 	kernelpeer.Env(t, "KP_NFS_PORT")
-	needRoot(t)
+	testenv.NeedRoot(t, "the export server (name_to_handle_at, open_by_handle_at)")
 	rpcbind := testenv.NeedRPCBind(t)
 	kernelpeer.StartStatd(t)
 	root := t.TempDir()

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/nfsrdma/nfsrdma-csi/internal/kernelpeer"
+	"github.com/nfsrdma/nfsrdma-csi/internal/testenv"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/rpcrdma"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/verbs/siw"
 )
@@ -23,7 +24,7 @@ import (
 // connection's first message, 1 (the draft's section 4.3.3).
 func TestKernelClientOverRDMA(t *testing.T) {
 	kernelpeer.Env(t, "KP_NFSRDMA_PORT")
-	needRoot(t)
+	testenv.NeedRoot(t, "the export server (name_to_handle_at, open_by_handle_at)")
 	root := t.TempDir()
 	if err := os.WriteFile(filepath.Join(root, "hello.txt"), []byte("hello from our server\n"), 0o644); err != nil {
 		t.Fatal(err)

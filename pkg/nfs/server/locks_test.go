@@ -28,7 +28,7 @@ type lockEnv struct {
 
 func startLockServer(t *testing.T, opts Options) *lockEnv {
 	t.Helper()
-	needRoot(t)
+	testenv.NeedRoot(t, "the export server (name_to_handle_at, open_by_handle_at)")
 	srv, err := New(opts)
 	if err != nil {
 		t.Fatal(err)
@@ -78,7 +78,7 @@ func (e *lockEnv) fhOf(t *testing.T, export, name string) nfs3.FH {
 func nlmCall(t *testing.T, addr string, proc uint32, args nlm.Message, res nlm.Message) {
 	t.Helper()
 	c := authSysClient(t, addr, 0, 0)
-	err := c.Call(ctxT(t), sunrpc.CallSpec{
+	err := c.Call(testenv.Context(t, 30*time.Second), sunrpc.CallSpec{
 		Prog: nlm.Program, Vers: nlm.Version, Proc: proc,
 		Args:    func(b *sunrpc.Builder) { args.Encode(&b.Encoder) },
 		Results: func(d *xdr.Decoder, _ int) error { return res.Decode(d) },
@@ -193,7 +193,7 @@ func TestLocksRestartReclaim(t *testing.T) {
 // server's lookup (lockd.RPCBindPort) asks for that number.
 func TestLocksGrantedThroughRPCBind(t *testing.T) {
 	rpcbind := testenv.NeedRPCBind(t)
-	ctx := ctxT(t)
+	ctx := testenv.Context(t, 30*time.Second)
 	m := sunrpc.Mapping{Prog: nlm.Program, Vers: nlm.Version, Prot: sunrpc.IPProtoTCP}
 	var lookup func(context.Context, string, uint32, uint32) (int, error) // nil: the default, lockd.RPCBindPort
 	if p, err := sunrpc.PortmapGetPort(ctx, rpcbind, m); err != nil || p != 0 {

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nfsrdma/nfsrdma-csi/internal/testenv"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/admin"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/fusefs"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/mountopts"
@@ -23,7 +24,7 @@ import (
 // needFUSE skips the test without root or /dev/fuse, or fails it under CI.
 func needFUSE(t *testing.T) {
 	t.Helper()
-	needRoot(t)
+	testenv.NeedRoot(t, "the export server (name_to_handle_at, open_by_handle_at)")
 	f, err := os.OpenFile("/dev/fuse", os.O_RDWR, 0)
 	if err == nil {
 		f.Close()

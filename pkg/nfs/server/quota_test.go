@@ -39,7 +39,7 @@ func checkUsage(t *testing.T, e *volEnv, p string) admin.Volume {
 	t.Helper()
 	deadline := time.Now().Add(2 * time.Second)
 	for {
-		v, err := e.adm.GetVolume(ctxT(t), p)
+		v, err := e.adm.GetVolume(testenv.Context(t, 30*time.Second), p)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -87,7 +87,7 @@ func walkUsage(dir string) (treeUse, error) {
 
 func checkFsstat(t *testing.T, c *client.Client, quota, used int64) {
 	t.Helper()
-	fs, err := c.Fsstat(ctxT(t), c.Root())
+	fs, err := c.Fsstat(testenv.Context(t, 30*time.Second), c.Root())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -429,7 +429,7 @@ func blocksOf(t *testing.T, path string) int64 {
 // writeback allocates an extent tree block besides them.
 func writeFragmented(t *testing.T, c *client.Client, fh nfs3.FH, n int) {
 	t.Helper()
-	ctx := ctxT(t)
+	ctx := testenv.Context(t, 30*time.Second)
 	blk := randomBytes(4096, uint64(n))
 	for i := range n {
 		if _, err := c.Write(ctx, fh, uint64(i)*8192, blk, nfs3.Unstable); err != nil {

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/nfsrdma/nfsrdma-csi/internal/testenv"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/mount3"
@@ -45,7 +46,7 @@ func TestProtocol(t *testing.T) {
 	}
 
 	t.Run("mount", func(t *testing.T) {
-		if err := mc.Null(ctxT(t), mount3.Program, mount3.Version); err != nil {
+		if err := mc.Null(testenv.Context(t, 30*time.Second), mount3.Program, mount3.Version); err != nil {
 			t.Fatal(err)
 		}
 		if _, s := mnt(t, mc, "/nope"); s != mount3.ErrNoEnt {
@@ -95,7 +96,7 @@ func TestProtocol(t *testing.T) {
 	})
 
 	t.Run("null-getattr", func(t *testing.T) {
-		if err := n.c.Null(ctxT(t), nfs3.Program, nfs3.Version); err != nil {
+		if err := n.c.Null(testenv.Context(t, 30*time.Second), nfs3.Program, nfs3.Version); err != nil {
 			t.Fatal(err)
 		}
 		a, s := n.getattr(rootFH)
@@ -519,13 +520,13 @@ func TestProtocol(t *testing.T) {
 
 	t.Run("garbage-args", func(t *testing.T) {
 		for _, proc := range []uint32{nfs3.ProcGetattr, nfs3.ProcWrite, nfs3.ProcCreate, nfs3.ProcReaddir} {
-			err := n.c.Call(ctxT(t), sunrpc.CallSpec{Prog: nfs3.Program, Vers: 3, Proc: proc,
+			err := n.c.Call(testenv.Context(t, 30*time.Second), sunrpc.CallSpec{Prog: nfs3.Program, Vers: 3, Proc: proc,
 				Args: func(b *sunrpc.Builder) { b.Uint32(64) }})
 			if !errors.Is(err, sunrpc.ErrGarbageArgs) {
 				t.Fatalf("%s truncated: %v", nfs3.ProcName(proc), err)
 			}
 		}
-		err := mc.Call(ctxT(t), sunrpc.CallSpec{Prog: mount3.Program, Vers: 3, Proc: mount3.ProcMnt,
+		err := mc.Call(testenv.Context(t, 30*time.Second), sunrpc.CallSpec{Prog: mount3.Program, Vers: 3, Proc: mount3.ProcMnt,
 			Args: func(b *sunrpc.Builder) { b.Uint32(100) }})
 		if !errors.Is(err, sunrpc.ErrGarbageArgs) {
 			t.Fatalf("MNT truncated: %v", err)

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nfsrdma/nfsrdma-csi/internal/testenv"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/admin"
 	client "github.com/nfsrdma/nfsrdma-csi/pkg/nfs/client"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/volumes"
@@ -38,7 +39,7 @@ type volEnv struct {
 // a server exporting it besides the static exports exps.
 func startVolEnv(t testing.TB, root, state string, rdma bool, exps ...Export) *volEnv {
 	t.Helper()
-	needRoot(t)
+	testenv.NeedRoot(t, "the export server (name_to_handle_at, open_by_handle_at)")
 	reg, err := volumes.New(volumes.Options{Root: root, StateDir: state, Version: "test"})
 	if err != nil {
 		t.Fatal(err)

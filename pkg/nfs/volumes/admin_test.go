@@ -8,7 +8,9 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/nfsrdma/nfsrdma-csi/internal/testenv"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/admin"
 )
 
@@ -25,7 +27,7 @@ func wantErr(t *testing.T, what string, err, want error) {
 func TestAdminAPI(t *testing.T) {
 	root, state := t.TempDir(), t.TempDir()
 	e := startRegEnv(t, root, state)
-	ctx := ctxT(t)
+	ctx := testenv.Context(t, 30*time.Second)
 	a := e.adm
 
 	t.Run("auth", func(t *testing.T) {

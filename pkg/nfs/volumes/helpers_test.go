@@ -94,14 +94,13 @@ func (e *regEnv) stop() {
 	e.reg = nil
 }
 
-func ctxT(t testing.TB) context.Context    { return testenv.Context(t, 30*time.Second) }
 func ctxLong(t testing.TB) context.Context { return testenv.Context(t, 2*time.Minute) }
 
 // checkUsage compares the usage the registry keeps for volume p with a
 // fresh walk of its tree.
 func checkUsage(t *testing.T, e *regEnv, p string) admin.Volume {
 	t.Helper()
-	v, err := e.adm.GetVolume(ctxT(t), p)
+	v, err := e.adm.GetVolume(testenv.Context(t, 30*time.Second), p)
 	if err != nil {
 		t.Fatal(err)
 	}
