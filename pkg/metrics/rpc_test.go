@@ -5,90 +5,38 @@ import (
 	"context"
 	"errors"
 	"net"
-	"os"
-	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/nfsrdma/nfsrdma-csi/internal/exporttest"
 	"github.com/nfsrdma/nfsrdma-csi/internal/testenv"
-	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/admin"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/client"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nfs3"
-	nfsserver "github.com/nfsrdma/nfsrdma-csi/pkg/nfs/server"
-	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/volumes"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/xdr"
 )
-
-// exportEnv is a real export server over TCP with one volume, "vol".
-type exportEnv struct {
-	srv              *nfsserver.Server
-	reg              *volumes.Registry
-	nfsPort, mntPort int
-}
-
-func startExport(t testing.TB, quota int64) *exportEnv {
-	t.Helper()
-	testenv.NeedRoot(t, "the export server (name_to_handle_at, open_by_handle_at)")
-	root := filepath.Join(t.TempDir(), "root")
-	if err := os.MkdirAll(filepath.Join(root, "vol"), 0o777); err != nil {
-		t.Fatal(err)
-	}
-	reg, err := volumes.New(volumes.Options{Root: root})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { reg.Close() })
-	srv, err := nfsserver.New(nfsserver.Options{Root: root, Volumes: reg})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := reg.AddVolume("vol", quota, nil); err != nil {
-		t.Fatal(err)
-	}
-	if err := reg.Grant("vol", admin.Access{Node: "node-1", Addrs: []string{"127.0.0.1"}}); err != nil {
-		t.Fatal(err)
-	}
-	nl, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ml, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx, nl, ml) }()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-		srv.Close()
-	})
-	return &exportEnv{srv: srv, reg: reg, nfsPort: nl.Addr().(*net.TCPAddr).Port, mntPort: ml.Addr().(*net.TCPAddr).Port}
-}
 
 // The export server's RPC and volume metrics and the NFS client's
 // metrics, end to end: our NFS client mounts a volume of our export
 // server over TCP, writes and reads; the server's registry and the
 // client's are scraped over HTTP and parsed.
 func TestRPCServerAndClientMetrics(t *testing.T) {
-	e := startExport(t, 1<<30)
+	e := exporttest.Start(t, exporttest.Options{Quota: 1 << 30})
 	ctx := testenv.Context(t, 30*time.Second)
 
 	srvReg := prometheus.NewRegistry()
 	rpcm := NewRPCServer(nil)
-	srvReg.MustRegister(rpcm, NewVolumeCollector(e.reg.Volumes, nil), NewDRCCollector(func() DRCStats { return drcStats(e.srv.DRCStats()) }))
-	e.srv.Dispatcher().SetObserver(rpcm)
+	srvReg.MustRegister(rpcm, NewVolumeCollector(e.Reg.Volumes, nil), NewDRCCollector(func() DRCStats { return drcStats(e.Srv.DRCStats()) }))
+	e.Srv.Dispatcher().SetObserver(rpcm)
 	srvURL := serveReg(t, srvReg) + "/metrics"
 
 	cliReg := prometheus.NewRegistry()
 	rpcc := NewRPCClient(nil)
-	nfsAddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(e.nfsPort))
-	c, err := client.Mount(ctx, client.Options{Server: "127.0.0.1", MountPort: e.mntPort, Export: "/vol",
+	nfsAddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(e.NFSPort))
+	c, err := client.Mount(ctx, client.Options{Server: "127.0.0.1", MountPort: e.MntPort, Export: "/vol",
 		Dial: rpcc.Dial(sunrpc.TCPDialer(nfsAddr, sunrpc.TCPOptions{})), Transport: "tcp"})
 	if err != nil {
 		t.Fatal(err)

@@ -9,56 +9,22 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/nfsrdma/nfsrdma-csi/internal/exporttest"
 	"github.com/nfsrdma/nfsrdma-csi/internal/testenv"
-	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/admin"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/mountopts"
-	nfsserver "github.com/nfsrdma/nfsrdma-csi/pkg/nfs/server"
-	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/volumes"
 )
 
 // startExport serves a volume "vol" of an export server on loopback TCP
 // (NFS and MOUNT) and returns the -o options that reach it.
 func startExport(t *testing.T) (root, opts string) {
 	t.Helper()
-	root = filepath.Join(t.TempDir(), "root")
-	if err := os.MkdirAll(filepath.Join(root, "vol"), 0o777); err != nil {
-		t.Fatal(err)
-	}
-	reg, err := volumes.New(volumes.Options{Root: root})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { reg.Close() })
-	srv, err := nfsserver.New(nfsserver.Options{Root: root, Volumes: reg})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := reg.AddVolume("vol", 0, nil); err != nil {
-		t.Fatal(err)
-	}
-	if err := reg.Grant("vol", admin.Access{Node: "n", Addrs: []string{"127.0.0.1"}}); err != nil {
-		t.Fatal(err)
-	}
-	nl, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ml, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx, nl, ml) }()
-	t.Cleanup(func() { cancel(); <-done; srv.Close() })
-	return root, "proto=tcp,nolock,port=" + strconv.Itoa(nl.Addr().(*net.TCPAddr).Port) +
-		",mountport=" + strconv.Itoa(ml.Addr().(*net.TCPAddr).Port)
+	e := exporttest.Start(t, exporttest.Options{Node: "n"})
+	return e.Root, e.TCPOptions() + ",nolock"
 }
 
 // readyPipe returns the read end of a pipe and the write end's fd, owned
