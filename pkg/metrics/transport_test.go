@@ -1,4 +1,4 @@
-package metrics
+package metrics_test
 
 import (
 	"bytes"
@@ -10,7 +10,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/nfsrdma/nfsrdma-csi/internal/metricsource"
 	"github.com/nfsrdma/nfsrdma-csi/internal/testenv"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/metrics"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/rpcrdma"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/verbs/siw"
@@ -55,7 +57,7 @@ func TestTransportCollector(t *testing.T) {
 	ctx := testenv.Context(t, 60*time.Second)
 	rpc := sunrpc.NewServer(nil)
 	rpc.Register(tProg, tVers, echoHandlers())
-	rpcm := NewRPCServer(nil)
+	rpcm := metrics.NewRPCServer(nil)
 	rpc.SetObserver(rpcm)
 	srv, err := rpcrdma.Listen(ctx, siw.NewDevice(siw.Config{RTRDelay: -1}), "127.0.0.1:0", rpcrdma.ServerOptions{Credits: 8})
 	if err != nil {
@@ -77,13 +79,13 @@ func TestTransportCollector(t *testing.T) {
 	// As in the processes: the export server's registry, a mount's.
 	srvReg, mountReg := prometheus.NewRegistry(), prometheus.NewRegistry()
 	mount := prometheus.Labels{"volume": "pvc-1", "pod": "uid-1"}
-	srvReg.MustRegister(NewTransportCollector(RoleResponder, func() TransportStats { return transportStats(srv.Metrics()) }, nil), rpcm,
-		NewConnectionCollector(func() []Connection { return connections(srv.Connections()) }))
-	mountReg.MustRegister(NewTransportCollector(RoleRequester, func() TransportStats { return transportStats(cm.Metrics()) }, mount), NewClientCollector(cli.Stats, mount))
-	srvURL, mountURL := serveReg(t, srvReg)+"/metrics", serveReg(t, mountReg)+"/metrics"
+	srvReg.MustRegister(metrics.NewTransportCollector(metrics.RoleResponder, metricsource.Transport(srv.Metrics), nil), rpcm,
+		metrics.NewConnectionCollector(metricsource.Connections(srv.Connections)))
+	mountReg.MustRegister(metrics.NewTransportCollector(metrics.RoleRequester, metricsource.Transport(cm.Metrics), mount), metrics.NewClientCollector(cli.Stats, mount))
+	srvURL, mountURL := metrics.ServeReg(t, srvReg)+"/metrics", metrics.ServeReg(t, mountReg)+"/metrics"
 	scrapeBoth := func() map[string]*dto.MetricFamily {
-		f := scrape(t, nil, srvURL)
-		for name, mf := range scrape(t, nil, mountURL) {
+		f := metrics.Scrape(t, nil, srvURL)
+		for name, mf := range metrics.Scrape(t, nil, mountURL) {
 			if f[name] == nil {
 				f[name] = mf
 			} else {
@@ -92,10 +94,10 @@ func TestTransportCollector(t *testing.T) {
 		}
 		return f
 	}
-	req := l("role", "requester", "volume", "pvc-1", "pod", "uid-1")
-	resp := l("role", "responder")
+	req := metrics.L("role", "requester", "volume", "pvc-1", "pod", "uid-1")
+	resp := metrics.L("role", "responder")
 	with := func(base map[string]string, kv ...string) map[string]string {
-		m := l(kv...)
+		m := metrics.L(kv...)
 		for k, v := range base {
 			m[k] = v
 		}
@@ -106,35 +108,35 @@ func TestTransportCollector(t *testing.T) {
 		t.Fatal(err)
 	}
 	f0 := scrapeBoth()
-	if v := mustValue(t, f0, "nfsrdma_rpcrdma_connections", resp); v != 1 {
+	if v := metrics.MustValue(t, f0, "nfsrdma_rpcrdma_connections", resp); v != 1 {
 		t.Errorf("responder connections %v", v)
 	}
-	if v := mustValue(t, f0, "nfsrdma_rpcrdma_credits_granted", req); v != 8 {
+	if v := metrics.MustValue(t, f0, "nfsrdma_rpcrdma_credits_granted", req); v != 8 {
 		t.Errorf("requester credits granted %v, want 8", v)
 	}
-	if v := mustValue(t, f0, "nfsrdma_rpcrdma_version", req); v != 2 {
+	if v := metrics.MustValue(t, f0, "nfsrdma_rpcrdma_version", req); v != 2 {
 		t.Errorf("requester version %v, want 2 (negotiated with our responder)", v)
 	}
-	if v := mustValue(t, f0, "nfsrdma_rpcrdma_credits_in_use", req); v != 0 {
+	if v := metrics.MustValue(t, f0, "nfsrdma_rpcrdma_credits_in_use", req); v != 0 {
 		t.Errorf("credits in use %v", v)
 	}
-	if v := mustValue(t, f0, "nfsrdma_rpcrdma_registered_bytes", resp); v <= 0 {
+	if v := metrics.MustValue(t, f0, "nfsrdma_rpcrdma_registered_bytes", resp); v <= 0 {
 		t.Errorf("registered bytes %v", v)
 	}
 	// Per connection: the machine name is "" (the Null call has AUTH_NONE).
 	peer := srv.Connections()[0].Peer
-	if v := mustValue(t, f0, "nfsrdma_rpcrdma_connection_credits_granted", l("machine", "", "peer", peer, "version", "2")); v != 8 {
+	if v := metrics.MustValue(t, f0, "nfsrdma_rpcrdma_connection_credits_granted", metrics.L("machine", "", "peer", peer, "version", "2")); v != 8 {
 		t.Errorf("connection credits granted %v, want 8", v)
 	}
-	if v := mustValue(t, f0, "nfsrdma_rpcrdma_connection_receives_posted", l("machine", "", "peer", peer, "version", "2")); v != 8 {
+	if v := metrics.MustValue(t, f0, "nfsrdma_rpcrdma_connection_receives_posted", metrics.L("machine", "", "peer", peer, "version", "2")); v != 8 {
 		t.Errorf("connection receives posted %v, want 8", v)
 	}
-	if v := mustValue(t, f0, "nfsrdma_rpcrdma_connection_credits_target", l("machine", "", "peer", peer, "version", "2", "named", "false")); v != 8 {
+	if v := metrics.MustValue(t, f0, "nfsrdma_rpcrdma_connection_credits_target", metrics.L("machine", "", "peer", peer, "version", "2", "named", "false")); v != 8 {
 		t.Errorf("connection credits target %v, want 8", v)
 	}
-	calls0 := mustValue(t, f0, "nfsrdma_rpcrdma_calls_total", req)
-	readBytes0 := mustValue(t, f0, "nfsrdma_rpcrdma_bytes_total", with(resp, "kind", "read"))
-	writeChunks0 := mustValue(t, f0, "nfsrdma_rpcrdma_chunks_total", with(req, "kind", "write"))
+	calls0 := metrics.MustValue(t, f0, "nfsrdma_rpcrdma_calls_total", req)
+	readBytes0 := metrics.MustValue(t, f0, "nfsrdma_rpcrdma_bytes_total", with(resp, "kind", "read"))
+	writeChunks0 := metrics.MustValue(t, f0, "nfsrdma_rpcrdma_chunks_total", with(req, "kind", "write"))
 
 	small := []byte("hello")
 	if err := cli.Call(ctx, sunrpc.CallSpec{Prog: tProg, Vers: tVers, Proc: pSmall,
@@ -155,33 +157,33 @@ func TestTransportCollector(t *testing.T) {
 	}
 
 	f1 := scrapeBoth()
-	if v := mustValue(t, f1, "nfsrdma_rpcrdma_calls_total", req); v != calls0+2 {
+	if v := metrics.MustValue(t, f1, "nfsrdma_rpcrdma_calls_total", req); v != calls0+2 {
 		t.Errorf("requester calls %v, want %v", v, calls0+2)
 	}
-	if v := mustValue(t, f1, "nfsrdma_rpcrdma_replies_total", resp); v != calls0+2 {
+	if v := metrics.MustValue(t, f1, "nfsrdma_rpcrdma_replies_total", resp); v != calls0+2 {
 		t.Errorf("responder replies %v, want %v", v, calls0+2)
 	}
-	if v := mustValue(t, f1, "nfsrdma_rpcrdma_bytes_total", with(resp, "kind", "read")); v-readBytes0 != float64(len(big)) {
+	if v := metrics.MustValue(t, f1, "nfsrdma_rpcrdma_bytes_total", with(resp, "kind", "read")); v-readBytes0 != float64(len(big)) {
 		t.Errorf("responder read-chunk bytes grew by %v, want %d", v-readBytes0, len(big))
 	}
-	if v := mustValue(t, f1, "nfsrdma_rpcrdma_chunks_total", with(req, "kind", "write")); v != writeChunks0+1 {
+	if v := metrics.MustValue(t, f1, "nfsrdma_rpcrdma_chunks_total", with(req, "kind", "write")); v != writeChunks0+1 {
 		t.Errorf("requester write chunks %v, want %v", v, writeChunks0+1)
 	}
-	if v := mustValue(t, f1, "nfsrdma_rpcrdma_bytes_total", with(resp, "kind", "write")); v < float64(len(big)) {
+	if v := metrics.MustValue(t, f1, "nfsrdma_rpcrdma_bytes_total", with(resp, "kind", "write")); v < float64(len(big)) {
 		t.Errorf("responder write-chunk bytes %v", v)
 	}
-	if v := mustValue(t, f1, "nfsrdma_rpcrdma_bytes_total", with(req, "kind", "inline")); v <= 0 {
+	if v := metrics.MustValue(t, f1, "nfsrdma_rpcrdma_bytes_total", with(req, "kind", "inline")); v <= 0 {
 		t.Errorf("inline bytes %v", v)
 	}
 	for _, code := range []string{"ERR_VERS", "ERR_CHUNK"} {
-		if v := mustValue(t, f1, "nfsrdma_rpcrdma_errors_total", with(resp, "code", code)); v != 0 {
+		if v := metrics.MustValue(t, f1, "nfsrdma_rpcrdma_errors_total", with(resp, "code", code)); v != 0 {
 			t.Errorf("%s %v", code, v)
 		}
 	}
-	if v := mustValue(t, f1, "nfsrdma_client_rpc_calls_total", mount); v != 3 {
+	if v := metrics.MustValue(t, f1, "nfsrdma_client_rpc_calls_total", mount); v != 3 {
 		t.Errorf("client calls %v, want 3", v)
 	}
-	if v := mustValue(t, f1, "nfsrdma_server_rpc_total", l("transport", "rdma", "program", fmt.Sprintf("%dv%d", tProg, tVers), "procedure", "1", "status", "success")); v != 1 {
+	if v := metrics.MustValue(t, f1, "nfsrdma_server_rpc_total", metrics.L("transport", "rdma", "program", fmt.Sprintf("%dv%d", tProg, tVers), "procedure", "1", "status", "success")); v != 1 {
 		t.Errorf("server rpc over rdma %v", v)
 	}
 	if n := len(f1["nfsrdma_rpcrdma_calls_total"].GetMetric()); n != 2 {
