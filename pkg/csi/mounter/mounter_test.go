@@ -223,6 +223,9 @@ func TestMountListRelease(t *testing.T) {
 	if _, err := os.Stat(state); !os.IsNotExist(err) {
 		t.Fatalf("state file after Release: %v", err)
 	}
+	if _, err := os.Stat(m.Log); !os.IsNotExist(err) {
+		t.Fatalf("log of a mount process that ended cleanly, after Release: %v", err)
+	}
 	// releasing what is not served is no error
 	if err := e.c.Release(ctx, target, time.Second); err != nil {
 		t.Fatal(err)
@@ -261,6 +264,9 @@ func TestMountFailures(t *testing.T) {
 			}
 			if _, err := os.Stat(filepath.Join(e.state, key(target)+".json")); !os.IsNotExist(err) {
 				t.Fatalf("state file of a failed mount: %v", err)
+			}
+			if _, err := os.Stat(filepath.Join(e.state, key(target)+".log")); err != nil {
+				t.Fatalf("the log of a failed mount is kept for troubleshooting: %v", err)
 			}
 			checkFDs(t, base)
 		})

@@ -321,6 +321,11 @@ func (s *Server) start(ctx context.Context, m Mount, fuse *os.File) (Mount, erro
 	go func() {
 		err := cmd.Wait()
 		klog.InfoS("mounter: mount process exited", "target", m.Target, "pid", m.PID, "err", err)
+		if err == nil {
+			// a clean end (unmounted): its log has nothing left to tell;
+			// a failed or killed one keeps its log for troubleshooting
+			_ = os.Remove(m.Log)
+		}
 		s.forget(p)
 	}()
 
