@@ -20,6 +20,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/nfsrdma/nfsrdma-csi/internal/atomicfile"
 	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
 )
@@ -359,7 +360,7 @@ func (s *Server) start(ctx context.Context, m Mount, fuse *os.File) (Mount, erro
 	default:
 	}
 	if b, err := json.Marshal(m); err == nil {
-		if err := writeFileAtomic(s.statePath(m.Target), b); err != nil {
+		if err := atomicfile.Write(s.statePath(m.Target), b); err != nil {
 			klog.ErrorS(err, "mounter: state file", "target", m.Target)
 		}
 	}
@@ -477,12 +478,4 @@ func tail(path string) string {
 		b = b[len(b)-2048:]
 	}
 	return strings.TrimSpace(string(b))
-}
-
-func writeFileAtomic(path string, b []byte) error {
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
 }

@@ -14,6 +14,7 @@ import (
 
 	"k8s.io/klog/v2"
 
+	"github.com/nfsrdma/nfsrdma-csi/internal/atomicfile"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nsm"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nsmstate"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
@@ -89,7 +90,7 @@ func OpenHostState(dir, callerName string, o NotifyOptions) (*HostState, error) 
 		if err := nsmstate.Write(statePath, h.state); err != nil {
 			return nil, err
 		}
-		if err := nsmstate.WriteFile(filepath.Join(dir, "boot_id"), boot); err != nil {
+		if err := atomicfile.Write(filepath.Join(dir, "boot_id"), boot); err != nil {
 			return nil, err
 		}
 		if len(servers) > 0 {
@@ -141,7 +142,7 @@ func (h *HostState) monitor(server string) {
 	if h.mon[server] {
 		return
 	}
-	if err := nsmstate.WriteFile(filepath.Join(h.dir, "sm", url.PathEscape(server)), []byte(server+"\n")); err != nil {
+	if err := atomicfile.Write(filepath.Join(h.dir, "sm", url.PathEscape(server)), []byte(server+"\n")); err != nil {
 		klog.ErrorS(err, "NSM: server not recorded: it will not be told of this host's reboot", "server", server)
 		return
 	}

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/nfsrdma/nfsrdma-csi/internal/atomicfile"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nsmstate"
 )
 
@@ -160,5 +161,5 @@ func (s *nsmStore) saveLocked() error {
 	if err != nil {
 		return err
 	}
-	return nsmstate.WriteFile(filepath.Join(s.dir, clientsFile), append(b, '\n'))
+	return atomicfile.Write(filepath.Join(s.dir, clientsFile), append(b, '\n'))
 }

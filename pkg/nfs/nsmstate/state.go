@@ -5,7 +5,7 @@
 // peers a host notifies after a restart see a state they have not seen
 // before. A host that comes up after a crash finds the odd number it left
 // and goes on with the next odd one. The files next to it (the monitored
-// hosts) are replaced durably with WriteFile.
+// hosts) are replaced durably with internal/atomicfile.
 package nsmstate
 
 import (
@@ -14,9 +14,10 @@ import (
 	"io/fs"
 	"math"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/nfsrdma/nfsrdma-csi/internal/atomicfile"
 )
 
 // ErrBad means the state file does not hold a state number: a decimal
@@ -56,9 +57,9 @@ func Next(n int32) int32 {
 	return int32(next)
 }
 
-// Write records n in the file path, durably (WriteFile).
+// Write records n in the file path, durably (atomicfile.Write).
 func Write(path string, n int32) error {
-	return WriteFile(path, []byte(strconv.Itoa(int(n))+"\n"))
+	return atomicfile.Write(path, []byte(strconv.Itoa(int(n))+"\n"))
 }
 
 // Up records that the host whose state file is path came up: it reads
@@ -74,39 +75,4 @@ func Up(path string) (int32, error) {
 		return 0, err
 	}
 	return n, nil
-}
-
-// WriteFile replaces the file path with b so that a crash leaves the old
-// content or the new one: b is written to a temporary file in the same
-// directory (named "." + the base name + ".tmp" and a random suffix),
-// synced, renamed over path, and the directory is synced.
-func WriteFile(path string, b []byte) error {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return fmt.Errorf("nsm state: %w", err)
-	}
-	_, err = f.Write(b)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(f.Name(), path)
-	}
-	if err != nil {
-		os.Remove(f.Name())
-		return fmt.Errorf("nsm state: %w", err)
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("nsm state: %w", err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("nsm state: sync %s: %w", dir, err)
-	}
-	return nil
 }

@@ -73,7 +73,7 @@ func TestReadBad(t *testing.T) {
 	if _, err := Read(dir); err == nil || errors.Is(err, ErrBad) {
 		t.Fatalf("a directory: %v", err)
 	}
-	if err := WriteFile(filepath.Join(dir, "no", "such"), nil); err == nil {
-		t.Fatal("WriteFile into a missing directory")
+	if err := Write(filepath.Join(dir, "no", "such"), 3); err == nil {
+		t.Fatal("Write into a missing directory")
 	}
 }

@@ -12,6 +12,7 @@ import (
 
 	"k8s.io/klog/v2"
 
+	"github.com/nfsrdma/nfsrdma-csi/internal/atomicfile"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/admin"
 )
 
@@ -204,42 +205,10 @@ func (r *Registry) saveLocked() error {
 	if err != nil {
 		return fmt.Errorf("volumes: state: %w", err)
 	}
-	if err := writeFileAtomic(r.stateFile, data); err != nil {
+	if err := atomicfile.Write(r.stateFile, data); err != nil {
 		return fmt.Errorf("volumes: state: %w", err)
 	}
 	return nil
-}
-
-// writeFileAtomic replaces name with data: written to a temporary file in
-// the same directory, synced, renamed over name, and the directory synced.
-func writeFileAtomic(name string, data []byte) error {
-	dir := filepath.Dir(name)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(name)+".tmp*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, name)
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	d.Close()
-	return err
 }
 
 // now is the clock of snapshot creation times (UTC, second precision
