@@ -69,6 +69,10 @@ type attrCache struct {
 	valid bool
 	timeo time.Duration
 	at    time.Time // when attr was recorded
+	// ours: attr are the post-operation attributes (wcc data) of a change
+	// made through this mount, not yet superseded by a GETATTR or LOOKUP
+	// (node.cachedDirAttr).
+	ours bool
 }
 
 // update records fresh attributes a and returns the timeout to give the
@@ -85,6 +89,6 @@ func (c *attrCache) update(a *nfs3.Fattr, lo, hi time.Duration) (timeo time.Dura
 			c.timeo = lo
 		}
 	}
-	c.attr, c.valid, c.at = *a, true, time.Now()
+	c.attr, c.valid, c.at, c.ours = *a, true, time.Now(), false
 	return c.timeo, changed
 }

@@ -146,9 +146,35 @@ func (n *node) afterDirChange(wcc *nfs3.WccData, add, del string) {
 	n.followLocked(wcc, add, del)
 	if wcc.After.Set {
 		n.refreshLocked(&wcc.After.Attr)
+		n.ac.ours = true
 		return
 	}
 	n.ac.valid = false
+}
+
+// cachedDirAttr returns the attributes of directory n and how long they
+// stay fresh when they came from the wcc data of a change made through
+// this mount within the attribute timeout (false otherwise). The kernel
+// forgets a directory's attributes after every create, unlink or rename
+// in it (fs/fuse/dir.c fuse_dir_changed), and its permission check of the
+// next one asks for them again (default_permissions): answered from
+// here, as Linux NFS answers from the attributes its CREATE and REMOVE
+// replies carry (nfs_post_op_update_inode), a create or unlink costs no
+// NFS GETATTR. Attributes read by GETATTR or LOOKUP are not answered from
+// here, so the kernel's refresh before it denies (fuse_permission) still
+// sees a permission granted elsewhere.
+func (n *node) cachedDirAttr(now time.Time) (nfs3.Fattr, time.Duration, bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	c := &n.ac
+	if !c.valid || !c.ours || c.attr.Type != nfs3.TypeDir {
+		return nfs3.Fattr{}, 0, false
+	}
+	left := c.timeo - now.Sub(c.at)
+	if left <= 0 {
+		return nfs3.Fattr{}, 0, false
+	}
+	return c.attr, left, true
 }
 
 // objAttrs returns the handle and attributes of a created object,
@@ -236,8 +262,15 @@ func (n *node) plusTTL() time.Duration {
 }
 
 // Getattr answers GETATTR with an NFS GETATTR, after the writes in flight
-// of the file have reached the server (so size and mtime are current).
+// of the file have reached the server (so size and mtime are current); a
+// directory changed through this mount within its attribute timeout is
+// answered from the change's wcc data (cachedDirAttr).
 func (n *node) Getattr(ctx context.Context, _ fs.FileHandle, out *fuse.AttrOut) (errno syscall.Errno) {
+	if a, left, ok := n.cachedDirAttr(time.Now()); ok {
+		fillAttr(&out.Attr, &a, n.sys.blksize)
+		out.SetTimeout(left)
+		return 0
+	}
 	ctx, done := n.call(ctx, &errno) // the caller's credential, not interrupted; a stale handle (node.call)
 	defer done()
 	_ = n.waitWrites()
