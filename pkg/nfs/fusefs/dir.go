@@ -35,8 +35,8 @@ var (
 // OpendirHandle answers OPENDIR: the caller needs read permission on the
 // directory (permit; EACCES), as Linux's may_open asks of NFS.
 func (n *node) OpendirHandle(ctx context.Context, flags uint32) (_ fs.FileHandle, _ uint32, errno syscall.Errno) {
-	cctx, done := n.call(ctx, &errno) // the caller's credential, not interrupted; a stale handle (node.call)
-	defer done()
+	cctx, op := n.call(ctx, &errno) // the caller's credential, not interrupted; a stale handle (node.call)
+	defer op.done()
 	if errno := n.permit(cctx, mayRead); errno != 0 {
 		return nil, 0, errno
 	}
@@ -58,9 +58,9 @@ func (d *dirStream) Readdirent(ctx context.Context) (_ *fuse.DirEntry, errno sys
 		if d.eof {
 			return nil, 0
 		}
-		ctx, done := d.n.call(ctx, &errno) // the caller's credential, not interrupted; a stale handle (node.call)
+		ctx, op := d.n.call(ctx, &errno) // the caller's credential, not interrupted; a stale handle (node.call)
 		errno = d.fill(ctx)
-		done()
+		op.done()
 		if errno == syscall.EINTR {
 			errno = syscall.EIO
 		}

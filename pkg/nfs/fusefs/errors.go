@@ -32,21 +32,33 @@ func toErrno(err error) syscall.Errno {
 }
 
 // call starts a FUSE request on n and returns the context of its NFS
-// calls (fsys.call: the caller's credential, not interrupted); done must
-// be called when the request ends, with *errno holding its answer.
+// calls (fsys.call: the caller's credential, not interrupted); op.done
+// must be called when the request ends, with *errno holding its answer.
 // Every request on a node (and on its open files) goes through here, so
 // that a stale file handle is handled in one place, whichever call found
 // it: when the answer is ESTALE (the server said NFS3ERR_STALE or
 // NFS3ERR_BADHANDLE: the file was removed, by another client too), n
 // forgets its cached attributes and where the kernel was told of it
 // (stale).
-func (n *node) call(ctx context.Context, errno *syscall.Errno) (c context.Context, done func()) {
-	c, end := n.sys.call(ctx)
-	return c, func() {
-		end()
-		if *errno == syscall.ESTALE {
-			n.stale()
-		}
+func (n *node) call(ctx context.Context, errno *syscall.Errno) (context.Context, nodeOp) {
+	c, op := n.sys.call(ctx)
+	return c, nodeOp{op: op, n: n, errno: errno}
+}
+
+// nodeOp is one FUSE request on a node in progress (node.call); a value,
+// so that starting one allocates no closure.
+type nodeOp struct {
+	op    fuseOp
+	n     *node
+	errno *syscall.Errno
+}
+
+// done ends the request: its NFS context is cancelled, and n is marked
+// stale when the answer is ESTALE.
+func (o nodeOp) done() {
+	o.op.done()
+	if *o.errno == syscall.ESTALE {
+		o.n.stale()
 	}
 }
 

@@ -84,8 +84,8 @@ func (n *node) waitWrites() error {
 // since we last saw it, the kernel's cached attributes and data of the
 // inode are dropped; otherwise its page cache is kept (FOPEN_KEEP_CACHE).
 func (n *node) Open(ctx context.Context, flags uint32) (_ fs.FileHandle, _ uint32, errno syscall.Errno) {
-	ctx, done := n.call(ctx, &errno) // the caller's credential, not interrupted; a stale handle (node.call)
-	defer done()
+	ctx, op := n.call(ctx, &errno) // the caller's credential, not interrupted; a stale handle (node.call)
+	defer op.done()
 	if n.sys.o.ReadOnly && flags&(syscall.O_WRONLY|syscall.O_RDWR|syscall.O_TRUNC) != 0 {
 		return nil, 0, syscall.EROFS
 	}
@@ -144,8 +144,8 @@ func writable(fh fs.FileHandle) bool {
 // Read answers READ with client.ReadAt (rsize READs, pipelined), after the
 // inode's writes in flight have reached the server.
 func (n *node) Read(ctx context.Context, _ fs.FileHandle, dest []byte, off int64) (_ fuse.ReadResult, errno syscall.Errno) {
-	ctx, done := n.call(ctx, &errno) // the caller's credential, not interrupted; a stale handle (node.call)
-	defer done()
+	ctx, op := n.call(ctx, &errno) // the caller's credential, not interrupted; a stale handle (node.call)
+	defer op.done()
 	n.readStart()
 	defer n.readDone()
 	_ = n.waitWrites() // a write error is for flush and fsync to report
@@ -163,8 +163,8 @@ func (n *node) Read(ctx context.Context, _ fs.FileHandle, dest []byte, off int64
 // background write is returned by the next flush or fsync (close(2) or
 // fsync(2)), as Linux NFS does.
 func (n *node) Write(ctx context.Context, fh fs.FileHandle, data []byte, off int64) (_ uint32, errno syscall.Errno) {
-	ctx, done := n.call(ctx, &errno) // the caller's credential, not interrupted; a stale handle (node.call)
-	defer done()
+	ctx, op := n.call(ctx, &errno) // the caller's credential, not interrupted; a stale handle (node.call)
+	defer op.done()
 	n.setFlushed(fh, false)
 	if n.sys.o.ReadOnly {
 		return 0, syscall.EROFS
@@ -315,8 +315,8 @@ func (n *node) sync(ctx context.Context) syscall.Errno {
 func (n *node) Flush(ctx context.Context, fh fs.FileHandle) (errno syscall.Errno) {
 	n.setFlushed(fh, true)
 	ro, hasOwner := n.sys.owners.ownerOf(ctx) // before ctx is replaced
-	ctx, done := n.call(ctx, &errno)          // the caller's credential, not interrupted; a stale handle (node.call)
-	defer done()
+	ctx, op := n.call(ctx, &errno)            // the caller's credential, not interrupted; a stale handle (node.call)
+	defer op.done()
 	if writable(fh) {
 		errno = n.sync(ctx)
 	}
@@ -330,8 +330,8 @@ func (n *node) Flush(ctx context.Context, fh fs.FileHandle) (errno syscall.Errno
 
 // Fsync answers FSYNC: write back and COMMIT.
 func (n *node) Fsync(ctx context.Context, fh fs.FileHandle, _ uint32) (errno syscall.Errno) {
-	ctx, done := n.call(ctx, &errno) // the caller's credential, not interrupted; a stale handle (node.call)
-	defer done()
+	ctx, op := n.call(ctx, &errno) // the caller's credential, not interrupted; a stale handle (node.call)
+	defer op.done()
 	n.setFlushed(fh, false)
 	return n.sync(ctx)
 }
@@ -342,14 +342,14 @@ func (n *node) Fsync(ctx context.Context, fh fs.FileHandle, _ uint32) (errno sys
 func (n *node) Release(ctx context.Context, fh fs.FileHandle) syscall.Errno {
 	ro, flock := n.sys.owners.ownerOf(ctx)
 	if owners := n.lockOwnersOf(fh); len(owners) > 0 || flock && ro.flock {
-		lctx, done := n.sys.call(ctx)
+		lctx, op := n.sys.call(ctx)
 		if flock && ro.flock {
 			n.dropLocks(lctx, ro.owner, true) // flock locks end at the last close of their open file
 		}
 		for _, o := range owners {
 			n.dropLocks(lctx, o, false) // and so do its open file description locks
 		}
-		done()
+		op.done()
 	}
 	if writable(fh) {
 		if errno := n.sync(ctx); errno != 0 {

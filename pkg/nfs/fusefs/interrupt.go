@@ -130,9 +130,9 @@ func (in *interrupts) remove(r *request) {
 // call returns the context of the NFS calls of one FUSE request: the
 // caller's credential (as), cancelled InterruptGrace after go-fuse
 // cancels the request (see interrupts), or at once when the mount's
-// background context ends (unmount); done must be called when the
-// request ends.
-func (s *fsys) call(ctx context.Context) (c context.Context, done func()) {
+// background context ends (unmount); op.done must be called when
+// the request ends.
+func (s *fsys) call(ctx context.Context) (context.Context, fuseOp) {
 	parent := s.bg
 	if cred, key := s.as(ctx); cred != nil {
 		parent = withCaller(client.WithCred(parent, cred), key)
@@ -140,17 +140,29 @@ func (s *fsys) call(ctx context.Context) (c context.Context, done func()) {
 	c, cancel := context.WithCancel(parent)
 	interrupted := ctx.Done()
 	if interrupted == nil { // not a FUSE request
-		return c, cancel
+		return c, fuseOp{cancel: cancel}
 	}
 	var pid uint32
 	if fc, ok := fuse.FromContext(ctx); ok {
 		pid = fc.Pid
 	}
-	r := s.intr.add(interrupted, cancel, pid)
-	return c, func() {
-		s.intr.remove(r)
-		cancel()
+	return c, fuseOp{cancel: cancel, intr: s.intr, r: s.intr.add(interrupted, cancel, pid)}
+}
+
+// fuseOp is the NFS context of one FUSE request in progress (fsys.call).
+type fuseOp struct {
+	cancel context.CancelFunc
+	intr   *interrupts
+	r      *request // nil when not a FUSE request
+}
+
+// done ends the request: it is no longer watched for interrupts and its
+// NFS context is cancelled.
+func (o fuseOp) done() {
+	if o.r != nil {
+		o.intr.remove(o.r)
 	}
+	o.cancel()
 }
 
 // sigKill is SIGKILL's bit in the pending-signal masks of /proc/PID/status.

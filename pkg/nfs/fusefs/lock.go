@@ -125,8 +125,8 @@ func (n *node) Getlk(ctx context.Context, _ fs.FileHandle, owner uint64, lk *fus
 		}
 		return 0
 	}
-	cctx, done := n.sys.call(ctx)
-	defer done()
+	cctx, op := n.sys.call(ctx)
+	defer op.done()
 	h, err := n.sys.c.Locks().Test(cctx, n.lockReq(owner, lk))
 	if err != nil {
 		return lockErrno(err)
@@ -227,8 +227,8 @@ func (n *node) setlk(ctx context.Context, owner uint64, lk *fuse.FileLock, flags
 		return 0
 	}
 	req := n.lockReq(owner, lk)
-	cctx, done := n.sys.call(ctx)
-	defer done()
+	cctx, op := n.sys.call(ctx)
+	defer op.done()
 	// as Linux's do_unlk and do_setlk: the writes made under a lock
 	// reach the server before it is released, and those made under
 	// another client's lock are read after ours is granted

@@ -210,8 +210,8 @@ func (n *node) lookupRPC(ctx context.Context, name string) (nfs3.FH, nfs3.Fattr,
 // while fresh (knownChild), else with an NFS LOOKUP. When n's handle is
 // stale, the answer is ENOENT.
 func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (_ *fs.Inode, errno syscall.Errno) {
-	ctx, done := n.call(ctx, &errno) // the caller's credential, not interrupted; a stale handle (node.call)
-	defer done()
+	ctx, op := n.call(ctx, &errno) // the caller's credential, not interrupted; a stale handle (node.call)
+	defer op.done()
 	defer func() {
 		if errno == syscall.ESTALE {
 			// n is gone: no name is in it, as a lookup in a removed
@@ -271,8 +271,8 @@ func (n *node) Getattr(ctx context.Context, _ fs.FileHandle, out *fuse.AttrOut) 
 		out.SetTimeout(left)
 		return 0
 	}
-	ctx, done := n.call(ctx, &errno) // the caller's credential, not interrupted; a stale handle (node.call)
-	defer done()
+	ctx, op := n.call(ctx, &errno) // the caller's credential, not interrupted; a stale handle (node.call)
+	defer op.done()
 	_ = n.waitWrites()
 	a, err := n.sys.c.Getattr(ctx, n.fh)
 	if err != nil {
@@ -292,8 +292,8 @@ func (n *node) Getattr(ctx context.Context, _ fs.FileHandle, out *fuse.AttrOut) 
 // lets the owner truncate without it (for ftruncate on a descriptor
 // opened for writing).
 func (n *node) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) (errno syscall.Errno) {
-	ctx, done := n.call(ctx, &errno) // the caller's credential, not interrupted; a stale handle (node.call)
-	defer done()
+	ctx, op := n.call(ctx, &errno) // the caller's credential, not interrupted; a stale handle (node.call)
+	defer op.done()
 	if n.sys.o.ReadOnly {
 		return syscall.EROFS
 	}
@@ -349,8 +349,8 @@ func (n *node) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn
 // name exists), UNCHECKED otherwise (O_TRUNC then truncates an existing
 // file), and opens the file.
 func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (_ *fs.Inode, _ fs.FileHandle, _ uint32, errno syscall.Errno) {
-	ctx, done := n.call(ctx, &errno) // the caller's credential, not interrupted; a stale handle (node.call)
-	defer done()
+	ctx, op := n.call(ctx, &errno) // the caller's credential, not interrupted; a stale handle (node.call)
+	defer op.done()
 	if n.sys.o.ReadOnly {
 		return nil, nil, 0, syscall.EROFS
 	}
@@ -379,8 +379,8 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 
 // Mkdir answers MKDIR with NFS MKDIR.
 func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (_ *fs.Inode, errno syscall.Errno) {
-	ctx, done := n.call(ctx, &errno) // the caller's credential, not interrupted; a stale handle (node.call)
-	defer done()
+	ctx, op := n.call(ctx, &errno) // the caller's credential, not interrupted; a stale handle (node.call)
+	defer op.done()
 	if n.sys.o.ReadOnly {
 		return nil, syscall.EROFS
 	}
@@ -405,8 +405,8 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 // Mknod answers MKNOD (FIFO, socket, character and block devices) with
 // NFS MKNOD; a regular file goes through CREATE.
 func (n *node) Mknod(ctx context.Context, name string, mode uint32, dev uint32, out *fuse.EntryOut) (_ *fs.Inode, errno syscall.Errno) {
-	ctx, done := n.call(ctx, &errno) // the caller's credential, not interrupted; a stale handle (node.call)
-	defer done()
+	ctx, op := n.call(ctx, &errno) // the caller's credential, not interrupted; a stale handle (node.call)
+	defer op.done()
 	if n.sys.o.ReadOnly {
 		return nil, syscall.EROFS
 	}
@@ -443,8 +443,8 @@ func (n *node) Mknod(ctx context.Context, name string, mode uint32, dev uint32, 
 
 // Symlink answers SYMLINK with NFS SYMLINK.
 func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (_ *fs.Inode, errno syscall.Errno) {
-	ctx, done := n.call(ctx, &errno) // the caller's credential, not interrupted; a stale handle (node.call)
-	defer done()
+	ctx, op := n.call(ctx, &errno) // the caller's credential, not interrupted; a stale handle (node.call)
+	defer op.done()
 	if n.sys.o.ReadOnly {
 		return nil, syscall.EROFS
 	}
@@ -462,8 +462,8 @@ func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.Entry
 
 // Readlink answers READLINK with NFS READLINK.
 func (n *node) Readlink(ctx context.Context) (_ []byte, errno syscall.Errno) {
-	ctx, done := n.call(ctx, &errno) // the caller's credential, not interrupted; a stale handle (node.call)
-	defer done()
+	ctx, op := n.call(ctx, &errno) // the caller's credential, not interrupted; a stale handle (node.call)
+	defer op.done()
 	s, _, err := n.sys.c.Readlink(ctx, n.fh)
 	if err != nil {
 		return nil, toErrno(err)
@@ -473,8 +473,8 @@ func (n *node) Readlink(ctx context.Context) (_ []byte, errno syscall.Errno) {
 
 // Link answers LINK with NFS LINK; the new name shares target's inode.
 func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, out *fuse.EntryOut) (_ *fs.Inode, errno syscall.Errno) {
-	ctx, done := n.call(ctx, &errno) // the caller's credential, not interrupted; a stale handle (node.call)
-	defer done()
+	ctx, op := n.call(ctx, &errno) // the caller's credential, not interrupted; a stale handle (node.call)
+	defer op.done()
 	if n.sys.o.ReadOnly {
 		return nil, syscall.EROFS
 	}
@@ -502,8 +502,8 @@ func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 // Unlink answers UNLINK with NFS REMOVE, or, for a file open through
 // this mount, with a silly rename (sillyrename.go).
 func (n *node) Unlink(ctx context.Context, name string) (errno syscall.Errno) {
-	ctx, done := n.call(ctx, &errno) // the caller's credential, not interrupted; a stale handle (node.call)
-	defer done()
+	ctx, op := n.call(ctx, &errno) // the caller's credential, not interrupted; a stale handle (node.call)
+	defer op.done()
 	if n.sys.o.ReadOnly {
 		return syscall.EROFS
 	}
@@ -522,8 +522,8 @@ func (n *node) Unlink(ctx context.Context, name string) (errno syscall.Errno) {
 
 // Rmdir answers RMDIR with NFS RMDIR.
 func (n *node) Rmdir(ctx context.Context, name string) (errno syscall.Errno) {
-	ctx, done := n.call(ctx, &errno) // the caller's credential, not interrupted; a stale handle (node.call)
-	defer done()
+	ctx, op := n.call(ctx, &errno) // the caller's credential, not interrupted; a stale handle (node.call)
+	defer op.done()
 	if n.sys.o.ReadOnly {
 		return syscall.EROFS
 	}
@@ -538,8 +538,8 @@ func (n *node) Rmdir(ctx context.Context, name string) (errno syscall.Errno) {
 // Rename answers RENAME with NFS RENAME (replacing an existing target, as
 // rename(2)); renameat2 flags are refused with EINVAL, as Linux NFSv3 does.
 func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedder, newName string, flags uint32) (errno syscall.Errno) {
-	ctx, done := n.call(ctx, &errno) // the caller's credential, not interrupted; a stale handle (node.call)
-	defer done()
+	ctx, op := n.call(ctx, &errno) // the caller's credential, not interrupted; a stale handle (node.call)
+	defer op.done()
 	if n.sys.o.ReadOnly {
 		return syscall.EROFS
 	}
@@ -582,8 +582,8 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 
 // Statfs answers STATFS from NFS FSSTAT (block size 4 KiB).
 func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) (errno syscall.Errno) {
-	ctx, done := n.call(ctx, &errno) // the caller's credential, not interrupted; a stale handle (node.call)
-	defer done()
+	ctx, op := n.call(ctx, &errno) // the caller's credential, not interrupted; a stale handle (node.call)
+	defer op.done()
 	res, err := n.sys.c.Fsstat(ctx, n.fh)
 	if err != nil {
 		return toErrno(err)
@@ -602,8 +602,8 @@ func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) (errno syscall.E
 // fresh, else with NFS ACCESS: the server decides. W_OK on a read-only
 // mount is EROFS.
 func (n *node) Access(ctx context.Context, mask uint32) (errno syscall.Errno) {
-	ctx, done := n.call(ctx, &errno) // the caller's credential, not interrupted; a stale handle (node.call)
-	defer done()
+	ctx, op := n.call(ctx, &errno) // the caller's credential, not interrupted; a stale handle (node.call)
+	defer op.done()
 	may := mask & (mayRead | mayWrite | mayExec)
 	if may&mayWrite != 0 && n.sys.o.ReadOnly {
 		return syscall.EROFS
