@@ -40,6 +40,11 @@ var layers = []struct {
 			module + "/pkg/rpcrdma", module + "/pkg/verbs"},
 	},
 	{
+		// The export server's process serves no FUSE mount.
+		pkgs:      []string{"./pkg/nfs/exportd"},
+		forbidden: []string{module + "/pkg/nfs/fusefs", module + "/pkg/nfs/fusemount", "github.com/hanwen/go-fuse"},
+	},
+	{
 		// Mount options are plain values.
 		pkgs:      []string{"./pkg/nfs/mountopts"},
 		forbidden: []string{module},

@@ -1,15 +1,13 @@
 // Package metricsource hands the counters of the packages that keep them
-// (rpcrdma, the export server, fusefs, devselect) to the collectors of
+// (rpcrdma, the export server) to the collectors of
 // package metrics, as the snapshot types metrics owns. Each function
 // returns a function that reads its source when called (at scrape time).
 package metricsource
 
 import (
 	"github.com/nfsrdma/nfsrdma-csi/pkg/metrics"
-	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/fusefs"
 	nfsserver "github.com/nfsrdma/nfsrdma-csi/pkg/nfs/server"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/rpcrdma"
-	"github.com/nfsrdma/nfsrdma-csi/pkg/verbs/devselect"
 )
 
 // Transport reads an RPC-over-RDMA endpoint's counters (rpcrdma.Server.Metrics,
@@ -88,30 +86,4 @@ func DRC(read func() nfsserver.DRCStats) func() metrics.DRCStats {
 		return metrics.DRCStats{Hits: d.Hits, InProgress: d.InProgress, Misses: d.Misses, Evictions: d.Evictions,
 			Expired: d.Expired, Entries: d.Entries, Bytes: d.Bytes, Pending: d.Pending}
 	}
-}
-
-// MountMemory reads what a FUSE mount holds (fusefs.Mount.Memory), with
-// its bounds (fusefs.MountWriteBehindBytes, fusefs.MountDirtyBytes), for
-// metrics.NewMountMemoryCollector.
-func MountMemory(read func() fusefs.MemoryStats) func() metrics.MountMemory {
-	return func() metrics.MountMemory {
-		m := read()
-		return metrics.MountMemory{
-			WriteBehindBytes: m.WriteBehindBytes, UncommittedBytes: m.UncommittedBytes, HeapBytes: m.HeapBytes,
-			WriteBehindLimit: fusefs.MountWriteBehindBytes, UncommittedLimit: fusefs.MountDirtyBytes,
-			Inodes: m.Inodes, DirEntries: m.DirEntries, AccessEntries: m.AccessEntries,
-			VerifierChanges: m.Write.VerifierChanges, ResentBytes: m.Write.ResentBytes,
-		}
-	}
-}
-
-// Devices reads the RDMA device choices made in this process
-// (devselect.Counts) for metrics.NewDeviceCollector.
-func Devices() []metrics.DeviceCount {
-	cs := devselect.Counts()
-	out := make([]metrics.DeviceCount, len(cs))
-	for i, c := range cs {
-		out[i] = metrics.DeviceCount{Provider: c.Provider, Device: c.Device, Transport: c.Transport, N: c.N}
-	}
-	return out
 }

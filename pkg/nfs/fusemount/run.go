@@ -71,8 +71,8 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.MetricsSocket != "" {
 		// only nfsrdma_* metrics: the node gathers nothing else from mounts
 		reg := prometheus.NewRegistry()
-		reg.MustRegister(mm.rpc, metrics.NewClientCollector(m.Client.Stats, nil), metrics.NewDeviceCollector(metricsource.Devices, nil),
-			metrics.NewMountMemoryCollector(metricsource.MountMemory(m.Memory), nil))
+		reg.MustRegister(mm.rpc, metrics.NewClientCollector(m.Client.Stats, nil), metrics.NewDeviceCollector(devices, nil),
+			metrics.NewMountMemoryCollector(mountMemory(m.Memory), nil))
 		if mm.proto == mountopts.ProtoRDMA {
 			reg.MustRegister(metrics.NewTransportCollector(metrics.RoleRequester, metricsource.Transport(mm.rdma.Metrics), nil))
 		}

@@ -1,0 +1,33 @@
+package fusemount
+
+import (
+	"github.com/nfsrdma/nfsrdma-csi/pkg/metrics"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/fusefs"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/verbs/devselect"
+)
+
+// mountMemory reads what a FUSE mount holds (fusefs.Mount.Memory), with
+// its bounds (fusefs.MountWriteBehindBytes, fusefs.MountDirtyBytes), for
+// metrics.NewMountMemoryCollector.
+func mountMemory(read func() fusefs.MemoryStats) func() metrics.MountMemory {
+	return func() metrics.MountMemory {
+		m := read()
+		return metrics.MountMemory{
+			WriteBehindBytes: m.WriteBehindBytes, UncommittedBytes: m.UncommittedBytes, HeapBytes: m.HeapBytes,
+			WriteBehindLimit: fusefs.MountWriteBehindBytes, UncommittedLimit: fusefs.MountDirtyBytes,
+			Inodes: m.Inodes, DirEntries: m.DirEntries, AccessEntries: m.AccessEntries,
+			VerifierChanges: m.Write.VerifierChanges, ResentBytes: m.Write.ResentBytes,
+		}
+	}
+}
+
+// devices reads the RDMA device choices made in this process
+// (devselect.Counts) for metrics.NewDeviceCollector.
+func devices() []metrics.DeviceCount {
+	cs := devselect.Counts()
+	out := make([]metrics.DeviceCount, len(cs))
+	for i, c := range cs {
+		out[i] = metrics.DeviceCount{Provider: c.Provider, Device: c.Device, Transport: c.Transport, N: c.N}
+	}
+	return out
+}
