@@ -18,7 +18,6 @@ import (
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/mountopts"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nfs3"
 	nfsserver "github.com/nfsrdma/nfsrdma-csi/pkg/nfs/server"
-	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/verbs/siw"
 )
 
@@ -421,11 +420,7 @@ func TestAccessCache(t *testing.T) {
 	needFUSE(t)
 	s := startServerExport(t, siw.Config{RTRDelay: -1}, nfsserver.Export{Path: "/", RootSquash: true})
 	must(t, os.Chmod(s.root, 0o755))
-	var pc *procCount
-	wrap := wrapConns(func(ct sunrpc.ClientTransport) sunrpc.ClientTransport {
-		pc = &procCount{ClientTransport: ct, n: map[uint32]int{}}
-		return pc
-	})
+	pc, wrap := countCalls()
 	mnt, _ := s.mountWith(t, mountopts.ProtoTCP, "acregmin=30,acregmax=30", wrap)
 	openUp(t, filepath.Dir(mnt))
 	onServer := filepath.Join(s.root, "f")
@@ -528,11 +523,7 @@ func TestUnsearchableDirLookups(t *testing.T) {
 	needFUSE(t)
 	s := startServer(t)
 	must(t, os.Chmod(s.root, 0o755))
-	var pc *procCount
-	wrap := wrapConns(func(ct sunrpc.ClientTransport) sunrpc.ClientTransport {
-		pc = &procCount{ClientTransport: ct, n: map[uint32]int{}}
-		return pc
-	})
+	pc, wrap := countCalls()
 	mnt, _ := s.mountWith(t, mountopts.ProtoTCP, "", wrap)
 	for _, mode := range []uint32{0o755, 0o700} {
 		d := fmt.Sprintf("d%o", mode)

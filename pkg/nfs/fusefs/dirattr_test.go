@@ -8,7 +8,6 @@ import (
 
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/mountopts"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nfs3"
-	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
 )
 
 // TestDirChangeNoGetattr: creating, stat'ing and unlinking files in a
@@ -19,11 +18,7 @@ import (
 func TestDirChangeNoGetattr(t *testing.T) {
 	needFUSE(t)
 	s := startServer(t)
-	var pc *procCount
-	wrap := wrapConns(func(ct sunrpc.ClientTransport) sunrpc.ClientTransport {
-		pc = &procCount{ClientTransport: ct, n: map[uint32]int{}}
-		return pc
-	})
+	pc, wrap := countCalls()
 	mnt, _ := s.mountWith(t, mountopts.ProtoRDMA, "acdirmin=30,acdirmax=30", wrap)
 	d := filepath.Join(mnt, "d")
 	must(t, os.Mkdir(d, 0o755))

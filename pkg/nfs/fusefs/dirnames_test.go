@@ -16,21 +16,41 @@ import (
 	"github.com/nfsrdma/nfsrdma-csi/pkg/xdr"
 )
 
-// procCount is a sunrpc.ClientTransport that counts the NFS calls it
-// carries by procedure.
+// procCount counts the NFS calls of a mount by procedure, over all its
+// connections (wrap each with conn; countCalls).
 type procCount struct {
-	sunrpc.ClientTransport
 	mu sync.Mutex
 	n  map[uint32]int
 }
 
-func (p *procCount) RoundTrip(ctx context.Context, c *sunrpc.Call) (*sunrpc.Reply, error) {
-	if proc, ok := nfsProc(c); ok {
-		p.mu.Lock()
-		p.n[proc]++
-		p.mu.Unlock()
+func newProcCount() *procCount { return &procCount{n: map[uint32]int{}} }
+
+// countCalls returns a procCount and the dialer wrapper (mountWith's
+// wrap) that counts every connection's calls in it.
+func countCalls() (*procCount, func(sunrpc.DialFunc) sunrpc.DialFunc) {
+	pc := newProcCount()
+	return pc, wrapConns(pc.conn)
+}
+
+// conn returns ct counting its NFS calls in p.
+func (p *procCount) conn(ct sunrpc.ClientTransport) sunrpc.ClientTransport {
+	return &countedConn{ClientTransport: ct, p: p}
+}
+
+// countedConn is a sunrpc.ClientTransport that counts the NFS calls it
+// carries in p.
+type countedConn struct {
+	sunrpc.ClientTransport
+	p *procCount
+}
+
+func (c *countedConn) RoundTrip(ctx context.Context, call *sunrpc.Call) (*sunrpc.Reply, error) {
+	if proc, ok := nfsProc(call); ok {
+		c.p.mu.Lock()
+		c.p.n[proc]++
+		c.p.mu.Unlock()
 	}
-	return p.ClientTransport.RoundTrip(ctx, c)
+	return c.ClientTransport.RoundTrip(ctx, call)
 }
 
 // nfsProc returns the NFS procedure of c, false when c is not an NFS call
@@ -59,11 +79,7 @@ func (p *procCount) get(proc uint32) int {
 func TestKnownNames(t *testing.T) {
 	needFUSE(t)
 	s := startServer(t)
-	var pc *procCount
-	wrap := wrapConns(func(ct sunrpc.ClientTransport) sunrpc.ClientTransport {
-		pc = &procCount{ClientTransport: ct, n: map[uint32]int{}}
-		return pc
-	})
+	pc, wrap := countCalls()
 	// acdirmin=1: the directory's attributes (and so its known names)
 	// are trusted for 1 s after each refresh
 	dir, m := s.mountWith(t, mountopts.ProtoRDMA, "acdirmin=1,acdirmax=1", wrap)

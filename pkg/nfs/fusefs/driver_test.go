@@ -3,7 +3,6 @@ package fusefs
 import (
 	"bytes"
 	"errors"
-	"github.com/nfsrdma/nfsrdma-csi/internal/testenv"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/nfsrdma/nfsrdma-csi/internal/testenv"
 )
 
 // TestDriverMountBinary runs `driver mount` against our server, uses the

@@ -224,12 +224,11 @@ func (s *slowReads) RoundTrip(ctx context.Context, c *sunrpc.Call) (*sunrpc.Repl
 func TestCloseThenUnlink(t *testing.T) {
 	needFUSE(t)
 	s := startServer(t)
-	var pc *procCount
+	pc := newProcCount()
 	var sr *slowReads
 	wrap := wrapConns(func(ct sunrpc.ClientTransport) sunrpc.ClientTransport {
 		sr = &slowReads{ClientTransport: ct, d: 2 * ReleaseWait} // past the short wait
-		pc = &procCount{ClientTransport: sr, n: map[uint32]int{}}
-		return pc
+		return pc.conn(sr)
 	})
 	dir, _ := s.mountWith(t, mountopts.ProtoRDMA, "", wrap)
 	data := bytes.Repeat([]byte("read ahead then removed "), 350000) // 8.4 MB
@@ -337,12 +336,11 @@ func (h *holdRename) RoundTrip(ctx context.Context, c *sunrpc.Call) (*sunrpc.Rep
 func TestSillyRenamePutBack(t *testing.T) {
 	needFUSE(t)
 	s := startServer(t)
-	var pc *procCount
+	pc := newProcCount()
 	hr := &holdRename{entered: make(chan struct{}), proceed: make(chan struct{})}
 	wrap := wrapConns(func(ct sunrpc.ClientTransport) sunrpc.ClientTransport {
 		hr.ClientTransport = ct
-		pc = &procCount{ClientTransport: hr, n: map[uint32]int{}}
-		return pc
+		return pc.conn(hr)
 	})
 	dir, m := s.mountWith(t, mountopts.ProtoRDMA, "", wrap)
 	d := filepath.Join(dir, "made") // made through the mount: its names are known
