@@ -1,5 +1,6 @@
 // Package lockdtest serves the export server's lock manager
-// (pkg/nfs/lockd: NLM v4, X/Open XNFS chapter 10) on a loopback TCP port
+// (pkg/nfs/lockd: NLM v4 and NSM v1, X/Open XNFS chapters 10 and 11) on
+// a loopback TCP port
 // for tests of lock clients, with a record of the calls it answered,
 // restarts that keep its state directory (a grace period follows), and a
 // hook that answers a call in its place.
@@ -21,6 +22,7 @@ import (
 	"github.com/nfsrdma/nfsrdma-csi/internal/posixlock"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/lockd"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nlm"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nsm"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/xdr"
 )
@@ -35,6 +37,13 @@ type Server struct {
 	// Answer, when set, is asked first about each TEST, LOCK, CANCEL and
 	// UNLOCK: with ok it is answered stat without the manager seeing it.
 	Answer func(proc uint32, l *nlm.Lock) (stat nlm.Stat, ok bool)
+	// Notify: the clients' NSM service is at CallbackPort too, so a
+	// restarted manager sends them SM_NOTIFY itself (from its state
+	// directory); otherwise it cannot reach them and the test notifies.
+	Notify bool
+	// Grace is the grace period after Restart; 0: an hour (until
+	// EndGrace).
+	Grace time.Duration
 
 	t   testing.TB
 	dir string // the manager's state directory
@@ -67,16 +76,25 @@ func Start(t testing.TB) *Server {
 
 // Restart stops the manager, forgetting every lock and blocked request
 // (a server crash), and starts another on the same port and state
-// directory: it is in its grace period (an hour, until EndGrace) when
-// clients had locked. It sends no SM_NOTIFY: the test does.
+// directory: it is in its grace period (Grace, an hour by default, or
+// until EndGrace) when clients had locked. It sends SM_NOTIFY only with
+// Notify set; otherwise the test does.
 func (s *Server) Restart() {
 	s.t.Helper()
 	s.stopNow()
-	s.start("127.0.0.1:"+strconv.Itoa(s.Port), time.Hour)
+	grace := s.Grace
+	if grace <= 0 {
+		grace = time.Hour
+	}
+	s.start("127.0.0.1:"+strconv.Itoa(s.Port), grace)
 }
 
 // EndGrace ends the grace period.
 func (s *Server) EndGrace() { s.manager().EndGrace() }
+
+// GraceRemaining returns how long the grace period lasts still (0 when
+// not in one).
+func (s *Server) GraceRemaining() time.Duration { return s.manager().GraceRemaining() }
 
 func (s *Server) manager() *lockd.Manager {
 	s.mu.Lock()
@@ -107,7 +125,7 @@ func (s *Server) start(addr string, grace time.Duration) {
 			return string(fh), nlm.Granted
 		},
 		LookupPort: func(_ context.Context, _ string, prog, _ uint32) (int, error) {
-			if prog == nlm.Program && s.CallbackPort != nil {
+			if (prog == nlm.Program || prog == nsm.Program && s.Notify) && s.CallbackPort != nil {
 				if p := s.CallbackPort(); p != 0 {
 					return p, nil
 				}
@@ -124,6 +142,7 @@ func (s *Server) start(addr string, grace time.Duration) {
 	}
 	srv := sunrpc.NewServer(nil)
 	srv.Register(nlm.Program, nlm.Version, procs)
+	srv.Register(nsm.Program, nsm.Version, m.NSMHandlers())
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		m.Close()

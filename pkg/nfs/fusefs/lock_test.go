@@ -3,23 +3,18 @@ package fusefs
 import (
 	"bufio"
 	"context"
-	"errors"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/nfsrdma/nfsrdma-csi/internal/lockdtest"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/client"
-	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/lockd"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/mountopts"
-	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nlm"
-	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nsm"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
 )
 
@@ -147,116 +142,19 @@ func (p *lockProc) mustAfterRelease(c, want string) {
 // of it, as two pods (or nodes) would have.
 type lockEnv struct {
 	srv    *testServer
-	nlm    *lockService
+	nlm    *lockdtest.Server
 	d1, d2 string
 	m1, m2 *Mount
 }
 
-// lockService is the export server's lock manager (lockd: NLM v4 and
-// NSM v1) on a TCP port of its own, its GRANTED callbacks and SM_NOTIFY
-// going to this process's callback service.
-type lockService struct {
-	Port  int
-	m     *lockd.Manager
-	mu    sync.Mutex
-	keys  map[string]bool // files that were locked
-	calls int             // NLM calls answered
-	stop  func()          // stops serving (a server crash: locks are lost)
-}
-
-// ObserveCall counts NLM calls (sunrpc.Observer).
-func (s *lockService) ObserveCall(req *sunrpc.Request, _ sunrpc.CallStatus, _ time.Duration) {
-	if req.Prog == nlm.Program && req.Proc != nlm.ProcNull {
-		s.mu.Lock()
-		s.calls++
-		s.mu.Unlock()
-	}
-}
-
-func nlmService(t *testing.T) *lockService {
+// nlmService is the export server's lock manager (lockd: NLM v4 and NSM
+// v1) on a TCP port of its own, its GRANTED callbacks and SM_NOTIFY going
+// to this process's callback service.
+func nlmService(t *testing.T) *lockdtest.Server {
 	t.Helper()
-	return startLockService(t, &lockService{keys: map[string]bool{}}, lockd.Options{}, "127.0.0.1:0")
-}
-
-// startLockService starts s's manager with o (FileKey and LookupPort
-// set here) listening on addr, until the test ends or s.stop.
-func startLockService(t *testing.T, s *lockService, o lockd.Options, addr string) *lockService {
-	t.Helper()
-	o.FileKey = func(fh []byte, _ net.Addr) (string, nlm.Stat) {
-		s.mu.Lock()
-		s.keys[string(fh)] = true
-		s.mu.Unlock()
-		return string(fh), nlm.Granted
-	}
-	o.LookupPort = func(context.Context, string, uint32, uint32) (int, error) {
-		if p := client.CallbackPort(); p != 0 {
-			return p, nil
-		}
-		return 0, errors.New("no callback service")
-	}
-	m, err := lockd.New(o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := sunrpc.NewServer(nil)
-	srv.Register(nlm.Program, nlm.Version, m.NLMHandlers())
-	srv.Register(nsm.Program, nsm.Version, m.NSMHandlers())
-	srv.SetObserver(s)
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.Port, s.m = ln.Addr().(*net.TCPAddr).Port, m
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = sunrpc.ServeTCP(ctx, ln, srv, sunrpc.TCPOptions{}) }()
-	m.Start()
-	var once sync.Once
-	s.stop = func() { once.Do(func() { cancel(); <-done; m.Close() }) }
-	t.Cleanup(s.stop)
+	s := lockdtest.Start(t)
+	s.CallbackPort, s.Notify = client.CallbackPort, true
 	return s
-}
-
-func (s *lockService) fileKeys() []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []string
-	for k := range s.keys {
-		out = append(out, k)
-	}
-	return out
-}
-
-// Locks returns the number of files with locks held, and of queued requests.
-func (s *lockService) Locks() (holders, waiting int) {
-	for _, k := range s.fileKeys() {
-		if len(s.m.Held(k)) > 0 {
-			holders++
-		}
-		waiting += s.m.Waiting(k)
-	}
-	return holders, waiting
-}
-
-// HeldBy returns the locks held, by svid.
-func (s *lockService) HeldBy() map[int32][]lockd.Held {
-	out := map[int32][]lockd.Held{}
-	for _, k := range s.fileKeys() {
-		for _, h := range s.m.Held(k) {
-			out[h.Owner.Svid] = append(out[h.Owner.Svid], h)
-		}
-	}
-	return out
-}
-
-// Held returns the locks svid holds.
-func (s *lockService) Held(svid int32) []lockd.Held { return s.HeldBy()[svid] }
-
-// Calls returns the number of NLM calls answered.
-func (s *lockService) Calls() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.calls
 }
 
 func newLockEnv(t *testing.T, extra string) *lockEnv {
@@ -341,7 +239,7 @@ func TestLocksAcrossMounts(t *testing.T) {
 	}
 }
 
-func waitNoLocks(t *testing.T, n *lockService) {
+func waitNoLocks(t *testing.T, n *lockdtest.Server) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
@@ -403,7 +301,7 @@ func TestLockSignalCancels(t *testing.T) {
 	}
 }
 
-func waitBlocked(t *testing.T, n *lockService) {
+func waitBlocked(t *testing.T, n *lockdtest.Server) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -511,7 +409,7 @@ func TestLocalLocks(t *testing.T) {
 		p1.must("flock ex nb", "ok")
 		p2.must("flock ex nb", "ok")
 		p3.must("flock ex nb", "err EAGAIN")
-		if c := e.nlm.Calls(); c != 0 {
+		if c := len(e.nlm.Calls()); c != 0 {
 			t.Fatalf("%d NLM calls with nolock", c)
 		}
 	})
@@ -531,10 +429,10 @@ func TestLocalLocks(t *testing.T) {
 		if a, ok := p3.answer(5 * time.Second); !ok || a != "ok" {
 			t.Fatalf("local blocking flock after unlock: %q %v", a, ok)
 		}
-		n := e.nlm.Calls()
+		n := len(e.nlm.Calls())
 		p1.must("setlk w 0 0", "ok")
 		p2.must("setlk w 0 0", "err EAGAIN") // POSIX locks go to the server
-		if e.nlm.Calls() <= n {
+		if len(e.nlm.Calls()) <= n {
 			t.Fatal("POSIX locks not sent with local_lock=flock")
 		}
 	})
@@ -549,7 +447,7 @@ func TestLocalLocks(t *testing.T) {
 		p3.must("getlk r 0 0", "lock w 0 10 "+strconv.Itoa(p1.pid))
 		p1.must("close", "ok") // released locally at close
 		p3.must("setlk r 5 1", "ok")
-		if c := e.nlm.Calls(); c != 0 {
+		if c := len(e.nlm.Calls()); c != 0 {
 			t.Fatalf("%d NLM calls for local POSIX locks", c)
 		}
 		p2.must("flock ex nb", "ok")
@@ -563,18 +461,14 @@ func TestLocalLocks(t *testing.T) {
 // is still refused them.
 func TestLockReclaimAfterServerRestart(t *testing.T) {
 	e := newLockEnv(t, "")
-	stateDir := t.TempDir()
-	e.nlm.stop()
-	e.nlm = startLockService(t, &lockService{keys: map[string]bool{}}, lockd.Options{StateDir: stateDir, GracePeriod: 3 * time.Second}, "127.0.0.1:"+strconv.Itoa(e.nlm.Port))
+	e.nlm.Grace = 3 * time.Second
 	p1 := startLockProc(t, "p1", filepath.Join(e.d1, "f"))
 	p2 := startLockProc(t, "p2", filepath.Join(e.d2, "f"))
 	p1.must("setlk r 0 10", "ok")
 	p1.must("setlk w 20 10", "ok")
 	p2.must("setlk w 25 1", "err EAGAIN")
-	port := e.nlm.Port
-	e.nlm.stop() // the server crashes
-	e.nlm = startLockService(t, &lockService{keys: map[string]bool{}}, lockd.Options{StateDir: stateDir, GracePeriod: 3 * time.Second}, "127.0.0.1:"+strconv.Itoa(port))
-	if e.nlm.m.GraceRemaining() == 0 {
+	e.nlm.Restart() // the server crashes
+	if e.nlm.GraceRemaining() == 0 {
 		t.Fatal("restarted lock manager has no grace period")
 	}
 	deadline := time.Now().Add(10 * time.Second)
@@ -588,7 +482,7 @@ func TestLockReclaimAfterServerRestart(t *testing.T) {
 	// reclaimed locks still exclude
 	p2.must("setlk w 25 1", "err EAGAIN")
 	p2.must("setlk r 5 1", "ok")
-	if e.nlm.m.GraceRemaining() != 0 {
+	if e.nlm.GraceRemaining() != 0 {
 		t.Fatal("a new lock was granted in the grace period")
 	}
 	p1.must("close", "ok")
