@@ -4,12 +4,12 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"net"
 	"strconv"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/nfsrdma/nfsrdma-csi/internal/rpctest"
 	"github.com/nfsrdma/nfsrdma-csi/internal/testenv"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nlm"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nsm"
@@ -68,18 +68,8 @@ func startMsgServer(t *testing.T) *msgServer {
 	}
 	srv := sunrpc.NewServer(nil)
 	srv.Register(nlm.Program, nlm.Version, procs)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = sunrpc.ServeTCP(ctx, ln, srv, sunrpc.TCPOptions{})
-	}()
-	t.Cleanup(func() { cancel(); <-done })
-	s.port = ln.Addr().(*net.TCPAddr).Port
+	addr := rpctest.Serve(t, srv)
+	s.port = rpctest.Port(t, addr)
 	return s
 }
 
@@ -199,18 +189,8 @@ func startFakeRPCBind(t *testing.T) *fakeRPCBind {
 	}
 	srv := sunrpc.NewServer(nil)
 	srv.Register(sunrpc.PortmapProgram, sunrpc.PortmapVersion, procs)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = sunrpc.ServeTCP(ctx, ln, srv, sunrpc.TCPOptions{})
-	}()
-	t.Cleanup(func() { cancel(); <-done })
-	f.addr = ln.Addr().String()
+	addr := rpctest.Serve(t, srv)
+	f.addr = addr
 	return f
 }
 

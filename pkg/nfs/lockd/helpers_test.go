@@ -9,33 +9,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nfsrdma/nfsrdma-csi/internal/rpctest"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nlm"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nsm"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/xdr"
 )
-
-// serve serves d on a new loopback TCP listener until the test ends and
-// returns its address.
-func serve(t *testing.T, d sunrpc.Dispatcher) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		sunrpc.ServeTCP(ctx, l, d, sunrpc.TCPOptions{})
-	}()
-	t.Cleanup(func() {
-		cancel()
-		l.Close()
-		<-done
-	})
-	return l.Addr().String()
-}
 
 // peer is a fake NFS client host: its NLM service (receiving GRANTED) and
 // NSM service (receiving SM_NOTIFY), each on its own port, found by the
@@ -70,7 +49,7 @@ func newPeer(t *testing.T) *peer {
 		return nil
 	}
 	s.Register(nlm.Program, nlm.Version, procs)
-	p.nlmAddr = serve(t, s)
+	p.nlmAddr = rpctest.Serve(t, s)
 	s2 := sunrpc.NewServer(nil)
 	nprocs := make([]sunrpc.Handler, nsm.NumProcs)
 	nprocs[nsm.ProcNotify] = func(_ context.Context, req *sunrpc.Request, _ *sunrpc.Builder) error {
@@ -85,7 +64,7 @@ func newPeer(t *testing.T) *peer {
 		return nil
 	}
 	s2.Register(nsm.Program, nsm.Version, nprocs)
-	p.nsmAddr = serve(t, s2)
+	p.nsmAddr = rpctest.Serve(t, s2)
 	return p
 }
 
@@ -165,7 +144,7 @@ func startManager(t *testing.T, opts Options) *lockServer {
 	s := sunrpc.NewServer(nil)
 	s.Register(nlm.Program, nlm.Version, m.NLMHandlers())
 	s.Register(nsm.Program, nsm.Version, m.NSMHandlers())
-	ls := &lockServer{m: m, addr: serve(t, s)}
+	ls := &lockServer{m: m, addr: rpctest.Serve(t, s)}
 	m.Start()
 	t.Cleanup(func() { m.Close() })
 	return ls
