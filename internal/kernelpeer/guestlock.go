@@ -124,3 +124,17 @@ func TryLock(t testing.TB, path, typ string, start, n int64) string {
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
+
+// FileLocks returns the lines of the guest's /proc/locks for the file at
+// guestPath (matched by inode number: the sixth field ends ":INODE").
+func FileLocks(t testing.TB, guestPath string) []string {
+	t.Helper()
+	ino := strings.TrimSpace(Sh(t, "stat -c %i "+guestPath))
+	var out []string
+	for _, l := range strings.Split(Sh(t, "cat /proc/locks"), "\n") {
+		if f := strings.Fields(l); len(f) >= 6 && strings.HasSuffix(f[5], ":"+ino) {
+			out = append(out, l)
+		}
+	}
+	return out
+}

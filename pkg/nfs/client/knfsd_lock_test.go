@@ -94,20 +94,6 @@ func mountKnfsdLocking(t *testing.T, env map[string]string, lockPort int, caller
 	return c
 }
 
-// guestLocks returns the lines of the guest's /proc/locks for the file
-// at guestPath (by inode number).
-func guestLocks(t *testing.T, guestPath string) []string {
-	t.Helper()
-	ino := strings.TrimSpace(kernelpeer.Sh(t, "stat -c %i "+guestPath))
-	var out []string
-	for _, l := range strings.Split(kernelpeer.Sh(t, "cat /proc/locks"), "\n") {
-		if f := strings.Fields(l); len(f) >= 6 && strings.HasSuffix(f[5], ":"+ino) {
-			out = append(out, l)
-		}
-	}
-	return out
-}
-
 // TestKnfsdLocks locks a file of Linux knfsd's /export through the
 // kernel's lockd (NLM v4 over TCP) from two mounts of this client and
 // from a process in the guest: non-blocking LOCK and its conflicts (with
@@ -173,7 +159,7 @@ func TestKnfsdLocks(t *testing.T) {
 	if got := kernelpeer.TestLock(t, guestPath, "r", 150, 1); got != "free" {
 		t.Errorf("F_GETLK (read) in the guest over a read lock: %q", got)
 	}
-	if n := len(guestLocks(t, guestPath)); n != 2 {
+	if n := len(kernelpeer.FileLocks(t, guestPath)); n != 2 {
 		t.Errorf("guest /proc/locks: %d locks on the file, want 2", n)
 	}
 
@@ -245,7 +231,7 @@ func TestKnfsdLocks(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(500 * time.Millisecond) // lockd would grant a cancel it missed now
-	if ls := guestLocks(t, guestPath); len(ls) != 0 {
+	if ls := kernelpeer.FileLocks(t, guestPath); len(ls) != 0 {
 		t.Fatalf("after every UNLOCK and the CANCEL, the guest holds locks on the file:\n%s", strings.Join(ls, "\n"))
 	}
 	if h, err := l2.Test(ctx, r(9, 4009, 0, MaxLockOffset, true)); err != nil || h != nil {

@@ -15,7 +15,6 @@ import (
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/client"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/mountopts"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nlm"
-	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/transport"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
 )
 
@@ -145,7 +144,7 @@ func testKnfsdLocks(t *testing.T, proto string) {
 	p2.must("close", "ok")
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		ls := guestFileLocks(t, gf)
+		ls := kernelpeer.FileLocks(t, gf)
 		if len(ls) == 0 {
 			break
 		}
@@ -161,52 +160,7 @@ func testKnfsdLocks(t *testing.T, proto string) {
 // every poll, and returns the mount point and the mount.
 func mountKnfsdLocking(t *testing.T, env map[string]string, proto string, lockPort int, caller string, poll time.Duration) (string, *Mount) {
 	t.Helper()
-	opts := "proto=tcp,port=" + env["KP_NFS_PORT"]
-	if proto == mountopts.ProtoRDMA {
-		opts = "proto=rdma,rdmadev=siw,nompacrc,port=" + env["KP_NFSRDMA_PORT"]
-	}
-	mo, err := mountopts.Parse(opts + ",mountport=" + env["KP_MOUNT_PORT"] + ",soft,timeo=300,retrans=1,lockport=" + strconv.Itoa(lockPort))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr, err := transport.ForMount(env["KP_HOST"], mo, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := Config{Source: env["KP_HOST"] + ":/export", Options: mo, AuthSys: sunrpc.AuthSysParams{MachineName: caller}, LockCallerName: caller, Dial: tr.Dial, Transport: tr.Name}
-	co, err := ClientOptions(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	co.Lock.Poll = poll
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	c, err := client.Mount(ctx, co)
-	if err != nil {
-		t.Fatalf("mount knfsd over %s: %v", proto, err)
-	}
-	dir := t.TempDir()
-	m, err := Serve(ctx, c, dir, cfg)
-	if err != nil {
-		_ = c.Unmount(ctx)
-		t.Fatal("FUSE mount:", err)
-	}
-	cleanupMount(t, dir, m)
-	return dir, m
-}
-
-// guestFileLocks returns the guest's /proc/locks lines of the file at
-// guestPath (by inode number).
-func guestFileLocks(t *testing.T, guestPath string) []string {
-	t.Helper()
-	ino := strings.TrimSpace(kernelpeer.Sh(t, "stat -c %i "+guestPath))
-	var out []string
-	for _, l := range strings.Split(kernelpeer.Sh(t, "cat /proc/locks"), "\n") {
-		if f := strings.Fields(l); len(f) >= 6 && strings.HasSuffix(f[5], ":"+ino) {
-			out = append(out, l)
-		}
-	}
-	return out
+	return fuseMountKnfsd(t, env, proto, ",lockport="+strconv.Itoa(lockPort), nil, caller, func(o *client.Options) { o.Lock.Poll = poll })
 }
 
 // checkCallbacks checks that the GRANTED callbacks completed want blocked

@@ -81,33 +81,54 @@ type knfsdMount struct {
 func mountKnfsd(t *testing.T, env map[string]string, proto string) *knfsdMount {
 	t.Helper()
 	t.Cleanup(func() { kernelpeer.Check(t) }) // last, after the unmount
-	host := env["KP_HOST"]
-	opts := "proto=tcp,port=" + env["KP_NFS_PORT"]
 	k := &knfsdMount{}
 	if proto == mountopts.ProtoRDMA {
-		// Software iWARP with the MPA CRC off (nompacrc): the guest's
-		// 6.1 siw honours a CRC we ask for, but its check of a trailer
-		// split across two TCP segments fails and drops the connection.
-		opts = "proto=rdma,rdmadev=siw,nompacrc,port=" + env["KP_NFSRDMA_PORT"]
 		k.rdma = new(rpcrdma.ClientMetrics)
-	}
-	mo, err := mountopts.Parse(opts + ",mountport=" + env["KP_MOUNT_PORT"] + ",soft,timeo=300,retrans=1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr, err := transport.ForMount(host, mo, k.rdma)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := Config{Source: host + ":/export", Options: mo, AuthSys: sunrpc.AuthSysParams{MachineName: "fusefs-knfsd-test"}, Dial: tr.Dial, Transport: tr.Name}
-	co, err := ClientOptions(cfg)
-	if err != nil {
-		t.Fatal(err)
 	}
 	name := fmt.Sprintf("fusefs-%s-%d", proto, time.Now().UnixNano())
 	k.guestWork = "/export/" + name
 	t.Cleanup(func() { kernelpeer.Sh(t, "rm -rf "+k.guestWork) })
+	dir, m := fuseMountKnfsd(t, env, proto, "", k.rdma, "fusefs-knfsd-test", nil)
+	t.Logf("mounted knfsd's /export over %s on %s: rsize %d wsize %d", proto, dir, m.Client.RSize(), m.Client.WSize())
+	k.m = m
+	k.work = filepath.Join(dir, name)
+	if err := os.Mkdir(k.work, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
 
+// fuseMountKnfsd mounts the kernel peer's /export with client.Mount over
+// proto (TCP, or software iWARP with the MPA CRC off: the guest's 6.1 siw
+// honours a CRC we ask for, but its check of a trailer split across two
+// TCP segments fails and drops the connection), soft (30 s timeo, 1
+// retrans), with the nfs(5) options extra ("" or ",opt=...") and rdma
+// (nil or) counting its RPC-over-RDMA calls; caller is its AUTH_SYS
+// machine name and NLM caller name, and adjust (nil or) changes its
+// client options. Then it serves it with FUSE on a temp dir until the
+// test ends, and returns the mount point and the mount.
+func fuseMountKnfsd(t *testing.T, env map[string]string, proto, extra string, rdma *rpcrdma.ClientMetrics, caller string, adjust func(*client.Options)) (string, *Mount) {
+	t.Helper()
+	opts := "proto=tcp,port=" + env["KP_NFS_PORT"]
+	if proto == mountopts.ProtoRDMA {
+		opts = "proto=rdma,rdmadev=siw,nompacrc,port=" + env["KP_NFSRDMA_PORT"]
+	}
+	mo, err := mountopts.Parse(opts + ",mountport=" + env["KP_MOUNT_PORT"] + ",soft,timeo=300,retrans=1" + extra)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := transport.ForMount(env["KP_HOST"], mo, rdma)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{Source: env["KP_HOST"] + ":/export", Options: mo, AuthSys: sunrpc.AuthSysParams{MachineName: caller}, LockCallerName: caller, Dial: tr.Dial, Transport: tr.Name}
+	co, err := ClientOptions(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if adjust != nil {
+		adjust(&co)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	c, err := client.Mount(ctx, co)
@@ -120,14 +141,8 @@ func mountKnfsd(t *testing.T, env map[string]string, proto string) *knfsdMount {
 		_ = c.Unmount(ctx)
 		t.Fatal("FUSE mount:", err)
 	}
-	t.Logf("mounted knfsd's /export over %s on %s: rsize %d wsize %d", proto, dir, c.RSize(), c.WSize())
 	cleanupMount(t, dir, m)
-	k.m = m
-	k.work = filepath.Join(dir, name)
-	if err := os.Mkdir(k.work, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	return k
+	return dir, m
 }
 
 // guest runs cmd in the guest and returns its output without the
