@@ -116,19 +116,35 @@ func BenchmarkReplyReadChunk(b *testing.B) {
 				Results:      func(d *xdr.Decoder, placed int) error { d.Opaque(n); return d.Err() },
 				MaxReplySize: 1 << 20, UnboundedReply: true}
 			b.Run(fmt.Sprintf("%s/%dKiB", mode, n>>10), func(b *testing.B) {
-				ctx := context.Background()
-				b.ReportAllocs()
-				b.SetBytes(int64(n))
-				before := cm.Metrics()
-				for range b.N {
-					if err := c.Call(ctx, spec); err != nil {
-						b.Fatal(err)
-					}
-				}
-				m := cm.Metrics()
-				b.ReportMetric(float64(m.ReplyReadChunks-before.ReplyReadChunks)/float64(b.N), "readchunks/op")
-				b.ReportMetric(float64(m.ReplyChunks-before.ReplyChunks)/float64(b.N), "replychunks/op")
+				benchCalls(b, c, cm, spec, n,
+					perCall{"readchunks/op", func(m Metrics) uint64 { return m.ReplyReadChunks }},
+					perCall{"replychunks/op", func(m Metrics) uint64 { return m.ReplyChunks }})
 			})
 		}
+	}
+}
+
+// perCall is a counter of Metrics that benchCalls reports per call, in
+// unit.
+type perCall struct {
+	unit    string
+	counter func(Metrics) uint64
+}
+
+// benchCalls makes b.N calls of spec on c, one at a time, each moving n
+// bytes, and reports how much each counter of cm grew per call.
+func benchCalls(b *testing.B, c *sunrpc.Client, cm *ClientMetrics, spec sunrpc.CallSpec, n int, counters ...perCall) {
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.SetBytes(int64(n))
+	before := cm.Metrics()
+	for range b.N {
+		if err := c.Call(ctx, spec); err != nil {
+			b.Fatal(err)
+		}
+	}
+	after := cm.Metrics()
+	for _, pc := range counters {
+		b.ReportMetric(float64(pc.counter(after)-pc.counter(before))/float64(b.N), pc.unit)
 	}
 }
