@@ -350,45 +350,19 @@ func writeGrowth(fd int, st *unix.Stat_t, off, n int64) int64 {
 // the file's record from the post-operation stat, and marks it dirty
 // (UNSTABLE) or clean (synced). err is write's.
 func (v *Volume) Write(fd int, kh unix.FileHandle, ino uint64, off, n int64, stable nfs3.StableHow, write func() error) (over bool, err error) {
-	for flushed := false; ; flushed = true {
-		m := v.r.files.lock(ino)
-		var pre unix.Stat_t
-		if err := unix.Fstat(fd, &pre); err != nil {
-			m.Unlock()
-			return false, err
-		}
-		// a file with no link left was forgotten by REMOVE (under this
-		// lock): written, not counted
-		k, live := v.observe(&pre)
-		est := int64(0)
-		if v.quota.Load() > 0 {
-			est = writeGrowth(fd, &pre, off, n)
-		}
-		if !v.reserve(est) {
-			m.Unlock()
-			if !flushed && v.flushDirty(est) {
-				continue
-			}
-			return true, nil
-		}
-		err = write()
-		var post unix.Stat_t
-		if live && unix.Fstat(fd, &post) == nil && post.Nlink > 0 {
-			bs := int64(post.Blksize)
-			v.acct.mu.Lock()
+	return v.change(fd, ino,
+		func(pre *unix.Stat_t) int64 { return writeGrowth(fd, pre, off, n) },
+		write,
+		func(k inodeKey, post *unix.Stat_t, err error) {
 			v.setLocked(k, post.Blocks*512)
 			switch {
 			case stable != nfs3.Unstable && err == nil:
 				v.cleanLocked(k)
 			case n > 0:
+				bs := int64(post.Blksize)
 				v.dirtyLocked(k, kh, metaAllowance(n, bs), metaAllowance(post.Size, bs))
 			}
-			v.acct.mu.Unlock()
-		}
-		v.release(est)
-		m.Unlock()
-		return false, err
-	}
+		})
 }
 
 // Truncate sets the size of fd (the open file of inode ino) under v's
@@ -396,6 +370,29 @@ func (v *Volume) Write(fd int, kh unix.FileHandle, ino uint64, off, n int64, sta
 // changed, when they do not fit), and the file's record is set from the
 // post-operation stat. err is ftruncate(2)'s or fstat(2)'s.
 func (v *Volume) Truncate(fd int, ino uint64, size int64) (over bool, err error) {
+	return v.change(fd, ino,
+		func(pre *unix.Stat_t) int64 {
+			if size <= pre.Size {
+				return 0
+			}
+			return roundUp(size, int64(pre.Blksize)) - roundUp(pre.Size, int64(pre.Blksize))
+		},
+		func() error { return unix.Ftruncate(fd, size) },
+		func(k inodeKey, post *unix.Stat_t, _ error) {
+			v.setLocked(k, post.Blocks*512)
+			v.capSlackLocked(k, metaAllowance(post.Size, int64(post.Blksize)))
+		})
+}
+
+// change runs op on fd (the open file of inode ino) under v's quota, with
+// the file's lock held: it reserves the data growth grow estimates from
+// the pre-operation stat (when v has a quota), reporting over without
+// running op when that does not fit even after flushing dirty files
+// once; then it runs op and hands the post-operation stat to record
+// (called with v.acct.mu held), unless the file has no link left (REMOVE
+// forgot it under the same lock: changed, not counted). err is op's, or
+// fstat(2)'s before it.
+func (v *Volume) change(fd int, ino uint64, grow func(pre *unix.Stat_t) int64, op func() error, record func(k inodeKey, post *unix.Stat_t, err error)) (over bool, err error) {
 	for flushed := false; ; flushed = true {
 		m := v.r.files.lock(ino)
 		var pre unix.Stat_t
@@ -405,8 +402,8 @@ func (v *Volume) Truncate(fd int, ino uint64, size int64) (over bool, err error)
 		}
 		k, live := v.observe(&pre)
 		est := int64(0)
-		if size > pre.Size && v.quota.Load() > 0 {
-			est = roundUp(size, int64(pre.Blksize)) - roundUp(pre.Size, int64(pre.Blksize))
+		if v.quota.Load() > 0 {
+			est = grow(&pre)
 		}
 		if !v.reserve(est) {
 			m.Unlock()
@@ -415,12 +412,11 @@ func (v *Volume) Truncate(fd int, ino uint64, size int64) (over bool, err error)
 			}
 			return true, nil
 		}
-		err := unix.Ftruncate(fd, size)
+		err = op()
 		var post unix.Stat_t
 		if live && unix.Fstat(fd, &post) == nil && post.Nlink > 0 {
 			v.acct.mu.Lock()
-			v.setLocked(k, post.Blocks*512)
-			v.capSlackLocked(k, metaAllowance(post.Size, int64(post.Blksize)))
+			record(k, &post, err)
 			v.acct.mu.Unlock()
 		}
 		v.release(est)
