@@ -351,9 +351,9 @@ func writeGrowth(fd int, st *unix.Stat_t, off, n int64) int64 {
 // (UNSTABLE) or clean (synced). err is write's.
 func (v *Volume) Write(fd int, kh unix.FileHandle, ino uint64, off, n int64, stable nfs3.StableHow, write func() error) (over bool, err error) {
 	return v.change(fd, ino,
-		func(pre *unix.Stat_t) int64 { return writeGrowth(fd, pre, off, n) },
+		func(pre unix.Stat_t) int64 { return writeGrowth(fd, &pre, off, n) },
 		write,
-		func(k inodeKey, post *unix.Stat_t, err error) {
+		func(k inodeKey, post unix.Stat_t, err error) {
 			v.setLocked(k, post.Blocks*512)
 			switch {
 			case stable != nfs3.Unstable && err == nil:
@@ -371,14 +371,14 @@ func (v *Volume) Write(fd int, kh unix.FileHandle, ino uint64, off, n int64, sta
 // post-operation stat. err is ftruncate(2)'s or fstat(2)'s.
 func (v *Volume) Truncate(fd int, ino uint64, size int64) (over bool, err error) {
 	return v.change(fd, ino,
-		func(pre *unix.Stat_t) int64 {
+		func(pre unix.Stat_t) int64 {
 			if size <= pre.Size {
 				return 0
 			}
 			return roundUp(size, int64(pre.Blksize)) - roundUp(pre.Size, int64(pre.Blksize))
 		},
 		func() error { return unix.Ftruncate(fd, size) },
-		func(k inodeKey, post *unix.Stat_t, _ error) {
+		func(k inodeKey, post unix.Stat_t, _ error) {
 			v.setLocked(k, post.Blocks*512)
 			v.capSlackLocked(k, metaAllowance(post.Size, int64(post.Blksize)))
 		})
@@ -392,7 +392,7 @@ func (v *Volume) Truncate(fd int, ino uint64, size int64) (over bool, err error)
 // (called with v.acct.mu held), unless the file has no link left (REMOVE
 // forgot it under the same lock: changed, not counted). err is op's, or
 // fstat(2)'s before it.
-func (v *Volume) change(fd int, ino uint64, grow func(pre *unix.Stat_t) int64, op func() error, record func(k inodeKey, post *unix.Stat_t, err error)) (over bool, err error) {
+func (v *Volume) change(fd int, ino uint64, grow func(pre unix.Stat_t) int64, op func() error, record func(k inodeKey, post unix.Stat_t, err error)) (over bool, err error) {
 	for flushed := false; ; flushed = true {
 		m := v.r.files.lock(ino)
 		var pre unix.Stat_t
@@ -403,7 +403,7 @@ func (v *Volume) change(fd int, ino uint64, grow func(pre *unix.Stat_t) int64, o
 		k, live := v.observe(&pre)
 		est := int64(0)
 		if v.quota.Load() > 0 {
-			est = grow(&pre)
+			est = grow(pre)
 		}
 		if !v.reserve(est) {
 			m.Unlock()
@@ -416,7 +416,7 @@ func (v *Volume) change(fd int, ino uint64, grow func(pre *unix.Stat_t) int64, o
 		var post unix.Stat_t
 		if live && unix.Fstat(fd, &post) == nil && post.Nlink > 0 {
 			v.acct.mu.Lock()
-			record(k, &post, err)
+			record(k, post, err)
 			v.acct.mu.Unlock()
 		}
 		v.release(est)
