@@ -36,7 +36,7 @@ func needFUSE(t *testing.T) {
 	t.Skip("needs /dev/fuse:", err)
 }
 
-// TestVolumeQuotaFUSE is the issue's test through the FUSE mount (`driver
+// TestVolumeQuotaFUSE: a volume quota through the FUSE mount (`driver
 // mount`), over TCP and RPC-over-RDMA: writing past a volume's quota fails
 // with ENOSPC, nothing written before is lost, df shows the quota, and
 // raising the quota (ControllerExpandVolume) lets the write continue.
