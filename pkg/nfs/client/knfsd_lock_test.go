@@ -4,68 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/nfsrdma/nfsrdma-csi/internal/kernelpeer"
-	"github.com/nfsrdma/nfsrdma-csi/internal/testenv"
-	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nlm"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
 )
-
-// knfsdLockPeer readies the kernel peer for NLM: rpc.statd in the guest
-// (knfsd's lockd monitors every client before it grants it a lock), the
-// guest lockd's TCP port forwarded to the host, and this host's rpcbind,
-// where the callback service registers so that the guest's lockd finds
-// it (it asks the rpcbind at the caller's address, 10.0.2.2, which
-// qemu's user-mode network maps to this host's 127.0.0.1) unless another
-// lock service holds the registration (in this package, the NFS-Ganesha
-// of TestMain, with NLM). It returns the peer's env and the forwarded
-// lockd port.
-func knfsdLockPeer(t *testing.T) (map[string]string, int) {
-	t.Helper()
-	env := kernelpeer.Env(t, "KP_NFS_PORT")
-	testenv.NeedRPCBind(t)
-	kernelpeer.StartStatd(t)
-	return env, kernelpeer.Forward(t, kernelpeer.GuestPort(t, nlm.Program, nlm.Version))
-}
-
-// nlmRegistration returns the port at which NLM v4 over TCP is
-// registered with this host's rpcbind, 0 when it is not.
-func nlmRegistration(t *testing.T) int {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-	defer cancel()
-	p, err := sunrpc.PortmapGetPort(ctx, testenv.RPCBindAddr, sunrpc.Mapping{Prog: nlm.Program, Vers: nlm.Version, Prot: sunrpc.IPProtoTCP})
-	if err != nil {
-		t.Fatal("rpcbind:", err)
-	}
-	return p
-}
-
-// waitNLMRegistration waits up to d until NLM v4 over TCP is registered
-// with this host's rpcbind at port (0: not registered), and reports
-// whether it is. Another lock service of this host (the kernel's lockd
-// while the host has a kernel NFS mount, an export server, another test)
-// may hold the registration for a while; the GRANTED callbacks of the
-// peer's lockd then go to it, and a blocked lock completes only when its
-// LOCK is sent again (Poll).
-func waitNLMRegistration(t *testing.T, port int, d time.Duration) bool {
-	t.Helper()
-	for deadline := time.Now().Add(d); ; time.Sleep(500 * time.Millisecond) {
-		got := nlmRegistration(t)
-		if got == port {
-			return true
-		}
-		if time.Now().After(deadline) {
-			t.Logf("NLM v4 is registered with this host's rpcbind at port %d, not %d: another lock service holds the registration", got, port)
-			return false
-		}
-	}
-}
 
 // mountKnfsdLocking mounts knfsd's /export over TCP with an NLM client
 // of caller name caller, at lockPort, re-sending a blocked LOCK only
@@ -105,13 +51,14 @@ func mountKnfsdLocking(t *testing.T, env map[string]string, lockPort int, caller
 // blocked LOCK cancelled (CANCEL) when its context ends, and UNLOCK: at
 // the end the guest's /proc/locks holds nothing for the file.
 func TestKnfsdLocks(t *testing.T) {
-	env, lockPort := knfsdLockPeer(t)
+	env, lockPort := kernelpeer.Lockd(t)
 	defer kernelpeer.Check(t)
 	// blocked locks are re-sent only every 30 s, so that a wait that ends
 	// sooner was ended by the GRANTED callback; every second when another
-	// lock service holds the registration the callbacks need
+	// lock service (in this package, the NFS-Ganesha of TestMain, with
+	// NLM) holds the registration the callbacks need
 	poll := 30 * time.Second
-	if nlmRegistration(t) != 0 {
+	if kernelpeer.HostNLMPort(t) != 0 {
 		poll = time.Second
 	}
 	c1 := mountKnfsdLocking(t, env, lockPort, "nfsrdma-lock-one", poll)
@@ -182,7 +129,7 @@ func TestKnfsdLocks(t *testing.T) {
 	// blocking LOCK, granted at the other mount's UNLOCK: by the guest
 	// lockd's GRANTED_MSG callback, or by the LOCK sent again after poll
 	grantWait := poll + 10*time.Second
-	ours := waitNLMRegistration(t, CallbackPort(), 0)
+	ours := kernelpeer.WaitHostNLMPort(t, CallbackPort(), 0)
 	got := make(chan error, 1)
 	go func() { got <- l2.Lock(ctx, r(2, 4002, 0, 9, true), true) }()
 	select {
@@ -204,7 +151,7 @@ func TestKnfsdLocks(t *testing.T) {
 	}
 	g.Release()
 	waitLock(t, got, grantWait, "blocked LOCK after the guest process's release")
-	checkCallbacks(t, ours, l1.Stats().Callbacks+l2.Stats().Callbacks, 2)
+	kernelpeer.CheckCallbacks(t, ours, l1.Stats().Callbacks+l2.Stats().Callbacks, 2)
 
 	// a guest F_SETLKW waits for our lock and gets it at our UNLOCK
 	gw := kernelpeer.HoldLock(t, guestPath, "w", 300, 5, true)
@@ -242,27 +189,6 @@ func TestKnfsdLocks(t *testing.T) {
 	}
 }
 
-// checkCallbacks checks that the GRANTED callbacks completed want blocked
-// locks (n did). Knfsd's lockd keeps one client host per address (every
-// client on this host is 10.0.2.2 to it, whatever its caller_name),
-// finds its callback service through this host's rpcbind and keeps that
-// binding and its connection for a while: when another lock service of
-// this host (another test process, a Ganesha or export server with NLM)
-// held the registration then, the callbacks go there and the locks
-// complete by polling. That fails
-// the test only under CI=true when this process held the registration.
-func checkCallbacks(t *testing.T, registered bool, n, want uint64) {
-	t.Helper()
-	switch {
-	case n == want:
-		t.Logf("%d blocked locks completed by the GRANTED callback", n)
-	case os.Getenv("CI") == "true" && registered:
-		t.Errorf("%d blocked locks completed by the GRANTED callback, want %d (this process registered with rpcbind: %v)", n, want, registered)
-	default:
-		t.Logf("%d of %d blocked locks completed by the GRANTED callback, the others by polling: this process registered with rpcbind: %v; the callbacks went to another lock service of this host", n, want, registered)
-	}
-}
-
 // waitLock waits for a blocked Lock's result: nil within d.
 func waitLock(t *testing.T, got chan error, d time.Duration, what string) {
 	t.Helper()
@@ -272,6 +198,6 @@ func waitLock(t *testing.T, got chan error, d time.Duration, what string) {
 			t.Fatal(what+":", err)
 		}
 	case <-time.After(d):
-		t.Fatalf("%s: not granted within %v (NLM v4 is registered with this host's rpcbind at port %d, the callback service's is %d)", what, d, nlmRegistration(t), CallbackPort())
+		t.Fatalf("%s: not granted within %v (NLM v4 is registered with this host's rpcbind at port %d, the callback service's is %d)", what, d, kernelpeer.HostNLMPort(t), CallbackPort())
 	}
 }

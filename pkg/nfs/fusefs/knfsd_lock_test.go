@@ -1,9 +1,7 @@
 package fusefs
 
 import (
-	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -11,11 +9,8 @@ import (
 	"time"
 
 	"github.com/nfsrdma/nfsrdma-csi/internal/kernelpeer"
-	"github.com/nfsrdma/nfsrdma-csi/internal/testenv"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/client"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/mountopts"
-	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nlm"
-	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
 )
 
 // TestKnfsdLocksOverTCP and TestKnfsdLocksOverRDMA: processes lock a
@@ -35,21 +30,18 @@ func TestKnfsdLocksOverRDMA(t *testing.T) { testKnfsdLocks(t, mountopts.ProtoRDM
 // range), and exclude a process's fcntl lock in the guest both ways
 // (F_GETLK on either side reports the other's type and range); a blocked
 // F_SETLKW is granted when the other mount's process unlocks (by the
-// guest lockd's GRANTED_MSG callback, see checkCallbacks) and when the guest process
-// releases its lock; a guest F_SETLKW waits for a mount's lock; a
-// signal ends a blocked F_SETLKW with EINTR and leaves no lock or
-// request on the server; flock(2) on a mount is a whole-file lock that
-// the guest sees; close releases, and at the end the guest's /proc/locks
-// has nothing for the file.
+// guest lockd's GRANTED_MSG callback, see kernelpeer.CheckCallbacks) and
+// when the guest process releases its lock; a guest F_SETLKW waits for a
+// mount's lock; a signal ends a blocked F_SETLKW with EINTR and leaves no
+// lock or request on the server; flock(2) on a mount is a whole-file lock
+// that the guest sees; close releases, and at the end the guest's
+// /proc/locks has nothing for the file.
 func testKnfsdLocks(t *testing.T, proto string) {
-	env := kernelpeer.Env(t, "KP_NFS_PORT")
+	env, lockPort := kernelpeer.Lockd(t)
 	needFUSE(t)
 	needPython(t)
-	testenv.NeedRPCBind(t)
-	kernelpeer.StartStatd(t)
 	t.Cleanup(func() { kernelpeer.Check(t) })
-	freeNLM := waitNLMRegistration(t, 0, time.Minute)
-	lockPort := kernelpeer.Forward(t, kernelpeer.GuestPort(t, nlm.Program, nlm.Version))
+	freeNLM := kernelpeer.WaitHostNLMPort(t, 0, time.Minute)
 
 	name := fmt.Sprintf("fusefs-lock-%s-%d", proto, time.Now().UnixNano())
 	guestDir := "/export/" + name
@@ -58,7 +50,7 @@ func testKnfsdLocks(t *testing.T, proto string) {
 	gf := guestDir + "/f"
 	// a blocked LOCK is sent again only every 30 s: the waits below end
 	// by the GRANTED callback, or by that polling when the callback goes
-	// to another lock service of this host (see checkCallbacks)
+	// to another lock service of this host (see kernelpeer.CheckCallbacks)
 	const poll = 30 * time.Second
 	d1, m1 := mountKnfsdLocking(t, env, proto, lockPort, "fusefs-lock-one", poll)
 	m2dir, m2 := mountKnfsdLocking(t, env, mountopts.ProtoTCP, lockPort, "fusefs-lock-two", poll)
@@ -94,7 +86,7 @@ func testKnfsdLocks(t *testing.T, proto string) {
 	}
 
 	// blocked F_SETLKW, granted at the other mount's unlock
-	callbacksOurs := freeNLM && waitNLMRegistration(t, client.CallbackPort(), 0)
+	callbacksOurs := freeNLM && kernelpeer.WaitHostNLMPort(t, client.CallbackPort(), 0)
 	grantWait := poll + 10*time.Second
 	p2.send("setlkw w 0 5")
 	if a, ok := p2.answer(500 * time.Millisecond); ok {
@@ -113,7 +105,7 @@ func testKnfsdLocks(t *testing.T, proto string) {
 	if a, ok := p1.answer(grantWait); !ok || a != "ok" {
 		t.Fatalf("blocked F_SETLKW after the guest's release: %q %v", a, ok)
 	}
-	checkCallbacks(t, callbacksOurs, m1.Client.Locks().Stats().Callbacks+m2.Client.Locks().Stats().Callbacks, 2)
+	kernelpeer.CheckCallbacks(t, callbacksOurs, m1.Client.Locks().Stats().Callbacks+m2.Client.Locks().Stats().Callbacks, 2)
 
 	// a guest F_SETLKW waits for a mount's lock
 	gw := kernelpeer.HoldLock(t, gf, "w", 0, 1, true)
@@ -161,49 +153,4 @@ func testKnfsdLocks(t *testing.T, proto string) {
 func mountKnfsdLocking(t *testing.T, env map[string]string, proto string, lockPort int, caller string, poll time.Duration) (string, *Mount) {
 	t.Helper()
 	return fuseMountKnfsd(t, env, proto, ",lockport="+strconv.Itoa(lockPort), nil, caller, func(o *client.Options) { o.Lock.Poll = poll })
-}
-
-// checkCallbacks checks that the GRANTED callbacks completed want blocked
-// locks (n did). Knfsd's lockd keeps one client host per address (every
-// client on this host is 10.0.2.2 to it, whatever its caller_name),
-// finds its callback service through this host's rpcbind and keeps that
-// binding and its connection for a while: when another lock service of
-// this host (another test process, a Ganesha or export server with NLM)
-// held the registration then, the callbacks go there and the locks
-// complete by polling. That fails
-// the test only under CI=true when this process held the registration.
-func checkCallbacks(t *testing.T, registered bool, n, want uint64) {
-	t.Helper()
-	switch {
-	case n == want:
-		t.Logf("%d blocked locks completed by the GRANTED callback", n)
-	case os.Getenv("CI") == "true" && registered:
-		t.Errorf("%d blocked locks completed by the GRANTED callback, want %d (this process registered with rpcbind: %v)", n, want, registered)
-	default:
-		t.Logf("%d of %d blocked locks completed by the GRANTED callback, the others by polling: this process registered with rpcbind: %v; the callbacks went to another lock service of this host", n, want, registered)
-	}
-}
-
-// waitNLMRegistration waits up to d until NLM v4 over TCP is registered
-// with this host's rpcbind at port (0: not registered) and reports
-// whether it is: the guest's lockd sends its GRANTED callbacks to the
-// service registered there.
-func waitNLMRegistration(t *testing.T, port int, d time.Duration) bool {
-	t.Helper()
-	m := sunrpc.Mapping{Prog: nlm.Program, Vers: nlm.Version, Prot: sunrpc.IPProtoTCP}
-	for deadline := time.Now().Add(d); ; time.Sleep(500 * time.Millisecond) {
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-		got, err := sunrpc.PortmapGetPort(ctx, testenv.RPCBindAddr, m)
-		cancel()
-		if err != nil {
-			t.Fatal("rpcbind:", err)
-		}
-		if got == port {
-			return true
-		}
-		if time.Now().After(deadline) {
-			t.Logf("NLM v4 is registered with this host's rpcbind at port %d, not %d", got, port)
-			return false
-		}
-	}
 }
