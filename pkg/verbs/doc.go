@@ -25,5 +25,6 @@
 //     closed and Err() says why.
 //
 // Providers: pkg/verbs/siw (software iWARP over TCP, pure Go, the default)
-// and, later, a libibverbs provider for RDMA NICs.
+// and pkg/verbs/ibverbs (build tag ibverbs, cgo: RDMA NICs through
+// rdma-core's libibverbs and librdmacm).
 package verbs

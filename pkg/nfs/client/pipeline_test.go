@@ -269,7 +269,7 @@ func TestFakeReaddirplusBadCookie(t *testing.T) {
 
 // TestFakeReadEOFBeforeEarlierChunks: the chunk that meets the end of the
 // file finishes first; the earlier chunks still in flight must complete
-// and count (a regression: EOF once cancelled them and the read came back
+// and count (cancelling them at EOF would make the read come back
 // short).
 func TestFakeReadEOFBeforeEarlierChunks(t *testing.T) {
 	f := newFakeServer(64 << 10)

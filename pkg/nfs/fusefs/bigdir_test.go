@@ -312,17 +312,17 @@ func onSignalledThread(t *testing.T, f func() error) {
 	}
 }
 
-// TestSignalledCallers (regression) runs file and directory operations
+// TestSignalledCallers runs file and directory operations
 // through the mount, over RPC-over-RDMA, from a thread that keeps getting
 // signals: the kernel interrupts the FUSE requests (FUSE_INTERRUPT), and
 // the mount must still finish each one and report its true outcome, as
 // Linux's NFS client does for a signal that does not kill the caller.
-// It failed when an interrupt cancelled the NFS call: close(2) failed with
-// EINTR after the COMMIT was abandoned, open(O_CREAT|O_EXCL) retried after
-// EINTR found the file it had created (EEXIST), unlink retried found
-// nothing (ENOENT), and listings lost entries: an interrupted READDIRPLUS
-// fill returned EINTR in the middle of a FUSE READDIRPLUS, which go-fuse
-// (v2.8 to v2.12) keeps (fileEntry.overflowErrno) and returns in place of each
+// It fails if an interrupt cancels the NFS call: close(2) then fails with
+// EINTR after the COMMIT is abandoned, open(O_CREAT|O_EXCL) retried after
+// EINTR finds the file it created (EEXIST), unlink retried finds nothing
+// (ENOENT), and listings lose entries: an interrupted READDIRPLUS fill
+// returns EINTR in the middle of a FUSE READDIRPLUS, which go-fuse (v2.8
+// to v2.12) keeps (fileEntry.overflowErrno) and returns in place of each
 // later entry that does not fit a reply, dropping that entry, while
 // getdents64 is retried after EINTR (by Go and by many programs) without
 // an error ever showing.
@@ -379,11 +379,11 @@ func TestSignalledCallers(t *testing.T) {
 	})
 }
 
-// TestListWhileCreating (regression) lists a directory over and over
+// TestListWhileCreating lists a directory over and over
 // through the mount, over RPC-over-RDMA, while another goroutine creates
 // entries in it. Each listing must succeed and list each name once: every
 // name created before the listing began, and no name never created. It
-// failed with EINVAL when a READDIRPLUS after the first met
+// fails with EINVAL if a READDIRPLUS after the first meets
 // NFS3ERR_BAD_COOKIE: our server's cookie verifier is the directory's
 // mtime, which each CREATE changes.
 func TestListWhileCreating(t *testing.T) {
