@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/nfsrdma/nfsrdma-csi/internal/lockdtest"
+	"github.com/nfsrdma/nfsrdma-csi/internal/testenv"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/client"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/mountopts"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
@@ -239,18 +240,13 @@ func TestLocksAcrossMounts(t *testing.T) {
 	}
 }
 
+// waitNoLocks waits up to 5 s until n holds no lock and no blocked
+// request.
 func waitNoLocks(t *testing.T, n *lockdtest.Server) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		h, w := n.Locks()
-		if h == 0 && w == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("locks left on the server: %v, %d blocked", n.HeldBy(), w)
-		}
-		time.Sleep(10 * time.Millisecond)
+	if !testenv.WaitFor(5*time.Second, func() bool { h, w := n.Locks(); return h == 0 && w == 0 }) {
+		_, w := n.Locks()
+		t.Fatalf("locks left on the server: %v, %d blocked", n.HeldBy(), w)
 	}
 }
 
@@ -279,16 +275,8 @@ func TestLockSignalCancels(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = p3.cmd.Wait()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		if _, w := e.nlm.Locks(); w == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("blocked request of a killed process left on the server")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testenv.Eventually(t, 5*time.Second, "the blocked request of a killed process to leave the server",
+		func() bool { _, w := e.nlm.Locks(); return w == 0 })
 	p1.must("setlk u 0 0", "ok")
 	time.Sleep(200 * time.Millisecond)
 	p4 := startLockProc(t, "p4", filepath.Join(e.d1, "f"))
@@ -301,18 +289,10 @@ func TestLockSignalCancels(t *testing.T) {
 	}
 }
 
+// waitBlocked waits up to 10 s for a blocked request on n.
 func waitBlocked(t *testing.T, n *lockdtest.Server) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if _, w := n.Locks(); w > 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no blocked request reached the server")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testenv.Eventually(t, 10*time.Second, "a blocked request on the server", func() bool { _, w := n.Locks(); return w > 0 })
 }
 
 // TestFlockAcrossMounts: flock(2) locks exclude across mounts (whole-file
@@ -471,12 +451,8 @@ func TestLockReclaimAfterServerRestart(t *testing.T) {
 	if e.nlm.GraceRemaining() == 0 {
 		t.Fatal("restarted lock manager has no grace period")
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for len(e.nlm.Held(int32(p1.pid))) != 2 {
-		if time.Now().After(deadline) {
-			t.Fatalf("locks not reclaimed: server holds %v; client stats %+v", e.nlm.HeldBy(), e.m1.Client.Locks().Stats())
-		}
-		time.Sleep(20 * time.Millisecond)
+	if !testenv.WaitFor(10*time.Second, func() bool { return len(e.nlm.Held(int32(p1.pid))) == 2 }) {
+		t.Fatalf("locks not reclaimed: server holds %v; client stats %+v", e.nlm.HeldBy(), e.m1.Client.Locks().Stats())
 	}
 	// in the grace period a new lock waits (retried); after it, the
 	// reclaimed locks still exclude
