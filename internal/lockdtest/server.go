@@ -7,6 +7,7 @@
 package lockdtest
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -56,12 +57,15 @@ type Server struct {
 }
 
 // Call is one call the server answered: its procedure, the lock's svid,
-// the reclaim and block flags of a LOCK, and the status answered.
+// the reclaim and block flags of a LOCK, the call's cookie, and the
+// status answered; for a GRANTED_RES (a client's result of a GRANTED_MSG)
+// the cookie and status it carries.
 type Call struct {
 	Proc    uint32
 	Svid    int32
 	Reclaim bool
 	Block   bool
+	Cookie  []byte
 	Stat    nlm.Stat
 }
 
@@ -140,6 +144,7 @@ func (s *Server) start(addr string, grace time.Duration) {
 	for _, p := range []uint32{nlm.ProcTest, nlm.ProcLock, nlm.ProcCancel, nlm.ProcUnlock} {
 		procs[p] = s.observe(p, procs[p])
 	}
+	procs[nlm.ProcGrantedRes] = s.observeGrantedRes(procs[nlm.ProcGrantedRes])
 	srv := sunrpc.NewServer(nil)
 	srv.Register(nlm.Program, nlm.Version, procs)
 	srv.Register(nsm.Program, nsm.Version, m.NSMHandlers())
@@ -188,7 +193,7 @@ func (s *Server) observe(proc uint32, h sunrpc.Handler) sunrpc.Handler {
 		if err != nil {
 			return h(ctx, req, b) // the manager's GARBAGE_ARGS
 		}
-		c.Svid = l.Svid
+		c.Svid, c.Cookie = l.Svid, bytes.Clone(cookie)
 		if s.Answer != nil {
 			if st, ok := s.Answer(proc, &l); ok {
 				r := nlm.Res{Cookie: cookie, Stat: st}
@@ -209,6 +214,17 @@ func (s *Server) observe(proc uint32, h sunrpc.Handler) sunrpc.Handler {
 	}
 }
 
+// observeGrantedRes records the GRANTED_RES messages handled by h.
+func (s *Server) observeGrantedRes(h sunrpc.Handler) sunrpc.Handler {
+	return func(ctx context.Context, req *sunrpc.Request, b *sunrpc.Builder) error {
+		var r nlm.Res
+		if err := r.Decode(xdr.NewDecoder(req.Args)); err == nil {
+			s.record(Call{Proc: nlm.ProcGrantedRes, Cookie: bytes.Clone(r.Cookie)}, r.Stat)
+		}
+		return h(ctx, req, b)
+	}
+}
+
 func (s *Server) record(c Call, st nlm.Stat) {
 	c.Stat = st
 	s.mu.Lock()
@@ -216,7 +232,8 @@ func (s *Server) record(c Call, st nlm.Stat) {
 	s.mu.Unlock()
 }
 
-// Calls returns the TEST, LOCK, CANCEL and UNLOCK calls answered so far.
+// Calls returns the TEST, LOCK, CANCEL, UNLOCK and GRANTED_RES calls
+// answered so far.
 func (s *Server) Calls() []Call {
 	s.mu.Lock()
 	defer s.mu.Unlock()

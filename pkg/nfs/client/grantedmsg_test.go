@@ -3,12 +3,12 @@ package client
 import (
 	"bytes"
 	"context"
-	"errors"
 	"strconv"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/nfsrdma/nfsrdma-csi/internal/lockdtest"
 	"github.com/nfsrdma/nfsrdma-csi/internal/rpctest"
 	"github.com/nfsrdma/nfsrdma-csi/internal/testenv"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nlm"
@@ -16,61 +16,14 @@ import (
 	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
 )
 
-// msgServer is an NLM server that blocks every blocking LOCK and records
-// the GRANTED_RES calls it receives, as Linux's lockd expects them after
-// its GRANTED_MSG.
-type msgServer struct {
-	port   int
-	locks  chan nlm.LockArgs
-	grants chan nlm.Res
-}
-
-func startMsgServer(t *testing.T) *msgServer {
-	t.Helper()
-	s := &msgServer{locks: make(chan nlm.LockArgs, 8), grants: make(chan nlm.Res, 8)}
-	procs := make([]sunrpc.Handler, nlm.NumProcs)
-	procs[nlm.ProcLock] = func(_ context.Context, req *sunrpc.Request, res *sunrpc.Builder) error {
-		var a nlm.LockArgs
-		if err := a.Decode(req.ArgsDecoder()); err != nil {
-			return garbage(err)
+// grantedRes returns the GRANTED_RES that srv received with cookie.
+func grantedRes(srv *lockdtest.Server, cookie []byte) (lockdtest.Call, bool) {
+	for _, c := range srv.Calls() {
+		if c.Proc == nlm.ProcGrantedRes && bytes.Equal(c.Cookie, cookie) {
+			return c, true
 		}
-		s.locks <- a
-		st := nlm.Blocked
-		if !a.Block {
-			st = nlm.Denied
-		}
-		(&nlm.Res{Cookie: a.Cookie, Stat: st}).Encode(&res.Encoder)
-		return nil
 	}
-	procs[nlm.ProcCancel] = func(_ context.Context, req *sunrpc.Request, res *sunrpc.Builder) error {
-		var a nlm.CancArgs
-		if err := a.Decode(req.ArgsDecoder()); err != nil {
-			return garbage(err)
-		}
-		(&nlm.Res{Cookie: a.Cookie, Stat: nlm.Granted}).Encode(&res.Encoder)
-		return nil
-	}
-	procs[nlm.ProcUnlock] = func(_ context.Context, req *sunrpc.Request, res *sunrpc.Builder) error {
-		var a nlm.UnlockArgs
-		if err := a.Decode(req.ArgsDecoder()); err != nil {
-			return garbage(err)
-		}
-		(&nlm.Res{Cookie: a.Cookie, Stat: nlm.Granted}).Encode(&res.Encoder)
-		return nil
-	}
-	procs[nlm.ProcGrantedRes] = func(_ context.Context, req *sunrpc.Request, _ *sunrpc.Builder) error {
-		var r nlm.Res
-		if err := r.Decode(req.ArgsDecoder()); err != nil {
-			return garbage(err)
-		}
-		s.grants <- r
-		return nil
-	}
-	srv := sunrpc.NewServer(nil)
-	srv.Register(nlm.Program, nlm.Version, procs)
-	addr := rpctest.Serve(t, srv)
-	s.port = rpctest.Port(t, addr)
-	return s
+	return lockdtest.Call{}, false
 }
 
 // TestCallbackGrantedMsg: a GRANTED_MSG (the message form of GRANTED that
@@ -80,19 +33,22 @@ func startMsgServer(t *testing.T) *msgServer {
 // names no waiting LOCK is answered NLM4_DENIED, so that the server
 // releases the lock.
 func TestCallbackGrantedMsg(t *testing.T) {
-	s := startMsgServer(t)
-	l := NewLocker(Options{Server: "127.0.0.1", Retry: sunrpc.RetryPolicy{Soft: true, Retries: 2, Timeout: 5 * time.Second},
-		Lock: LockOptions{Port: s.port, CallerName: "host-a", Poll: time.Minute}})
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = l.Close(ctx)
-	})
+	srv := startNLM(t)
+	// the server blocks every LOCK: only the GRANTED_MSG below ends the wait
+	locks := make(chan nlm.Lock, 8)
+	srv.Answer = func(proc uint32, l *nlm.Lock) (nlm.Stat, bool) {
+		if proc != nlm.ProcLock {
+			return 0, false
+		}
+		locks <- *l
+		return nlm.Blocked, true
+	}
+	l := newTestLocker(t, srv, "host-a", LockOptions{})
 	ctx := testenv.Context(t, 20*time.Second)
 	got := lockAsync(ctx, l, req(1, 1001, 10, 19, true))
-	var a nlm.LockArgs
+	var lk nlm.Lock
 	select {
-	case a = <-s.locks:
+	case lk = <-locks:
 	case <-time.After(5 * time.Second):
 		t.Fatal("no LOCK reached the server")
 	}
@@ -110,16 +66,12 @@ func TestCallbackGrantedMsg(t *testing.T) {
 	}
 	grantRes := func(want nlm.Stat, cookie []byte) {
 		t.Helper()
-		select {
-		case r := <-s.grants:
-			if r.Stat != want || !bytes.Equal(r.Cookie, cookie) {
-				t.Fatalf("GRANTED_RES %+v, want stat %d cookie %q", r, want, cookie)
-			}
-		case <-time.After(5 * time.Second):
-			t.Fatal("no GRANTED_RES")
+		testenv.Eventually(t, 5*time.Second, "GRANTED_RES "+string(cookie), func() bool { _, ok := grantedRes(srv, cookie); return ok })
+		if r, _ := grantedRes(srv, cookie); r.Stat != want {
+			t.Fatalf("GRANTED_RES %+v, want stat %d", r, want)
 		}
 	}
-	send(nlm.TestArgs{Cookie: []byte("grant-1"), Exclusive: true, Lock: a.Lock})
+	send(nlm.TestArgs{Cookie: []byte("grant-1"), Exclusive: true, Lock: lk})
 	select {
 	case err := <-got:
 		if err != nil {
@@ -135,7 +87,7 @@ func TestCallbackGrantedMsg(t *testing.T) {
 	if h := l.Held(); len(h) != 1 || h[0].Start != 10 || h[0].End != 19 {
 		t.Fatalf("held %+v", h)
 	}
-	other := a.Lock
+	other := lk
 	other.Offset = 500
 	send(nlm.TestArgs{Cookie: []byte("grant-2"), Exclusive: true, Lock: other})
 	grantRes(nlm.Denied, []byte("grant-2"))
@@ -221,14 +173,12 @@ func TestCallbackUnregister(t *testing.T) {
 	old := CallbackRPCBind
 	CallbackRPCBind = rb.addr
 	t.Cleanup(func() { CallbackRPCBind = old })
-	s := startMsgServer(t)
+	srv := startNLM(t)
 	run := func(replace bool) {
-		l := NewLocker(Options{Server: "127.0.0.1", Retry: sunrpc.RetryPolicy{Soft: true, Retries: 2, Timeout: 5 * time.Second},
-			Lock: LockOptions{Port: s.port, CallerName: "host-a"}})
-		if err := l.Lock(testenv.Context(t, 5*time.Second), req(1, 1001, 0, 0, true), false); !errors.Is(err, ErrLockDenied) {
+		l := newTestLocker(t, srv, "host-a", LockOptions{})
+		if err := l.Lock(testenv.Context(t, 5*time.Second), req(1, 1001, 0, 0, true), false); err != nil {
 			t.Fatal(err)
 		}
-		<-s.locks
 		p := uint32(CallbackPort())
 		if rb.port(nlm.Program, nlm.Version) != p || rb.port(nsm.Program, nsm.Version) != p {
 			t.Fatalf("registrations %v, want both at the callback port %d", rb.mappings(), p)
