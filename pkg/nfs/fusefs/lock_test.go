@@ -158,6 +158,13 @@ func nlmService(t *testing.T) *lockdtest.Server {
 	return s
 }
 
+// lockers starts a locker of file f on each mount: p1 on the first, p2
+// on the second.
+func (e *lockEnv) lockers(t *testing.T) (p1, p2 *lockProc) {
+	t.Helper()
+	return startLockProc(t, "p1", filepath.Join(e.d1, "f")), startLockProc(t, "p2", filepath.Join(e.d2, "f"))
+}
+
 func newLockEnv(t *testing.T, extra string) *lockEnv {
 	t.Helper()
 	return newLockEnvProto(t, mountopts.ProtoTCP, extra)
@@ -187,8 +194,7 @@ func newLockEnvProto(t *testing.T, proto, extra string) *lockEnv {
 // granted when the holder unlocks, and locks released at close and exit.
 func TestLocksAcrossMounts(t *testing.T) {
 	e := newLockEnv(t, "")
-	p1 := startLockProc(t, "p1", filepath.Join(e.d1, "f"))
-	p2 := startLockProc(t, "p2", filepath.Join(e.d2, "f"))
+	p1, p2 := e.lockers(t)
 
 	p1.must("setlk w 0 10", "ok")
 	p2.must("setlk w 5 1", "err EAGAIN")
@@ -255,8 +261,7 @@ func waitNoLocks(t *testing.T, n *lockdtest.Server) {
 // the holder unlocks, the lock goes to nobody. SIGKILL does the same.
 func TestLockSignalCancels(t *testing.T) {
 	e := newLockEnv(t, "")
-	p1 := startLockProc(t, "p1", filepath.Join(e.d1, "f"))
-	p2 := startLockProc(t, "p2", filepath.Join(e.d2, "f"))
+	p1, p2 := e.lockers(t)
 	p1.must("setlk w 0 0", "ok")
 	start := time.Now()
 	p2.must("setlkw w 0 0 1", "err EINTR") // SIGALRM after 1 s
@@ -300,8 +305,7 @@ func waitBlocked(t *testing.T, n *lockdtest.Server) {
 // granted at the unlock, and the last close releases.
 func TestFlockAcrossMounts(t *testing.T) {
 	e := newLockEnv(t, "")
-	p1 := startLockProc(t, "p1", filepath.Join(e.d1, "f"))
-	p2 := startLockProc(t, "p2", filepath.Join(e.d2, "f"))
+	p1, p2 := e.lockers(t)
 	p1.must("flock ex nb", "ok")
 	p2.must("flock sh nb", "err EAGAIN") // EWOULDBLOCK
 	p2.send("flock sh")
@@ -379,8 +383,7 @@ func TestLocksReleasedAtUnmount(t *testing.T) {
 func TestLocalLocks(t *testing.T) {
 	t.Run("nolock", func(t *testing.T) {
 		e := newLockEnv(t, "nolock")
-		p1 := startLockProc(t, "p1", filepath.Join(e.d1, "f"))
-		p2 := startLockProc(t, "p2", filepath.Join(e.d2, "f"))
+		p1, p2 := e.lockers(t)
 		p3 := startLockProc(t, "p3", filepath.Join(e.d1, "f"))
 		p1.must("setlk w 0 0", "ok")
 		p2.must("setlk w 0 0", "ok") // another mount: not excluded
@@ -395,8 +398,7 @@ func TestLocalLocks(t *testing.T) {
 	})
 	t.Run("local_lock=flock", func(t *testing.T) {
 		e := newLockEnv(t, "local_lock=flock")
-		p1 := startLockProc(t, "p1", filepath.Join(e.d1, "f"))
-		p2 := startLockProc(t, "p2", filepath.Join(e.d2, "f"))
+		p1, p2 := e.lockers(t)
 		p3 := startLockProc(t, "p3", filepath.Join(e.d1, "f"))
 		p1.must("flock ex nb", "ok")
 		p2.must("flock ex nb", "ok")         // local to each mount
@@ -418,8 +420,7 @@ func TestLocalLocks(t *testing.T) {
 	})
 	t.Run("local_lock=posix", func(t *testing.T) {
 		e := newLockEnv(t, "local_lock=posix")
-		p1 := startLockProc(t, "p1", filepath.Join(e.d1, "f"))
-		p2 := startLockProc(t, "p2", filepath.Join(e.d2, "f"))
+		p1, p2 := e.lockers(t)
 		p3 := startLockProc(t, "p3", filepath.Join(e.d1, "f"))
 		p1.must("setlk w 0 10", "ok")
 		p2.must("setlk w 0 10", "ok")
@@ -442,8 +443,7 @@ func TestLocalLocks(t *testing.T) {
 func TestLockReclaimAfterServerRestart(t *testing.T) {
 	e := newLockEnv(t, "")
 	e.nlm.Grace = 3 * time.Second
-	p1 := startLockProc(t, "p1", filepath.Join(e.d1, "f"))
-	p2 := startLockProc(t, "p2", filepath.Join(e.d2, "f"))
+	p1, p2 := e.lockers(t)
 	p1.must("setlk r 0 10", "ok")
 	p1.must("setlk w 20 10", "ok")
 	p2.must("setlk w 25 1", "err EAGAIN")
@@ -522,8 +522,7 @@ print(c.execute("PRAGMA integrity_check").fetchone()[0],
 // exclude across mounts and end at the last close of their open file.
 func TestOFDLocksAcrossMounts(t *testing.T) {
 	e := newLockEnv(t, "")
-	p1 := startLockProc(t, "p1", filepath.Join(e.d1, "f"))
-	p2 := startLockProc(t, "p2", filepath.Join(e.d2, "f"))
+	p1, p2 := e.lockers(t)
 	p1.must("ofdsetlk w 0 10", "ok")
 	p2.must("ofdsetlk w 5 1", "err EAGAIN")
 	p2.must("setlk r 5 1", "err EAGAIN")
