@@ -13,6 +13,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"slices"
 	"strconv"
@@ -240,14 +241,11 @@ func (s *Server) Calls() []Call {
 	return slices.Clone(s.calls)
 }
 
+// fileKeys returns the files locked or tested so far.
 func (s *Server) fileKeys() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var out []string
-	for k := range s.keys {
-		out = append(out, k)
-	}
-	return out
+	return slices.Collect(maps.Keys(s.keys))
 }
 
 // Locks returns the number of files with locks held, and of queued
