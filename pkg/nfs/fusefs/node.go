@@ -110,9 +110,9 @@ func (n *node) refresh(a *nfs3.Fattr) (time.Duration, bool) {
 	return n.refreshLocked(a)
 }
 
-// refreshLocked is refresh with n.mu held. A directory that was
-// searchable by all and is no longer has the kernel's cached names in it
-// dropped (unsearchable).
+// refreshLocked is refresh with n.mu held. When a directory searchable
+// by all stops being so, the kernel's cached names in it are dropped
+// (unsearchable).
 func (n *node) refreshLocked(a *nfs3.Fattr) (time.Duration, bool) {
 	lo, hi := n.timeouts(a.Type == nfs3.TypeDir)
 	was := n.ac.attr.Type == nfs3.TypeDir && n.ac.attr.Mode&0o111 == 0o111
