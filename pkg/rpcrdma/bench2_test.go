@@ -80,19 +80,7 @@ func BenchmarkAboveInline(b *testing.B) {
 			spec sunrpc.CallSpec
 		}{{"call", callSpec}, {"reply", replySpec}} {
 			b.Run(tc.name+"/"+k.name, func(b *testing.B) {
-				ctx := context.Background()
-				b.ReportAllocs()
-				b.SetBytes(n)
-				before := cm.Metrics()
-				for range b.N {
-					if err := c.Call(ctx, k.spec); err != nil {
-						b.Fatal(err)
-					}
-				}
-				m := cm.Metrics()
-				if b.N > 1 {
-					b.ReportMetric(float64(m.Continued-before.Continued)/float64(b.N), "continued/op")
-				}
+				benchCalls(b, c, cm, k.spec, n, perOp{"continued/op", func(m *Metrics) uint64 { return m.Continued }})
 			})
 		}
 	}
@@ -116,19 +104,34 @@ func BenchmarkReplyReadChunk(b *testing.B) {
 				Results:      func(d *xdr.Decoder, placed int) error { d.Opaque(n); return d.Err() },
 				MaxReplySize: 1 << 20, UnboundedReply: true}
 			b.Run(fmt.Sprintf("%s/%dKiB", mode, n>>10), func(b *testing.B) {
-				ctx := context.Background()
-				b.ReportAllocs()
-				b.SetBytes(int64(n))
-				before := cm.Metrics()
-				for range b.N {
-					if err := c.Call(ctx, spec); err != nil {
-						b.Fatal(err)
-					}
-				}
-				m := cm.Metrics()
-				b.ReportMetric(float64(m.ReplyReadChunks-before.ReplyReadChunks)/float64(b.N), "readchunks/op")
-				b.ReportMetric(float64(m.ReplyChunks-before.ReplyChunks)/float64(b.N), "replychunks/op")
+				benchCalls(b, c, cm, spec, n,
+					perOp{"readchunks/op", func(m *Metrics) uint64 { return m.ReplyReadChunks }},
+					perOp{"replychunks/op", func(m *Metrics) uint64 { return m.ReplyChunks }})
 			})
 		}
+	}
+}
+
+// perOp is a requester counter a benchmark reports per call, as unit.
+type perOp struct {
+	unit string
+	get  func(*Metrics) uint64
+}
+
+// benchCalls makes b.N calls of spec on c, one at a time, counting n
+// bytes each, and reports each counter of counts (from cm) per call.
+func benchCalls(b *testing.B, c *sunrpc.Client, cm *ClientMetrics, spec sunrpc.CallSpec, n int, counts ...perOp) {
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.SetBytes(int64(n))
+	before := cm.Metrics()
+	for range b.N {
+		if err := c.Call(ctx, spec); err != nil {
+			b.Fatal(err)
+		}
+	}
+	after := cm.Metrics()
+	for _, k := range counts {
+		b.ReportMetric(float64(k.get(&after)-k.get(&before))/float64(b.N), k.unit)
 	}
 }

@@ -366,18 +366,9 @@ func BenchmarkSendDDPWrite(b *testing.B) {
 				Results:      func(d *xdr.Decoder, placed int) error { d.Uint32(); return d.Err() },
 				MaxReplySize: 256}
 			b.Run(fmt.Sprintf("%s/%dKiB", mode.name, n>>10), func(b *testing.B) {
-				ctx := context.Background()
-				b.ReportAllocs()
-				b.SetBytes(int64(n))
-				before := cm.Metrics()
-				for range b.N {
-					if err := c.Call(ctx, spec); err != nil {
-						b.Fatal(err)
-					}
-				}
-				m := cm.Metrics()
-				b.ReportMetric(float64(m.SendDDPMsgs-before.SendDDPMsgs)/float64(b.N), "sddp/op")
-				b.ReportMetric(float64(m.ReadChunks-before.ReadChunks)/float64(b.N), "readchunks/op")
+				benchCalls(b, c, cm, spec, n,
+					perOp{"sddp/op", func(m *Metrics) uint64 { return m.SendDDPMsgs }},
+					perOp{"readchunks/op", func(m *Metrics) uint64 { return m.ReadChunks }})
 			})
 		}
 	}
