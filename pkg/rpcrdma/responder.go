@@ -130,6 +130,8 @@ type Server struct {
 	// forceRPRC (tests) makes replies that need it use a responder-
 	// provided Read chunk even where the requester did not announce them.
 	forceRPRC bool
+	// mangleReplySDDP (tests) alters the placement of RDMA2_REPLY_SDDP.
+	mangleReplySDDP atomic.Pointer[func(*SDDP)]
 }
 
 // xidKey names a call for retransmission counting: the requester's host

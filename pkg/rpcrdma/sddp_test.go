@@ -421,3 +421,68 @@ func TestSendDDPReplies(t *testing.T) {
 		})
 	}
 }
+
+// TestSendDDPReplyPlacementErrors: an RDMA2_REPLY_SDDP whose placement
+// does not match the requester's structure fails its call with the
+// rtrext draft's Transmit Error (section 9.5) about the reply (xmsi_dir
+// 1): each code and range, counted as a bad reply; nothing is written
+// into the caller's Call.ReplyPayload (no stray write), nothing panics,
+// and the connection goes on.
+func TestSendDDPReplyPlacementErrors(t *testing.T) {
+	const in = 64 << 10
+	const n = 5001
+	ts, _ := startSDDPServer(t, ServerOptions{Credits: 8, Inline: in, SendDDP: true})
+	c, cm := newClient(t, ts, ClientOptions{Credits: 8, Inline: in, SendDDP: true})
+	ctx := tctx(t, 30*time.Second)
+	segs := in/PageSize - 1
+	for _, k := range []struct {
+		name     string
+		mangle   func(*SDDP)
+		code     XmitErrCode
+		value    uint32
+		min, max uint32
+	}{
+		{"tbsn-past-window", func(s *SDDP) { s.TBSN[0] = uint32(segs) }, XmitErrBadTBSN, uint32(segs), 0, uint32(segs - 1)},
+		{"tbsn-not-consecutive", func(s *SDDP) { s.TBSN[1] = 5 }, XmitErrBadTBSN, 5, 1, 1},
+		{"offset-past-segment", func(s *SDDP) { s.Offset = PageSize }, XmitErrBadOff, PageSize, 0, PageSize - 1},
+		{"offset-unaligned", func(s *SDDP) { s.Offset = 2 }, XmitErrBadOff, 2, 0, PageSize - 1},
+		{"segment-overrun", func(s *SDDP) { s.Length = 3 * PageSize }, XmitErrBadOff, 3 * PageSize, 0, 2 * PageSize},
+		{"past-received", func(s *SDDP) { s.TBSN[0], s.TBSN[1] = 10, 11 }, XmitErrBadOff, 0, 0, 0},
+		{"pslen-past-message", func(s *SDDP) { s.PSLen = in }, XmitErrBadPL, 0, 0, 0},
+		{"disp-unaligned", func(s *SDDP) { s.Disp = 3 }, XmitErrBadPL, 0, 0, 0},
+		{"disp-past-stream", func(s *SDDP) { s.Disp = s.PSLen + 4 }, XmitErrBadPL, 0, 0, 0},
+	} {
+		for _, withBuf := range []bool{true, false} {
+			mangle := k.mangle
+			ts.srv.mangleReplySDDP.Store(&mangle)
+			var res []byte
+			if withBuf {
+				res = bytes.Repeat([]byte{0xee}, n)
+			}
+			before := cm.Metrics()
+			_, _, err := call(ctx, c, pGive, nil, false, n, res, 512)
+			var xe *XmitErr
+			if !errors.As(err, &xe) || !errors.Is(err, ErrChunk) {
+				t.Fatalf("%s: %v, want a Transmit Error", k.name, err)
+			}
+			if xe.Code != k.code || k.value != 0 && (xe.Value != k.value || xe.Min != k.min || xe.Max != k.max) || xe.Bad.Dir != 1 || xe.Bad.Seq != 0 {
+				t.Fatalf("%s: %+v, want %v value %d in [%d, %d] about a reply", k.name, xe, k.code, k.value, k.min, k.max)
+			}
+			if withBuf && !bytes.Equal(res, bytes.Repeat([]byte{0xee}, n)) {
+				t.Fatalf("%s: the caller's reply buffer was written", k.name)
+			}
+			if m := cm.Metrics(); m.BadReplies != before.BadReplies+1 || m.SendDDPMsgs != before.SendDDPMsgs {
+				t.Fatalf("%s: bad replies %d, send-based DDP messages %d", k.name, m.BadReplies-before.BadReplies, m.SendDDPMsgs-before.SendDDPMsgs)
+			}
+		}
+	}
+	ts.srv.mangleReplySDDP.Store(nil)
+	res := make([]byte, n)
+	got, placed, err := call(ctx, c, pGive, nil, false, n, res, 512)
+	if err != nil || placed != n || !bytes.Equal(got, givePattern[:n]) {
+		t.Fatalf("after the errors: placed %d, %v", placed, err)
+	}
+	if m := cm.Metrics(); m.CreditsInUse != 0 {
+		t.Fatalf("credits in use %d", m.CreditsInUse)
+	}
+}

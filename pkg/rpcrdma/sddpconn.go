@@ -163,6 +163,9 @@ func (sl *srvSlot) replySDDP(m *sunrpc.Message, buf []byte) []byte {
 	sl.tbsn = sd.TBSN
 	sd.Disp = uint32(len(m.Head))
 	r.SDDP = sd
+	if f := s.mangleReplySDDP.Load(); f != nil {
+		(*f)(&r.SDDP)
+	}
 	b, err := r.Encode(buf[:0])
 	if err != nil {
 		r.HType, r.SDDP = HTypeReplyInline, SDDP{}
