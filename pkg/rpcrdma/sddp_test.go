@@ -343,23 +343,24 @@ func TestRecvBufStruct(t *testing.T) {
 	}
 }
 
-// BenchmarkSendDDPWrite: WRITE-like calls (a DDP-eligible argument of 16
-// KiB, 60 KiB, 200 KiB and 1 MiB, a 4-byte result), one outstanding, on
-// version 2: "send-ddp" with send-based DDP (256 KiB buffers: the
-// argument in the Send, page-aligned in the responder's receive buffer,
-// up to 252 KiB; larger ones fall back to a Read chunk), "read-chunk"
-// as our peers run by default (4 KiB buffers: the argument in a Read
-// chunk the responder pulls by RDMA Read), "inline-256k" (256 KiB
-// buffers without send-based DDP: the argument inline, unaligned).
+// BenchmarkSendDDPWrite: WRITE-like calls (a DDP-eligible argument of 4
+// KiB, 12 KiB, 60 KiB and 1 MiB, a 4-byte result), one outstanding, on
+// version 2: "send-ddp" as our peers run by default (SDDPInline buffers:
+// the argument in the Send, page-aligned in the responder's receive
+// buffer, up to 12 KiB; larger ones take the Read chunk), "send-ddp-64k"
+// (64 KiB buffers, up to 60 KiB by Send), "read-chunk" as with nosddp
+// (4 KiB buffers: the argument in a Read chunk the responder pulls by
+// RDMA Read), "inline-16k" (SDDPInline buffers without send-based DDP:
+// the argument inline, unaligned, up to the buffer).
 func BenchmarkSendDDPWrite(b *testing.B) {
 	for _, mode := range []struct {
 		name   string
 		inline int
 		sddp   bool
-	}{{"send-ddp", 256 << 10, true}, {"read-chunk", 0, false}, {"inline-256k", 256 << 10, false}} {
+	}{{"send-ddp", SDDPInline, true}, {"send-ddp-64k", 64 << 10, true}, {"read-chunk", 0, false}, {"inline-16k", SDDPInline, false}} {
 		ts := startServer(b, ServerOptions{Credits: 32, Inline: mode.inline, SendDDP: mode.sddp})
 		c, cm := newClient(b, ts, ClientOptions{Credits: 32, Inline: mode.inline, SendDDP: mode.sddp, Versions: &VersionCache{}})
-		for _, n := range []int{16 << 10, 60 << 10, 200 << 10, 1 << 20} {
+		for _, n := range []int{4 << 10, 12 << 10, 60 << 10, 1 << 20} {
 			arg := pattern(n, 1)
 			spec := sunrpc.CallSpec{Prog: tProg, Vers: tVers, Proc: pSink,
 				Args:         func(e *sunrpc.Builder) { e.Payload(arg) },
