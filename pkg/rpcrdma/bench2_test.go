@@ -135,3 +135,13 @@ func benchCalls(b *testing.B, c *sunrpc.Client, cm *ClientMetrics, spec sunrpc.C
 		b.ReportMetric(float64(k.get(&after)-k.get(&before))/float64(b.N), k.unit)
 	}
 }
+
+// warmUp makes n NULL calls on c, so that the first sub-benchmark of a
+// connection does not pay for its start (connection, first buffers).
+func warmUp(b *testing.B, c *sunrpc.Client, n int) {
+	for range n {
+		if err := c.Null(context.Background(), tProg, tVers); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -360,6 +360,7 @@ func BenchmarkSendDDPWrite(b *testing.B) {
 	}{{"send-ddp", SDDPInline, true}, {"send-ddp-64k", 64 << 10, true}, {"read-chunk", 0, false}, {"inline-16k", SDDPInline, false}} {
 		ts := startServer(b, ServerOptions{Credits: 32, Inline: mode.inline, SendDDP: mode.sddp})
 		c, cm := newClient(b, ts, ClientOptions{Credits: 32, Inline: mode.inline, SendDDP: mode.sddp, Versions: &VersionCache{}})
+		warmUp(b, c, 200)
 		for _, n := range []int{4 << 10, 12 << 10, 60 << 10, 1 << 20} {
 			arg := pattern(n, 1)
 			spec := sunrpc.CallSpec{Prog: tProg, Vers: tVers, Proc: pSink,
