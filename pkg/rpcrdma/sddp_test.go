@@ -488,3 +488,65 @@ func TestSendDDPReplyPlacementErrors(t *testing.T) {
 		t.Fatalf("credits in use %d", m.CreditsInUse)
 	}
 }
+
+// TestSendDDPTransmitErrorReception: every Transmit Error code of the
+// rtrext draft's section 9.5, with and without optxe_lead, reaches the
+// requester intact: the call fails with the *XmitErr (matching
+// ErrChunk) carrying the responder's code, transmission ids and
+// arguments, counted in XmitErrors, and the connection goes on.
+func TestSendDDPTransmitErrorReception(t *testing.T) {
+	const in = 64 << 10
+	ts, _ := startSDDPServer(t, ServerOptions{Credits: 8, Inline: in, SendDDP: true})
+	ctx := tctx(t, 30*time.Second)
+	cm := &ClientMetrics{}
+	tr, err := Dial(ctx, newDev(), ts.srv.Addr().String(), ClientOptions{Credits: 8, Inline: in, SendDDP: true, Metrics: cm})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	c, err := sunrpc.NewClient(func(context.Context) (sunrpc.ClientTransport, error) { return tr, nil }, sunrpc.ClientOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	// A placement the responder refuses, so that it answers RDMA2_XMTERR;
+	// the body it sends is the one forced below.
+	tr.mangleSDDP = func(s *SDDP) { s.TBSN[0] = 1000 }
+	lead := XmsID{XID: 0x51, Dir: 0, Seq: 1}
+	var sent []XmitErr
+	for code := XmitErrBadHMT; code <= XmitErrBadPL; code++ {
+		for _, withLead := range []bool{false, true} {
+			xe := XmitErr{Bad: XmsID{XID: 0x50 + uint32(code), Dir: 1, Seq: 2}, HasLead: withLead, Code: code}
+			if withLead {
+				xe.Lead = lead
+			}
+			switch xe.armLen() {
+			case 8:
+				xe.Expect, xe.Current = 3, 7
+			case 12:
+				xe.Value, xe.Min, xe.Max = 9, 4, 8
+			}
+			sent = append(sent, xe)
+		}
+	}
+	for i, want := range sent {
+		ts.srv.forceXmitErr.Store(&want)
+		before := cm.Metrics().XmitErrors
+		_, _, err := placedCall(ctx, t, c, pattern(5000, 4))
+		var got *XmitErr
+		if !errors.As(err, &got) || !errors.Is(err, ErrChunk) {
+			t.Fatalf("%v: %v, want a Transmit Error", want.Code, err)
+		}
+		if *got != want {
+			t.Fatalf("case %d: got %+v, want %+v", i, *got, want)
+		}
+		if cm.Metrics().XmitErrors != before+1 {
+			t.Fatalf("%v: XmitErrors %d", want.Code, cm.Metrics().XmitErrors-before)
+		}
+	}
+	ts.srv.forceXmitErr.Store(nil)
+	tr.mangleSDDP = nil
+	if _, _, err := placedCall(ctx, t, c, pattern(5000, 4)); err != nil {
+		t.Fatalf("after the errors: %v", err)
+	}
+}
