@@ -112,7 +112,7 @@ the controller: handles obtained through it bypass volume quotas and lists.`,
 	f.IntVar(&cfg.RDMA.Budget, "credits-budget", 0, "RPC-over-RDMA receives posted over all connections, shared max-min fair (0: no bound)")
 	f.IntVar(&cfg.RDMA.MaxVersion, "rdma-version", 2, "highest RPC-over-RDMA version served: 2 (version 1 or 2, as each client opens) or 1 (version 1 only)")
 	f.BoolVar(&rdmaReadChunks, "rdma-read-chunks", true, "RPC-over-RDMA version 2: return a reply too large for the client's reply buffers in a Read chunk the client pulls (responder-provided Read chunks), with clients that announce them")
-	f.BoolVar(&rdmaSendDDP, "rdma-send-ddp", false, "RPC-over-RDMA version 2: announce send-based DDP (receive buffers of 64 KiB whose pages after the first take a WRITE's data in place), with clients that announce it too")
+	f.BoolVar(&rdmaSendDDP, "rdma-send-ddp", true, "RPC-over-RDMA version 2: announce send-based DDP (send and receive buffers of 16 KiB whose pages after the first take WRITE and READ data of up to 12 KiB in place), with clients that announce it too; false: 4 KiB buffers, data in chunks")
 	f.StringVar(&cfg.AdminListen, "admin-listen", "", "HOST:PORT of the admin API (HTTP, bearer token); empty: off")
 	f.StringVar(&cfg.AdminTokenFile, "admin-token-file", "", "file holding the admin API's bearer token (required with --admin-listen)")
 	f.StringVar(&cfg.StateDir, "state-dir", "/var/lib/nfsrdma-server", "directory of the volume registry (volumes, quotas, client lists, snapshots); empty: in memory only. Without --admin-listen, the default is used only if it holds a registry")

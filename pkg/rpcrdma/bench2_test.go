@@ -80,19 +80,7 @@ func BenchmarkAboveInline(b *testing.B) {
 			spec sunrpc.CallSpec
 		}{{"call", callSpec}, {"reply", replySpec}} {
 			b.Run(tc.name+"/"+k.name, func(b *testing.B) {
-				ctx := context.Background()
-				b.ReportAllocs()
-				b.SetBytes(n)
-				before := cm.Metrics()
-				for range b.N {
-					if err := c.Call(ctx, k.spec); err != nil {
-						b.Fatal(err)
-					}
-				}
-				m := cm.Metrics()
-				if b.N > 1 {
-					b.ReportMetric(float64(m.Continued-before.Continued)/float64(b.N), "continued/op")
-				}
+				benchCalls(b, c, cm, k.spec, n, perOp{"continued/op", func(m *Metrics) uint64 { return m.Continued }})
 			})
 		}
 	}
@@ -117,23 +105,22 @@ func BenchmarkReplyReadChunk(b *testing.B) {
 				MaxReplySize: 1 << 20, UnboundedReply: true}
 			b.Run(fmt.Sprintf("%s/%dKiB", mode, n>>10), func(b *testing.B) {
 				benchCalls(b, c, cm, spec, n,
-					perCall{"readchunks/op", func(m Metrics) uint64 { return m.ReplyReadChunks }},
-					perCall{"replychunks/op", func(m Metrics) uint64 { return m.ReplyChunks }})
+					perOp{"readchunks/op", func(m *Metrics) uint64 { return m.ReplyReadChunks }},
+					perOp{"replychunks/op", func(m *Metrics) uint64 { return m.ReplyChunks }})
 			})
 		}
 	}
 }
 
-// perCall is a counter of Metrics that benchCalls reports per call, in
-// unit.
-type perCall struct {
-	unit    string
-	counter func(Metrics) uint64
+// perOp is a requester counter a benchmark reports per call, as unit.
+type perOp struct {
+	unit string
+	get  func(*Metrics) uint64
 }
 
-// benchCalls makes b.N calls of spec on c, one at a time, each moving n
-// bytes, and reports how much each counter of cm grew per call.
-func benchCalls(b *testing.B, c *sunrpc.Client, cm *ClientMetrics, spec sunrpc.CallSpec, n int, counters ...perCall) {
+// benchCalls makes b.N calls of spec on c, one at a time, counting n
+// bytes each, and reports each counter of counts (from cm) per call.
+func benchCalls(b *testing.B, c *sunrpc.Client, cm *ClientMetrics, spec sunrpc.CallSpec, n int, counts ...perOp) {
 	ctx := context.Background()
 	b.ReportAllocs()
 	b.SetBytes(int64(n))
@@ -144,7 +131,17 @@ func benchCalls(b *testing.B, c *sunrpc.Client, cm *ClientMetrics, spec sunrpc.C
 		}
 	}
 	after := cm.Metrics()
-	for _, pc := range counters {
-		b.ReportMetric(float64(pc.counter(after)-pc.counter(before))/float64(b.N), pc.unit)
+	for _, k := range counts {
+		b.ReportMetric(float64(k.get(&after)-k.get(&before))/float64(b.N), k.unit)
+	}
+}
+
+// warmUp makes n NULL calls on c, so that the first sub-benchmark of a
+// connection does not pay for its start (connection, first buffers).
+func warmUp(b *testing.B, c *sunrpc.Client, n int) {
+	for range n {
+		if err := c.Null(context.Background(), tProg, tVers); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

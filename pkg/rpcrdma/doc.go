@@ -293,11 +293,12 @@
 //     Transmit Error is 20. The rtrext draft's union arms are garbled;
 //     optx_info is the one above.
 //   - Announcement (sections 5.3, 8.3). A peer with SendDDP on
-//     (ClientOptions.SendDDP, ServerOptions.SendDDP; off by default)
+//     (ClientOptions.SendDDP, ServerOptions.SendDDP: off in the
+//     library, on in the mount and the export server)
 //     announces its structure: one non-DDP page (4096 bytes, aligned
 //     4096) for the transport header and the Payload stream, then
 //     Inline/4096 - 1 pages with XMRSFLAG_DDP, aligned 4096. Inline must
-//     be a multiple of 4096 and at least 8192 (SDDPInline, 64 KiB, is
+//     be a multiple of 4096 and at least 8192 (SDDPInline, 16 KiB, is
 //     what the mount option and server flag use); otherwise nothing is
 //     announced. Receive pools are allocated page-aligned, so the
 //     announced alignment holds in memory. A structure whose length is
@@ -344,4 +345,31 @@
 //     answered); the call fails with the *XmitErr.
 //   - Metrics: SendDDPMsgs and SendDDPBytes (messages sent or received
 //     with a placed item, and its bytes), XmitErrors.
+//
+// Memory of send-based DDP. The structure is the same for every receive
+// of a connection (section 7.2 has one xmrbs_buf per receiver), so the
+// DDP-targetable pages cost Inline bytes in every receive and every send
+// buffer. Per connection at 32 credits, version 2, the requester
+// registers 32 send and 48 receive buffers (32, and 16 for the parts of
+// a continued reply), the responder 33 of each:
+//
+//	Inline                requester   responder   DDP item by Send
+//	4 KiB (OurInline)     320 KiB     264 KiB     none (chunks)
+//	16 KiB (SDDPInline)   1.25 MiB    1.03 MiB    4..12 KiB
+//	64 KiB                5 MiB       4.1 MiB     4..60 KiB
+//
+// plus, per slot and only once it sends a continued message,
+// MaxContinuation x Inline of continuation buffers. The mount and the
+// export server turn send-based DDP on by default at SDDPInline: four
+// times the buffer memory of version 1 (about what Linux xprtrdma's 128
+// slots of 4 KiB send and receive buffers take), for which READ and
+// WRITE data of up to 12 KiB, the common small-I/O sizes, save a
+// registration, an RDMA operation and an invalidation. Larger data goes
+// in chunks as before: placing it by Send needs receive memory as large
+// as the data in flight (64 KiB buffers, 16 times version 1, still move
+// only 60 KiB; 1 MiB would take 18 such receives per call), where a
+// chunk places it in the caller's own memory. A peer that does not
+// speak version 2 (Linux knfsd) bounds what it sends by its own 4 KiB
+// buffers, so nothing changes on the wire against it; only the larger
+// receive pool is posted.
 package rpcrdma

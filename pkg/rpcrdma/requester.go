@@ -176,6 +176,7 @@ type Client struct {
 	peerRBS    RecvBufStruct
 	peerHasRBS bool
 	mangleSDDP func(*SDDP) // tests: alters the placement sent
+	pullPosted func()      // tests: called once an RDMA Read of a pull is posted
 	dq         doneQueue
 	orphan     Header
 
@@ -808,7 +809,7 @@ func (c *Client) RoundTrip(ctx context.Context, call *sunrpc.Call) (*sunrpc.Repl
 	}
 	select {
 	case <-s.done:
-		return s.finish(call)
+		return s.finish(ctx, call)
 	case <-ctx.Done():
 		return nil, s.abandon(call, fmt.Errorf("rpcrdma: %w", ctx.Err()))
 	case <-c.done:
@@ -841,7 +842,7 @@ func (s *slot) abandon(call *sunrpc.Call, err error) error {
 	select {
 	case <-s.done: // the reply raced in
 		c.mu.Unlock()
-		r, e := s.finish(call)
+		r, e := s.finish(abandonedCtx, call)
 		if e == nil {
 			r.Release()
 		}
@@ -1029,11 +1030,12 @@ func (s *slot) register(xid uint32) error {
 }
 
 // finish checks the reply against the call's chunks and returns it, after
-// invalidating and deregistering the call's registrations.
-func (s *slot) finish(call *sunrpc.Call) (*sunrpc.Reply, error) {
+// invalidating and deregistering the call's registrations. ctx bounds the
+// pull of a responder-provided Read chunk (finishRead).
+func (s *slot) finish(ctx context.Context, call *sunrpc.Call) (*sunrpc.Reply, error) {
 	c := s.c
 	if s.decodeErr == nil && s.rep.Vers == Version2 && s.rep.HType == HTypeReplyRead {
-		return s.finishRead(call)
+		return s.finishRead(ctx, call)
 	}
 	c.m.replies.Add(1)
 	err := s.checkReply()

@@ -130,6 +130,10 @@ type Server struct {
 	// forceRPRC (tests) makes replies that need it use a responder-
 	// provided Read chunk even where the requester did not announce them.
 	forceRPRC bool
+	// mangleReplySDDP (tests) alters the placement of RDMA2_REPLY_SDDP.
+	mangleReplySDDP atomic.Pointer[func(*SDDP)]
+	// forceXmitErr (tests) replaces the body of the RDMA2_XMTERR sent.
+	forceXmitErr atomic.Pointer[XmitErr]
 }
 
 // xidKey names a call for retransmission counting: the requester's host
@@ -703,6 +707,9 @@ func (sl *srvSlot) sendError(msg []byte, err error) {
 	var b []byte
 	var xe *XmitErr
 	if c.vers.Load() == Version2 && errors.As(err, &xe) {
+		if f := s.forceXmitErr.Load(); f != nil {
+			xe = f
+		}
 		h := Header{XID: be.Uint32(msg), Vers: Version2, Credits: 1, Header2: Header2{HType: HTypeXmitErr, XmitErr: *xe}}
 		b, _ = h.Encode(buf) // a known code: it encodes
 		s.m.xmitErrs.Add(1)

@@ -696,3 +696,54 @@ func TestRPRCBadProperty(t *testing.T) {
 		}
 	}
 }
+
+// TestRPRCPullCancelled: a caller whose context ends while the RDMA Read
+// of a responder-provided Read chunk is in flight gets the context's
+// error without waiting for the Read; the Read completes in the
+// background, the responder is notified all the same (RDMA2_DONE, the
+// rprc draft's section 4.1.3) and invalidates without its timeout, the
+// slot and credit come back, and the next call is pulled normally. A
+// context ended before the pull starts reads nothing and notifies.
+func TestRPRCPullCancelled(t *testing.T) {
+	ts := startServer(t, ServerOptions{Credits: 4})
+	ctx := tctx(t, 20*time.Second)
+	cm := &ClientMetrics{}
+	tr, err := Dial(ctx, newDev(), ts.srv.Addr().String(), ClientOptions{Credits: 4, Metrics: cm})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	c, err := sunrpc.NewClient(func(context.Context) (sunrpc.ClientTransport, error) { return tr, nil }, sunrpc.ClientOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for i, k := range []struct {
+		name  string
+		hook  func(cancel context.CancelFunc) func()
+		reads uint64 // RDMA Reads posted
+	}{
+		{"read-in-flight", func(cancel context.CancelFunc) func() { return func() { cancel() } }, 1},
+	} {
+		cctx, cancel := context.WithCancel(ctx)
+		posted := 0
+		hook := k.hook(cancel)
+		tr.pullPosted = func() { posted++; hook() }
+		_, err := longCall(cctx, c, 30000, 100, true)
+		cancel()
+		tr.pullPosted = nil
+		if !errors.Is(err, context.Canceled) || posted != int(k.reads) {
+			t.Fatalf("%s: error %v after %d Reads posted, want context.Canceled after %d", k.name, err, posted, k.reads)
+		}
+		testenv.Eventually(t, 5*time.Second, "RDMA2_DONE of the cancelled pull", func() bool { return ts.srv.Metrics().PullDone == uint64(i+1) })
+		ts.waitExposed(t, 0)
+		testenv.Eventually(t, 5*time.Second, "the credit back", func() bool { return cm.Metrics().CreditsInUse == 0 })
+	}
+	if got, err := longCall(ctx, c, 8000, 100, true); err != nil || !bytes.Equal(got, pattern(8000, 5)) {
+		t.Fatal(err)
+	}
+	m, sm := cm.Metrics(), ts.srv.Metrics()
+	if m.ReplyReadChunks != 1 || sm.ReadChunkTimeouts != 0 || m.Registrations != 0 {
+		t.Fatalf("client %+v\nserver %+v", m, sm)
+	}
+}

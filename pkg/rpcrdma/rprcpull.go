@@ -1,6 +1,7 @@
 package rpcrdma
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
@@ -192,7 +193,14 @@ func (c *Client) orphanRead(msg []byte) {
 // the call (section 4.1.3). Errors wrap ErrChunk (a reply that does not
 // match the call, a chunk larger than maxPull or not starting with the
 // call's XID) or sunrpc.ErrConnLost.
-func (s *slot) finishRead(call *sunrpc.Call) (*sunrpc.Reply, error) {
+//
+// ctx bounds the pull: ended before a Read is posted, nothing more is
+// read; ended while one is in flight, the caller gets ctx's error at
+// once and the Read is left to complete in the background (the pull
+// region and the responder's R_key stay valid until it does). Either
+// way the responder is notified, as for a reply to a forgotten XID
+// (section 4.1.3), and the slot is freed once no Read is in flight.
+func (s *slot) finishRead(ctx context.Context, call *sunrpc.Call) (*sunrpc.Reply, error) {
 	c := s.c
 	c.m.replies.Add(1)
 	rep := &s.rep
@@ -225,20 +233,38 @@ func (s *slot) finishRead(call *sunrpc.Call) (*sunrpc.Reply, error) {
 		if rs.Length == 0 {
 			continue
 		}
+		if err := ctx.Err(); err != nil {
+			return fail(err)
+		}
 		select {
 		case c.pullSem <- struct{}{}:
 		case <-c.done:
 			return fail(c.err)
+		case <-ctx.Done():
+			return fail(ctx.Err())
 		}
 		s.pullSGE[0] = s.pullMR.SGE(off, int(rs.Length))
 		s.readWR = verbs.SendWR{ID: wrRead | uint64(s.idx), Opcode: verbs.WRRDMARead, Flags: verbs.SendSignaled,
 			SGL: s.pullSGE[:1], RemoteAddr: rs.Offset, RKey: rs.Handle}
 		err := c.qp.PostSend(&s.readWR)
+		if err == nil && c.pullPosted != nil {
+			c.pullPosted()
+		}
+		if err == nil && ctx.Err() != nil {
+			// a caller already gone does not wait for the Read
+			c.m.badReplies.Add(1)
+			go s.pullAbandoned(rep.XID, handle, inv)
+			return nil, fmt.Errorf("rpcrdma: reply to XID %#x: %w", s.xid, ctx.Err())
+		}
 		if err == nil {
 			select {
 			case <-s.readDone:
 			case <-c.done:
 				err = c.err
+			case <-ctx.Done():
+				c.m.badReplies.Add(1)
+				go s.pullAbandoned(rep.XID, handle, inv)
+				return nil, fmt.Errorf("rpcrdma: reply to XID %#x: %w", s.xid, ctx.Err())
 			}
 		}
 		<-c.pullSem
@@ -263,3 +289,29 @@ func (s *slot) finishRead(call *sunrpc.Call) (*sunrpc.Reply, error) {
 	}
 	return r, nil
 }
+
+// pullAbandoned finishes, in the background, a pull whose caller went
+// away while an RDMA Read was in flight: once the Read completes (or the
+// connection dies, flushing it) it notifies the responder with
+// RDMA2_DONE (the rprc draft's section 4.1.3: a requester notifies even
+// for a reply it no longer wants; notifying earlier would invalidate the
+// R_key under the Read) and frees the slot.
+func (s *slot) pullAbandoned(xid, handle, inv uint32) {
+	c := s.c
+	select {
+	case <-s.readDone:
+	case <-c.done:
+	}
+	<-c.pullSem
+	c.queueDone(xid, handle, inv)
+	s.releaseRecv()
+}
+
+// abandonedCtx is the context of a call abandoned by its caller whose
+// reply raced in: already ended, so a responder-provided Read chunk in
+// that reply is notified but not pulled.
+var abandonedCtx = func() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx
+}()

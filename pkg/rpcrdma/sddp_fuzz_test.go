@@ -139,3 +139,62 @@ func FuzzLocateSDDP(f *testing.F) {
 		}
 	})
 }
+
+// FuzzPlanRBStruct feeds arbitrary RDMA2_PROPID_RBSTRUCT values (a
+// peer's Receive Buffer Structure, from the network) and message sizes
+// to the sender's side: nothing panics; a structure the sender can use
+// yields a layout within the limit, and the receiver with that same
+// structure locates the Payload stream and the item the sender laid out,
+// byte for byte; one it cannot use is refused (the sender then uses
+// chunks).
+func FuzzPlanRBStruct(f *testing.F) {
+	for _, in := range []int{8192, 16 << 10, 64 << 10} {
+		rb, _ := ourRBStruct(in)
+		f.Add(rb.Append(nil), uint16(100), uint16(120), uint32(5000), uint32(in))
+	}
+	odd := RecvBufStruct{Length: 4096 + 3*512 + 64, Groups: []RBGroup{
+		{Count: 1, Seg: RBSeg{Length: 4096}},
+		{Count: 3, Seg: RBSeg{Length: 512, Flags: RBSegDDP}},
+		{Count: 1, Seg: RBSeg{Length: 64, Flags: RBSegDDP}},
+	}}
+	f.Add(odd.Append(nil), uint16(64), uint16(8), uint32(1000), uint32(8192))
+	first := RecvBufStruct{Length: 8192, Groups: []RBGroup{{Count: 2, Seg: RBSeg{Length: 4096, Flags: RBSegDDP}}}}
+	f.Add(first.Append(nil), uint16(64), uint16(8), uint32(100), uint32(8192))
+	f.Fuzz(func(t *testing.T, prop []byte, hl, sl uint16, il, limit uint32) {
+		rb, err := DecodeRecvBufStruct(prop)
+		if err != nil {
+			return
+		}
+		w, ok := rb.window()
+		if !ok {
+			return
+		}
+		if w.Start < 0 || w.SegLen <= 0 || w.Size != w.Segs*w.SegLen || w.Start+w.Size > int(rb.Length) {
+			t.Fatalf("window %+v of %+v", w, rb)
+		}
+		limit = min(limit, 1<<20)
+		hl = max(hl&^3, 28)
+		sl &^= 3
+		il = min(il, 1<<20)
+		s, n, ok := w.plan(int(hl), int(sl), int(il), int(limit), nil)
+		if !ok {
+			return
+		}
+		if n > int(limit) || n < w.Start+int(il) || int(hl)+s.len()+int(sl) > w.Start {
+			t.Fatalf("plan %+v: %d bytes, limit %d, window %+v", s, n, limit, w)
+		}
+		hdr := int(hl) + s.len()
+		buf := make([]byte, n)
+		for i := range hdr {
+			buf[i] = 0xaa
+		}
+		stream := bytes.Repeat([]byte{0x5c}, int(sl))
+		item := bytes.Repeat([]byte{0xd7}, int(il))
+		msg := w.layout(buf, hdr, [][]byte{stream}, item, n)
+		s.Disp = uint32(sl)
+		gotStream, gotItem, xe := w.locate(msg, hdr, &s, XmsID{})
+		if xe != nil || !bytes.Equal(gotStream, stream) || !bytes.Equal(gotItem, item) {
+			t.Fatalf("located %d and %d bytes, %v", len(gotStream), len(gotItem), xe)
+		}
+	})
+}

@@ -343,23 +343,25 @@ func TestRecvBufStruct(t *testing.T) {
 	}
 }
 
-// BenchmarkSendDDPWrite: WRITE-like calls (a DDP-eligible argument of 16
-// KiB, 60 KiB, 200 KiB and 1 MiB, a 4-byte result), one outstanding, on
-// version 2: "send-ddp" with send-based DDP (256 KiB buffers: the
-// argument in the Send, page-aligned in the responder's receive buffer,
-// up to 252 KiB; larger ones fall back to a Read chunk), "read-chunk"
-// as our peers run by default (4 KiB buffers: the argument in a Read
-// chunk the responder pulls by RDMA Read), "inline-256k" (256 KiB
-// buffers without send-based DDP: the argument inline, unaligned).
+// BenchmarkSendDDPWrite: WRITE-like calls (a DDP-eligible argument of 4
+// KiB, 12 KiB, 60 KiB and 1 MiB, a 4-byte result), one outstanding, on
+// version 2: "send-ddp" as our peers run by default (SDDPInline buffers:
+// the argument in the Send, page-aligned in the responder's receive
+// buffer, up to 12 KiB; larger ones take the Read chunk), "send-ddp-64k"
+// (64 KiB buffers, up to 60 KiB by Send), "read-chunk" as with nosddp
+// (4 KiB buffers: the argument in a Read chunk the responder pulls by
+// RDMA Read), "inline-16k" (SDDPInline buffers without send-based DDP:
+// the argument inline, unaligned, up to the buffer).
 func BenchmarkSendDDPWrite(b *testing.B) {
 	for _, mode := range []struct {
 		name   string
 		inline int
 		sddp   bool
-	}{{"send-ddp", 256 << 10, true}, {"read-chunk", 0, false}, {"inline-256k", 256 << 10, false}} {
+	}{{"send-ddp", SDDPInline, true}, {"send-ddp-64k", 64 << 10, true}, {"read-chunk", 0, false}, {"inline-16k", SDDPInline, false}} {
 		ts := startServer(b, ServerOptions{Credits: 32, Inline: mode.inline, SendDDP: mode.sddp})
 		c, cm := newClient(b, ts, ClientOptions{Credits: 32, Inline: mode.inline, SendDDP: mode.sddp, Versions: &VersionCache{}})
-		for _, n := range []int{16 << 10, 60 << 10, 200 << 10, 1 << 20} {
+		warmUp(b, c, 200)
+		for _, n := range []int{4 << 10, 12 << 10, 60 << 10, 1 << 20} {
 			arg := pattern(n, 1)
 			spec := sunrpc.CallSpec{Prog: tProg, Vers: tVers, Proc: pSink,
 				Args:         func(e *sunrpc.Builder) { e.Payload(arg) },
@@ -367,8 +369,8 @@ func BenchmarkSendDDPWrite(b *testing.B) {
 				MaxReplySize: 256}
 			b.Run(fmt.Sprintf("%s/%dKiB", mode.name, n>>10), func(b *testing.B) {
 				benchCalls(b, c, cm, spec, n,
-					perCall{"sddp/op", func(m Metrics) uint64 { return m.SendDDPMsgs }},
-					perCall{"readchunks/op", func(m Metrics) uint64 { return m.ReadChunks }})
+					perOp{"sddp/op", func(m *Metrics) uint64 { return m.SendDDPMsgs }},
+					perOp{"readchunks/op", func(m *Metrics) uint64 { return m.ReadChunks }})
 			})
 		}
 	}
@@ -419,5 +421,132 @@ func TestSendDDPReplies(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestSendDDPReplyPlacementErrors: an RDMA2_REPLY_SDDP whose placement
+// does not match the requester's structure fails its call with the
+// rtrext draft's Transmit Error (section 9.5) about the reply (xmsi_dir
+// 1): each code and range, counted as a bad reply; nothing is written
+// into the caller's Call.ReplyPayload (no stray write), nothing panics,
+// and the connection goes on.
+func TestSendDDPReplyPlacementErrors(t *testing.T) {
+	const in = 64 << 10
+	const n = 5001
+	ts, _ := startSDDPServer(t, ServerOptions{Credits: 8, Inline: in, SendDDP: true})
+	c, cm := newClient(t, ts, ClientOptions{Credits: 8, Inline: in, SendDDP: true})
+	ctx := tctx(t, 30*time.Second)
+	segs := in/PageSize - 1
+	for _, k := range []struct {
+		name     string
+		mangle   func(*SDDP)
+		code     XmitErrCode
+		value    uint32
+		min, max uint32
+	}{
+		{"tbsn-past-window", func(s *SDDP) { s.TBSN[0] = uint32(segs) }, XmitErrBadTBSN, uint32(segs), 0, uint32(segs - 1)},
+		{"tbsn-not-consecutive", func(s *SDDP) { s.TBSN[1] = 5 }, XmitErrBadTBSN, 5, 1, 1},
+		{"offset-past-segment", func(s *SDDP) { s.Offset = PageSize }, XmitErrBadOff, PageSize, 0, PageSize - 1},
+		{"offset-unaligned", func(s *SDDP) { s.Offset = 2 }, XmitErrBadOff, 2, 0, PageSize - 1},
+		{"segment-overrun", func(s *SDDP) { s.Length = 3 * PageSize }, XmitErrBadOff, 3 * PageSize, 0, 2 * PageSize},
+		{"past-received", func(s *SDDP) { s.TBSN[0], s.TBSN[1] = 10, 11 }, XmitErrBadOff, 0, 0, 0},
+		{"pslen-past-message", func(s *SDDP) { s.PSLen = in }, XmitErrBadPL, 0, 0, 0},
+		{"disp-unaligned", func(s *SDDP) { s.Disp = 3 }, XmitErrBadPL, 0, 0, 0},
+		{"disp-past-stream", func(s *SDDP) { s.Disp = s.PSLen + 4 }, XmitErrBadPL, 0, 0, 0},
+	} {
+		for _, withBuf := range []bool{true, false} {
+			mangle := k.mangle
+			ts.srv.mangleReplySDDP.Store(&mangle)
+			var res []byte
+			if withBuf {
+				res = bytes.Repeat([]byte{0xee}, n)
+			}
+			before := cm.Metrics()
+			_, _, err := call(ctx, c, pGive, nil, false, n, res, 512)
+			var xe *XmitErr
+			if !errors.As(err, &xe) || !errors.Is(err, ErrChunk) {
+				t.Fatalf("%s: %v, want a Transmit Error", k.name, err)
+			}
+			if xe.Code != k.code || k.value != 0 && (xe.Value != k.value || xe.Min != k.min || xe.Max != k.max) || xe.Bad.Dir != 1 || xe.Bad.Seq != 0 {
+				t.Fatalf("%s: %+v, want %v value %d in [%d, %d] about a reply", k.name, xe, k.code, k.value, k.min, k.max)
+			}
+			if withBuf && !bytes.Equal(res, bytes.Repeat([]byte{0xee}, n)) {
+				t.Fatalf("%s: the caller's reply buffer was written", k.name)
+			}
+			if m := cm.Metrics(); m.BadReplies != before.BadReplies+1 || m.SendDDPMsgs != before.SendDDPMsgs {
+				t.Fatalf("%s: bad replies %d, send-based DDP messages %d", k.name, m.BadReplies-before.BadReplies, m.SendDDPMsgs-before.SendDDPMsgs)
+			}
+		}
+	}
+	ts.srv.mangleReplySDDP.Store(nil)
+	res := make([]byte, n)
+	got, placed, err := call(ctx, c, pGive, nil, false, n, res, 512)
+	if err != nil || placed != n || !bytes.Equal(got, givePattern[:n]) {
+		t.Fatalf("after the errors: placed %d, %v", placed, err)
+	}
+	if m := cm.Metrics(); m.CreditsInUse != 0 {
+		t.Fatalf("credits in use %d", m.CreditsInUse)
+	}
+}
+
+// TestSendDDPTransmitErrorReception: every Transmit Error code of the
+// rtrext draft's section 9.5, with and without optxe_lead, reaches the
+// requester intact: the call fails with the *XmitErr (matching
+// ErrChunk) carrying the responder's code, transmission ids and
+// arguments, counted in XmitErrors, and the connection goes on.
+func TestSendDDPTransmitErrorReception(t *testing.T) {
+	const in = 64 << 10
+	ts, _ := startSDDPServer(t, ServerOptions{Credits: 8, Inline: in, SendDDP: true})
+	ctx := tctx(t, 30*time.Second)
+	cm := &ClientMetrics{}
+	tr, err := Dial(ctx, newDev(), ts.srv.Addr().String(), ClientOptions{Credits: 8, Inline: in, SendDDP: true, Metrics: cm})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	c, err := sunrpc.NewClient(func(context.Context) (sunrpc.ClientTransport, error) { return tr, nil }, sunrpc.ClientOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	// A placement the responder refuses, so that it answers RDMA2_XMTERR;
+	// the body it sends is the one forced below.
+	tr.mangleSDDP = func(s *SDDP) { s.TBSN[0] = 1000 }
+	lead := XmsID{XID: 0x51, Dir: 0, Seq: 1}
+	var sent []XmitErr
+	for code := XmitErrBadHMT; code <= XmitErrBadPL; code++ {
+		for _, withLead := range []bool{false, true} {
+			xe := XmitErr{Bad: XmsID{XID: 0x50 + uint32(code), Dir: 1, Seq: 2}, HasLead: withLead, Code: code}
+			if withLead {
+				xe.Lead = lead
+			}
+			switch xe.armLen() {
+			case 8:
+				xe.Expect, xe.Current = 3, 7
+			case 12:
+				xe.Value, xe.Min, xe.Max = 9, 4, 8
+			}
+			sent = append(sent, xe)
+		}
+	}
+	for i, want := range sent {
+		ts.srv.forceXmitErr.Store(&want)
+		before := cm.Metrics().XmitErrors
+		_, _, err := placedCall(ctx, t, c, pattern(5000, 4))
+		var got *XmitErr
+		if !errors.As(err, &got) || !errors.Is(err, ErrChunk) {
+			t.Fatalf("%v: %v, want a Transmit Error", want.Code, err)
+		}
+		if *got != want {
+			t.Fatalf("case %d: got %+v, want %+v", i, *got, want)
+		}
+		if cm.Metrics().XmitErrors != before+1 {
+			t.Fatalf("%v: XmitErrors %d", want.Code, cm.Metrics().XmitErrors-before)
+		}
+	}
+	ts.srv.forceXmitErr.Store(nil)
+	tr.mangleSDDP = nil
+	if _, _, err := placedCall(ctx, t, c, pattern(5000, 4)); err != nil {
+		t.Fatalf("after the errors: %v", err)
 	}
 }

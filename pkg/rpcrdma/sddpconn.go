@@ -134,10 +134,12 @@ func (sl *srvSlot) locateSDDP(msg []byte, hl int) (raw, arg []byte, err error) {
 const callSDDP CallKind = 100
 
 // SDDPInline is the send and receive buffer size, in bytes, a mount or
-// server that turns send-based DDP on uses: one page for the header and
-// fifteen DDP-targetable pages (the default OurInline of 4096 holds no
-// DDP-targetable page).
-const SDDPInline = 64 << 10
+// server with send-based DDP on (the default of both) uses: one page for
+// the header and three DDP-targetable pages, so WRITE and READ data of
+// 4 to 12 KiB goes inside the Send (the default OurInline of 4096 holds
+// no DDP-targetable page). It quadruples the buffer memory of a
+// connection, not more (the package doc's "Memory" under Send-based DDP).
+const SDDPInline = 16 << 10
 
 // sddpLocal tells whether we announced a Receive Buffer Structure.
 func (c *Client) sddpLocal() bool {
@@ -163,6 +165,9 @@ func (sl *srvSlot) replySDDP(m *sunrpc.Message, buf []byte) []byte {
 	sl.tbsn = sd.TBSN
 	sd.Disp = uint32(len(m.Head))
 	r.SDDP = sd
+	if f := s.mangleReplySDDP.Load(); f != nil {
+		(*f)(&r.SDDP)
+	}
 	b, err := r.Encode(buf[:0])
 	if err != nil {
 		r.HType, r.SDDP = HTypeReplyInline, SDDP{}

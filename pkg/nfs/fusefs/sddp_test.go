@@ -2,10 +2,16 @@ package fusefs
 
 import (
 	"bytes"
+	"errors"
+	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
+	"github.com/nfsrdma/nfsrdma-csi/internal/testenv"
 	nfsserver "github.com/nfsrdma/nfsrdma-csi/pkg/nfs/server"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/rpcrdma"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/verbs/siw"
@@ -13,23 +19,25 @@ import (
 
 // TestSendDDPWriteRead writes and reads files through FUSE mounts over
 // RPC-over-RDMA version 2 against our export server with send-based DDP
-// on (--rdma-send-ddp): with the sddp mount option the WRITE data of
-// files up to 60 KiB travels inside the Sends (counted by the server as
+// on (--rdma-send-ddp, the default): by default, and with the sddp mount
+// option, the WRITE data of files up to 12 KiB (rpcrdma.SDDPInline less
+// the header page) travels inside the Sends (counted by the server as
 // send-based DDP bytes) and READ data comes back the same way, both
-// intact; without it (nosddp, the default) nothing goes that way.
+// intact, odd sizes included; larger files go in chunks, intact; with
+// nosddp nothing goes that way.
 func TestSendDDPWriteRead(t *testing.T) {
 	needFUSE(t)
 	srv := startServerRDMA(t, siw.Config{RTRDelay: -1}, nfsserver.Export{Path: "/"}, rpcrdma.ServerOptions{SendDDP: true, Inline: rpcrdma.SDDPInline})
-	for _, extra := range []string{"sddp", ""} {
+	for _, extra := range []string{"", "sddp", "nosddp"} {
 		t.Run("opts="+extra, func(t *testing.T) {
 			dir, _ := srv.mount(t, "rdma", extra)
-			for _, n := range []int{4096, 20000, 60 << 10, 200 << 10} {
+			for _, n := range []int{4096, 10001, rpcrdma.SDDPInline - rpcrdma.PageSize, 20000, 200 << 10} {
 				data := make([]byte, n)
 				for i := range data {
 					data[i] = byte(i*13 + n + len(extra))
 				}
 				before := srv.rdma.Metrics()
-				name := "w-" + extra + "-" + string(rune('a'+n%26))
+				name := "w-" + extra + "-" + strconv.Itoa(n)
 				if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
 					t.Fatal(err)
 				}
@@ -52,12 +60,111 @@ func TestSendDDPWriteRead(t *testing.T) {
 				wb, rb := wrote.SendDDPBytes-before.SendDDPBytes, read.SendDDPBytes-wrote.SendDDPBytes
 				t.Logf("%d bytes: send-based DDP bytes on WRITE %d, on READ %d", n, wb, rb)
 				switch {
-				case extra == "" && (wb != 0 || rb != 0):
+				case extra == "nosddp" && (wb != 0 || rb != 0):
 					t.Fatalf("nosddp: send-based DDP used (%d, %d)", wb, rb)
-				case extra == "sddp" && n <= 60<<10 && (wb != uint64(n) || rb != uint64(n)):
-					t.Fatalf("sddp: %d of %d WRITE bytes and %d READ bytes by send-based DDP", wb, n, rb)
+				case extra != "nosddp" && n <= rpcrdma.SDDPInline-rpcrdma.PageSize && (wb != uint64(n) || rb != uint64(n)):
+					t.Fatalf("%s: %d of %d WRITE bytes and %d READ bytes by send-based DDP", extra, wb, n, rb)
 				}
 			}
 		})
+	}
+}
+
+// BenchmarkFUSEExtensions: FUSE I/O through mounts over RPC-over-RDMA
+// version 2 against our export server with both extensions announced
+// (send-based DDP at rpcrdma.SDDPInline, responder-provided Read
+// chunks), the mount with its defaults (both on), nosddp, and norprc, in
+// one run: sequential write (1 MiB writes, fsync) and read (1 MiB reads,
+// page cache dropped) of a 64 MiB file, and an 8 KiB file written
+// (fsync) and read back (page cache dropped) per iteration, the size
+// send-based DDP carries. The server's send_ddp bytes per operation are
+// reported.
+func BenchmarkFUSEExtensions(b *testing.B) {
+	testenv.NeedRootFUSE(b)
+	const seq = 64 << 20
+	const small = 8 << 10
+	srv := startServerRDMA(b, siw.Config{RTRDelay: -1}, nfsserver.Export{Path: "/"}, rpcrdma.ServerOptions{SendDDP: true, Inline: rpcrdma.SDDPInline})
+	writeSeq(b, filepath.Join(srv.root, "seq-r"), randBytes(MaxWrite, 3), seq)
+	for _, mode := range []string{"default", "nosddp", "norprc"} {
+		extra := mode
+		if mode == "default" {
+			extra = ""
+		}
+		dir, _ := srv.mount(b, "rdma", extra)
+		run := func(name string, n int64, op func(b *testing.B, i int)) {
+			b.Run(mode+"/"+name, func(b *testing.B) {
+				b.SetBytes(n)
+				before := srv.rdma.Metrics()
+				i := 0
+				for b.Loop() {
+					op(b, i)
+					i++
+				}
+				b.ReportMetric(float64(srv.rdma.Metrics().SendDDPBytes-before.SendDDPBytes)/float64(i), "sddpB/op")
+			})
+		}
+		buf := randBytes(MaxWrite, 3)
+		run("seq-write-64MiB", seq, func(b *testing.B, i int) {
+			p := filepath.Join(dir, "seq-w")
+			writeSeq(b, p, buf, seq)
+			b.StopTimer()
+			if err := os.Remove(p); err != nil {
+				b.Fatal(err)
+			}
+			b.StartTimer()
+		})
+		run("seq-read-64MiB", seq, func(b *testing.B, i int) {
+			readDropped(b, filepath.Join(dir, "seq-r"), buf, seq)
+		})
+		data := randBytes(small, 4)
+		run("write-8KiB", small, func(b *testing.B, i int) {
+			f, err := os.Create(filepath.Join(dir, "small-w"))
+			if err == nil {
+				_, err = f.Write(data)
+			}
+			if err == nil {
+				err = f.Sync()
+			}
+			if f != nil {
+				f.Close()
+			}
+			if err != nil {
+				b.Fatal(err)
+			}
+		})
+		if err := os.WriteFile(filepath.Join(srv.root, "small-r"), data, 0o644); err != nil {
+			b.Fatal(err)
+		}
+		run("read-8KiB", small, func(b *testing.B, i int) {
+			readDropped(b, filepath.Join(dir, "small-r"), buf, small)
+		})
+	}
+}
+
+// readDropped reads the file at path whole with reads of len(buf), after
+// dropping its pages from the mount's page cache, and checks it has size
+// bytes.
+func readDropped(b *testing.B, path string, buf []byte, size int64) {
+	f, err := os.Open(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	if err := unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED); err != nil {
+		b.Fatal("fadvise DONTNEED:", err)
+	}
+	var total int64
+	for {
+		k, err := f.Read(buf)
+		total += int64(k)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			b.Fatalf("read at %d: %v", total, err)
+		}
+	}
+	if total != size {
+		b.Fatalf("read %d bytes, want %d", total, size)
 	}
 }

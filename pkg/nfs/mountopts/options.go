@@ -83,12 +83,13 @@ type Options struct {
 	// READLINK then offer a Reply chunk sized for the largest reply, as
 	// in version 1.
 	NoRPRC bool
-	// SendDDP (ours: sddp; nosddp, the default, undoes it, proto=rdma
-	// only) announces send-based DDP on RPC-over-RDMA version 2: WRITE
-	// data goes inside the Send, into the page-aligned part of the
-	// server's receive buffers, instead of a Read chunk, when the server
-	// announces them and the call fits (the connection's buffers become
-	// rpcrdma.SDDPInline bytes).
+	// SendDDP (ours: sddp, the default with proto=rdma unless
+	// rdmavers=1; nosddp undoes it) announces send-based DDP on
+	// RPC-over-RDMA version 2: WRITE and READ data of up to 12 KiB goes
+	// inside the Send, into the page-aligned part of the receive
+	// buffers, instead of a Read or Write chunk, when the server
+	// announces it too (the connection's buffers become
+	// rpcrdma.SDDPInline bytes, 16 KiB, instead of 4 KiB).
 	SendDDP bool
 	// RDMADevice chooses the verbs provider for proto=rdma (ours):
 	// "auto" (default: a kernel RDMA device that reaches the server when
@@ -162,6 +163,7 @@ func Parse(s string) (Options, error) {
 	if strings.TrimSpace(s) == "" {
 		return o, nil
 	}
+	sddpSet := false
 	for _, opt := range strings.Split(s, ",") {
 		opt = strings.TrimSpace(opt)
 		if opt == "" {
@@ -250,9 +252,9 @@ func Parse(s string) (Options, error) {
 		case "norprc":
 			o.NoRPRC, err = true, flag()
 		case "sddp":
-			o.SendDDP, err = true, flag()
+			o.SendDDP, sddpSet, err = true, true, flag()
 		case "nosddp":
-			o.SendDDP, err = false, flag()
+			o.SendDDP, sddpSet, err = false, true, flag()
 		case "read_ahead_kb":
 			o.ReadAheadKB, err = num(0, MaxReadAheadKB)
 		case "mpacrc":
@@ -304,6 +306,9 @@ func Parse(s string) (Options, error) {
 	}
 	if o.SendDDP && o.Proto != ProtoRDMA {
 		return Options{}, fmt.Errorf("%w: sddp needs proto=rdma", ErrBadOption)
+	}
+	if !sddpSet {
+		o.SendDDP = o.Proto == ProtoRDMA && o.RDMAVers != 1
 	}
 	if o.Credits != 0 && o.Proto != ProtoRDMA {
 		return Options{}, fmt.Errorf("%w: credits=%d needs proto=rdma", ErrBadOption, o.Credits)

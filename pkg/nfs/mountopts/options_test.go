@@ -20,18 +20,21 @@ func TestParse(t *testing.T) {
 	}{
 		{in: "", want: def},
 		{in: "proto=tcp,vers=3", want: def},
-		{in: "proto=rdma", want: with(func(o *Options) { o.Proto = ProtoRDMA })},
+		{in: "proto=rdma", want: with(func(o *Options) { o.Proto, o.SendDDP = ProtoRDMA, true })},
+		{in: "proto=rdma,nosddp", want: with(func(o *Options) { o.Proto = ProtoRDMA })},
+		{in: "proto=rdma,rdmavers=1,sddp", want: with(func(o *Options) { o.Proto, o.RDMAVers, o.SendDDP = ProtoRDMA, 1, true })},
+		{in: "nosddp", want: def},
 		{in: "proto=rdma,port=20050,mountport=20048,credits=8", want: with(func(o *Options) {
-			o.Proto, o.Port, o.MountPort, o.Credits = ProtoRDMA, 20050, 20048, 8
+			o.Proto, o.Port, o.MountPort, o.Credits, o.SendDDP = ProtoRDMA, 20050, 20048, 8, true
 		})},
-		{in: "proto=rdma,rdmadev=mlx5_0", want: with(func(o *Options) { o.Proto, o.RDMADevice = ProtoRDMA, "mlx5_0" })},
+		{in: "proto=rdma,rdmadev=mlx5_0", want: with(func(o *Options) { o.Proto, o.RDMADevice, o.SendDDP = ProtoRDMA, "mlx5_0", true })},
 		{in: "proto=rdma,rdmavers=1", want: with(func(o *Options) { o.Proto, o.RDMAVers = ProtoRDMA, 1 })},
-		{in: "proto=rdma,norprc", want: with(func(o *Options) { o.Proto, o.NoRPRC = ProtoRDMA, true })},
-		{in: "proto=rdma,norprc,rprc", want: with(func(o *Options) { o.Proto = ProtoRDMA })},
+		{in: "proto=rdma,norprc", want: with(func(o *Options) { o.Proto, o.NoRPRC, o.SendDDP = ProtoRDMA, true, true })},
+		{in: "proto=rdma,norprc,rprc", want: with(func(o *Options) { o.Proto, o.SendDDP = ProtoRDMA, true })},
 		{in: "proto=rdma,sddp", want: with(func(o *Options) { o.Proto, o.SendDDP = ProtoRDMA, true })},
 		{in: "proto=rdma,sddp,nosddp", want: with(func(o *Options) { o.Proto = ProtoRDMA })},
-		{in: "proto=rdma,nompacrc", want: with(func(o *Options) { o.Proto, o.NoMPACRC = ProtoRDMA, true })},
-		{in: "proto=rdma,nompacrc,mpacrc", want: with(func(o *Options) { o.Proto = ProtoRDMA })},
+		{in: "proto=rdma,nompacrc", want: with(func(o *Options) { o.Proto, o.NoMPACRC, o.SendDDP = ProtoRDMA, true, true })},
+		{in: "proto=rdma,nompacrc,mpacrc", want: with(func(o *Options) { o.Proto, o.SendDDP = ProtoRDMA, true })},
 		{in: "rsize=65536,wsize=1048576", want: with(func(o *Options) { o.RSize, o.WSize = 65536, 1<<20 })},
 		{in: "soft,timeo=15,retrans=5", want: with(func(o *Options) {
 			o.Soft, o.Timeo, o.Retrans = true, 1500*time.Millisecond, 5
