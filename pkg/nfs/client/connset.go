@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync/atomic"
+	"time"
 
 	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
 )
@@ -18,7 +19,9 @@ const MaxNConnect = 16
 // the connections, one pick per call, as Linux's xprt switch does
 // (rpc_task_get_next_xprt, xprt_iter_roundrobin); a connection known to
 // be down (its transport ended and no new one is up yet) is skipped while
-// another one is up, so that new calls flow while it reconnects. A call
+// another one is up, so that new calls flow while it reconnects, except
+// for one call every probeInterval that goes to it and so redials it
+// (sunrpc.Client dials when a call needs a transport). A call
 // stays on the connection it was given: after a lost connection it is
 // retransmitted with the same XID on that connection's next transport
 // (sunrpc.RetryPolicy), as Linux keeps a task on its xprt.
@@ -27,12 +30,19 @@ type connSet struct {
 	next  atomic.Uint32
 }
 
+// probeInterval is how often a call is sent to a connection that is
+// down, so that it reconnects.
+const probeInterval = 500 * time.Millisecond
+
 // conn is one connection of a connSet.
 type conn struct {
 	rpc *sunrpc.Client
 	// down: the last transport this connection dialed has ended and no
 	// new one is established yet. False before the first dial.
 	down atomic.Bool
+	// probeAt is when (Unix nanoseconds) the next call may go to this
+	// connection while it is down.
+	probeAt atomic.Int64
 }
 
 // newConnSet builds n (at least 1) clients over dial with opts.
@@ -61,20 +71,38 @@ func (c *conn) watch(dial sunrpc.DialFunc) sunrpc.DialFunc {
 	return func(ctx context.Context) (sunrpc.ClientTransport, error) {
 		t, err := dial(ctx)
 		if err != nil {
-			c.down.Store(true)
+			c.markDown()
 			return nil, err
 		}
 		c.down.Store(false)
 		go func() {
 			<-t.Done()
-			c.down.Store(true)
+			c.markDown()
 		}()
 		return t, nil
 	}
 }
 
+// markDown records that c has no transport; the first probe comes
+// probeInterval later.
+func (c *conn) markDown() {
+	c.probeAt.Store(time.Now().Add(probeInterval).UnixNano())
+	c.down.Store(true)
+}
+
+// usable reports whether a call may go to c now: c is up, or it is down
+// and due for a probe (which this call then is).
+func (c *conn) usable() bool {
+	if !c.down.Load() {
+		return true
+	}
+	now := time.Now().UnixNano()
+	at := c.probeAt.Load()
+	return now >= at && c.probeAt.CompareAndSwap(at, now+int64(probeInterval))
+}
+
 // pick returns the client of the next call: the next connection in
-// round-robin order that is not down, or the next one if all are.
+// round-robin order that is usable, or the next one if none is.
 func (s *connSet) pick() *sunrpc.Client {
 	if len(s.conns) == 1 {
 		return s.conns[0].rpc
@@ -82,7 +110,7 @@ func (s *connSet) pick() *sunrpc.Client {
 	n := uint32(len(s.conns))
 	i := s.next.Add(1) - 1
 	for k := range n {
-		if c := s.conns[(i+k)%n]; !c.down.Load() {
+		if c := s.conns[(i+k)%n]; c.usable() {
 			return c.rpc
 		}
 	}
