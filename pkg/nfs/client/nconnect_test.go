@@ -300,3 +300,40 @@ func TestNConnectConcurrentIORDMA(t *testing.T) {
 	}
 	checkSpread(t, "calls", calls)
 }
+
+// A connection the server ends while no call is on it is skipped by new
+// calls, then probed (every probeInterval) and so dialed again: the set
+// gets back to two live connections with calls on both.
+func TestNConnectIdleLossReconnects(t *testing.T) {
+	opts, nl, _ := startNConnect(t, false, 2)
+	c := mountN(t, opts)
+	ctx := tctx(t)
+	for range 10 {
+		if _, err := c.Getattr(ctx, c.Root()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := len(nl.accepted()); n != 2 {
+		t.Fatalf("%d NFS connections, want 2", n)
+	}
+	nl.accepted()[0].Close()
+	deadline := time.Now().Add(10 * probeInterval)
+	for len(nl.accepted()) < 3 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the closed connection was not dialed again within %v: %+v", 10*probeInterval, c.ConnStats())
+		}
+		if _, err := c.Getattr(ctx, c.Root()); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	before := nl.accepted()[2].read.Load()
+	for range 20 {
+		if _, err := c.Getattr(ctx, c.Root()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if nl.accepted()[2].read.Load() == before {
+		t.Error("no call on the new connection")
+	}
+}
