@@ -49,6 +49,12 @@ type conn struct {
 func newConnSet(n int, dial sunrpc.DialFunc, opts sunrpc.ClientOptions) (*connSet, error) {
 	n = min(max(n, 1), MaxNConnect)
 	s := &connSet{conns: make([]*conn, n)}
+	if n > 1 {
+		// one XID sequence for the set: the server's duplicate request
+		// cache, which keys by client address without the port, never
+		// takes a call on one connection for another's
+		opts.XIDs = sunrpc.NewXIDCounter()
+	}
 	for i := range s.conns {
 		c := &conn{}
 		rpc, err := sunrpc.NewClient(c.watch(dial), opts)

@@ -4,13 +4,16 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"math"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/nfsrdma/nfsrdma-csi/internal/testenv"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nfs3"
 	nfsserver "github.com/nfsrdma/nfsrdma-csi/pkg/nfs/server"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/rpcrdma"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
@@ -61,6 +64,64 @@ func (l *connListener) accepted() []*countConn {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return append([]*countConn(nil), l.conns...)
+}
+
+// callLog is an observer of the export server's calls: the NFS calls
+// per connection (peer address) and each XID's count.
+type callLog struct {
+	mu    sync.Mutex
+	peers map[string]uint64
+	xids  map[uint32]int
+}
+
+func (l *callLog) ObserveCall(req *sunrpc.Request, _ sunrpc.CallStatus, _ time.Duration) {
+	if req.Prog != nfs3.Program {
+		return
+	}
+	l.mu.Lock()
+	l.peers[req.Peer.String()]++
+	l.xids[req.XID]++
+	l.mu.Unlock()
+}
+
+// check fails t unless conns connections carried the NFS calls, about
+// evenly, each call with an XID of its own, the XIDs of all connections
+// one run of consecutive values (one counter for the set).
+func (l *callLog) check(t *testing.T, conns int) {
+	t.Helper()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.peers) != conns {
+		t.Fatalf("the server saw NFS calls from %d connections, want %d: %v", len(l.peers), conns, l.peers)
+	}
+	var counts []uint64
+	for _, n := range l.peers {
+		counts = append(counts, n)
+	}
+	checkSpread(t, "NFS calls at the server", counts)
+	xids := make([]uint32, 0, len(l.xids))
+	for xid, n := range l.xids {
+		if n > 1 {
+			t.Errorf("XID %#x was used by %d calls", xid, n)
+		}
+		xids = append(xids, xid)
+	}
+	slices.Sort(xids)
+	gaps := 0
+	for i := 1; i < len(xids); i++ {
+		if xids[i]-xids[i-1] != 1 {
+			gaps++
+		}
+	}
+	if wrapped := xids[0] == 0 && xids[len(xids)-1] == math.MaxUint32; gaps > 1 || gaps == 1 && !wrapped {
+		t.Errorf("the XIDs of the connections are %d runs, want one sequence", gaps+1)
+	}
+}
+
+func observeCalls(srv *nfsserver.Server) *callLog {
+	l := &callLog{peers: map[string]uint64{}, xids: map[uint32]int{}}
+	srv.Dispatcher().SetObserver(l)
+	return l
 }
 
 // startNConnect starts our export server on a temporary directory, NFS
@@ -143,7 +204,8 @@ func checkSpread[T int64 | uint64](t *testing.T, what string, counts []T) {
 // bytes it reads from each are about a quarter of the calls' (counted at
 // the server, per connection); the client's counters agree.
 func TestNConnectSpreadsCallsTCP(t *testing.T) {
-	opts, nl, _ := startNConnect(t, false, 4)
+	opts, nl, srv := startNConnect(t, false, 4)
+	calls := observeCalls(srv)
 	c := mountN(t, opts)
 	ctx := tctx(t)
 	for range 400 {
@@ -160,11 +222,12 @@ func TestNConnectSpreadsCallsTCP(t *testing.T) {
 		read[i] = cc.read.Load()
 	}
 	checkSpread(t, "bytes read by the server", read)
-	var calls []uint64
+	calls.check(t, 4)
+	var ccalls []uint64
 	for _, st := range c.ConnStats() {
-		calls = append(calls, st.Calls)
+		ccalls = append(ccalls, st.Calls)
 	}
-	checkSpread(t, "calls of the client", calls)
+	checkSpread(t, "calls of the client", ccalls)
 	if got := c.Stats().Calls; got < 401 {
 		t.Errorf("Stats().Calls = %d, want at least 401 (FSINFO and 400 GETATTR)", got)
 	}
@@ -174,6 +237,7 @@ func TestNConnectSpreadsCallsTCP(t *testing.T) {
 // connections of the mount's machine name, and the calls are spread.
 func TestNConnectSpreadsCallsRDMA(t *testing.T) {
 	opts, _, srv := startNConnect(t, true, 4)
+	log := observeCalls(srv)
 	c := mountN(t, opts)
 	ctx := tctx(t)
 	for range 400 {
@@ -190,11 +254,7 @@ func TestNConnectSpreadsCallsRDMA(t *testing.T) {
 	if n != 4 {
 		t.Fatalf("the server has %d RDMA connections of %q, want 4: %+v", n, opts.AuthSys.MachineName, srv.RDMAConnections())
 	}
-	var calls []uint64
-	for _, st := range c.ConnStats() {
-		calls = append(calls, st.Calls)
-	}
-	checkSpread(t, "calls", calls)
+	log.check(t, 4)
 }
 
 // ioWorkers runs workers goroutines, each writing its own file of size
