@@ -143,7 +143,8 @@ func (s *Server) Connections() []ConnInfo {
 // retargetLocked sets every connection's target from its machine and
 // rebalances. A machine's grant is shared by its connections: a pod that
 // mounts k volumes of this server opens k connections under one machine
-// name, and its grant bounds them together (max-min: grant/k each, the
+// name (k times nconnect with that mount option), and its grant bounds
+// them together (max-min: grant/k each, the
 // remainder one by one in peer order; at least 1 each). Connections of
 // machines without a grant get the default each. s.mu is held.
 func (s *Server) retargetLocked() {

@@ -62,6 +62,23 @@ type ClientOptions struct {
 	// (RFC 5531 appendix A); nil means AUTH_NONE.
 	AuthSys *AuthSysParams
 	Retry   RetryPolicy
+	// XIDs, when not nil, is the XID counter of the client, shared with
+	// other Clients given the same one (the connections of one NFS mount,
+	// nconnect): no two calls of those Clients carry the same XID until
+	// it wraps. nil: a counter of its own. Either way the counter starts
+	// at a random value.
+	XIDs *XIDCounter
+}
+
+// XIDCounter hands out XIDs (RFC 5531 section 9) to the Clients sharing
+// it. The zero value is not ready: use NewXIDCounter.
+type XIDCounter struct{ n atomic.Uint32 }
+
+// NewXIDCounter returns a counter starting at a random XID.
+func NewXIDCounter() *XIDCounter {
+	x := &XIDCounter{}
+	x.n.Store(rand.Uint32())
+	return x
 }
 
 // ClientStats are a Client's counters since NewClient.
@@ -103,7 +120,7 @@ type Client struct {
 	dial  DialFunc
 	cred  OpaqueAuth
 	retry RetryPolicy
-	xid   atomic.Uint32
+	xid   *XIDCounter
 
 	calls, retransmits, reconnects atomic.Uint64
 
@@ -127,7 +144,10 @@ type clientCall struct {
 // connection. It fails only when opts.AuthSys breaks the limits of RFC 5531
 // appendix A.
 func NewClient(dial DialFunc, opts ClientOptions) (*Client, error) {
-	c := &Client{dial: dial, retry: opts.Retry}
+	c := &Client{dial: dial, retry: opts.Retry, xid: opts.XIDs}
+	if c.xid == nil {
+		c.xid = NewXIDCounter()
+	}
 	if opts.AuthSys != nil {
 		cred, err := opts.AuthSys.Credential()
 		if err != nil {
@@ -138,7 +158,6 @@ func NewClient(dial DialFunc, opts ClientOptions) (*Client, error) {
 	if c.retry.MaxBackoff <= 0 {
 		c.retry.MaxBackoff = time.Second
 	}
-	c.xid.Store(rand.Uint32())
 	c.pool.New = func() any { return &clientCall{} }
 	return c, nil
 }
@@ -190,7 +209,7 @@ func (c *Client) Null(ctx context.Context, prog, vers uint32) error {
 func (c *Client) do(ctx context.Context, s *CallSpec, cred OpaqueAuth, oneShot bool) error {
 	cc := c.pool.Get().(*clientCall)
 	defer c.pool.Put(cc)
-	xid := c.xid.Add(1)
+	xid := c.xid.n.Add(1)
 	cc.b.Reset(cc.b.Bytes())
 	h := CallHeader{XID: xid, RPCVers: RPCVersion, Prog: s.Prog, Vers: s.Vers, Proc: s.Proc, Cred: cred}
 	h.Encode(&cc.b.Encoder)

@@ -45,6 +45,12 @@ var targets = []target{
 // version 2 without responder-provided Read chunks) and mounts it.
 func mountOurs(b *testing.B, proto string) (*Client, nfs3.FH) {
 	b.Helper()
+	return mountOursN(b, proto, 1)
+}
+
+// mountOursN is mountOurs with nconnect connections to the NFS service.
+func mountOursN(b *testing.B, proto string, nconnect int) (*Client, nfs3.FH) {
+	b.Helper()
 	srv, err := nfsserver.New(nfsserver.Options{Root: b.TempDir(), Exports: []nfsserver.Export{{Path: "/"}}})
 	if err != nil {
 		b.Fatal(err)
@@ -67,6 +73,7 @@ func mountOurs(b *testing.B, proto string) (*Client, nfs3.FH) {
 		MountPort: mountL.Addr().(*net.TCPAddr).Port,
 		Export:    "/",
 		AuthSys:   sunrpc.AuthSysParams{MachineName: "bench"},
+		NConnect:  nconnect,
 	}
 	if proto == "rdma" || proto == "rdma-v1" || proto == "rdma-norprc" {
 		l := listen()
@@ -259,4 +266,53 @@ func BenchmarkReaddirplus2000(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkNConnect: nconnect=4 against nconnect=1 in the same run, over
+// TCP and RPC-over-RDMA (software iWARP) to our server. "read-16MiB": one
+// ReadAt of 16 MiB per op, sixteen 1 MiB READs in flight (Window);
+// "getattr-parallel": GETATTR from 8 x GOMAXPROCS callers (time per call).
+func BenchmarkNConnect(b *testing.B) {
+	klog.LogToStderr(false)
+	klog.SetOutput(io.Discard)
+	b.Cleanup(func() { klog.SetOutput(os.Stderr); klog.LogToStderr(true) })
+	for _, proto := range []string{"tcp", "rdma"} {
+		for _, n := range []int{1, 4} {
+			b.Run(fmt.Sprintf("%s/read-16MiB/nconnect=%d", proto, n), func(b *testing.B) {
+				c, dir := mountOursN(b, proto, n)
+				ctx := context.Background()
+				f := c.OpenFile(mustCreate(b, c, dir, "bench"))
+				if _, err := f.WriteAt(ctx, randBytes(benchFileSize, 99), 0); err != nil {
+					b.Fatal(err)
+				}
+				if err := f.Commit(ctx); err != nil {
+					b.Fatal(err)
+				}
+				buf := make([]byte, 16<<20)
+				b.SetBytes(int64(len(buf)))
+				b.ReportAllocs()
+				off := 0
+				for b.Loop() {
+					if _, err := c.ReadAt(ctx, f.FH(), buf, int64(off)); err != nil {
+						b.Fatal(err)
+					}
+					off = (off + len(buf)) % benchFileSize
+				}
+			})
+			b.Run(fmt.Sprintf("%s/getattr-parallel/nconnect=%d", proto, n), func(b *testing.B) {
+				c, dir := mountOursN(b, proto, n)
+				ctx := context.Background()
+				b.ReportAllocs()
+				b.SetParallelism(8)
+				b.RunParallel(func(pb *testing.PB) {
+					for pb.Next() {
+						if _, err := c.Getattr(ctx, dir); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				})
+			})
+		}
+	}
 }

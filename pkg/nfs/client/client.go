@@ -24,7 +24,7 @@ const replyHeaderMax = 4 + 4 + 4 + 8 + sunrpc.MaxAuthBytes + 4
 
 // Client is a mounted NFSv3 export. It is safe for concurrent use.
 type Client struct {
-	nfs   *sunrpc.Client
+	nfs   *connSet       // the NFS connections (Options.NConnect)
 	mnt   *sunrpc.Client // nil when built with New
 	opts  Options
 	root  nfs3.FH
@@ -105,20 +105,20 @@ func Mount(ctx context.Context, opts Options) (*Client, error) {
 	if opts.WrapDial != nil {
 		dial = opts.WrapDial(dial)
 	}
-	nc, err := sunrpc.NewClient(dial, copts)
+	nc, err := newConnSet(opts.NConnect, dial, copts)
 	if err != nil {
 		umount(mnt, opts.Export)
 		return nil, err
 	}
 	c, err := newClient(ctx, nc, mres.FH, opts)
 	if err != nil {
-		nc.Close()
+		nc.close()
 		umount(mnt, opts.Export)
 		return nil, fmt.Errorf("nfs client: mount %s:%s: %w", opts.Server, opts.Export, err)
 	}
 	c.mnt = mnt
 	klog.V(1).InfoS("NFSv3 mounted", "server", opts.Server, "export", opts.Export, "transport", opts.Transport,
-		"mountPort", opts.MountPort, "nfsPort", opts.NFSPort, "root", mres.FH.String())
+		"mountPort", opts.MountPort, "nfsPort", opts.NFSPort, "nconnect", len(nc.conns), "root", mres.FH.String())
 	return c, nil
 }
 
@@ -127,10 +127,10 @@ func Mount(ctx context.Context, opts Options) (*Client, error) {
 // Unmount only closes rpc. It calls FSINFO like Mount. Tests and callers
 // with their own MOUNT logic use it.
 func New(ctx context.Context, rpc *sunrpc.Client, root nfs3.FH, opts Options) (*Client, error) {
-	return newClient(ctx, rpc, root, opts)
+	return newClient(ctx, singleConnSet(rpc), root, opts)
 }
 
-func newClient(ctx context.Context, nc *sunrpc.Client, root nfs3.FH, opts Options) (*Client, error) {
+func newClient(ctx context.Context, nc *connSet, root nfs3.FH, opts Options) (*Client, error) {
 	if opts.Window <= 0 {
 		opts.Window = DefaultWindow
 	}
@@ -192,8 +192,18 @@ func (c *Client) WSize() int { return c.wsize }
 // FsinfoAtMount returns the FSINFO result read at mount time.
 func (c *Client) FsinfoAtMount() nfs3.FsinfoRes { return c.info }
 
-// Stats returns the RPC counters of the NFS connection.
-func (c *Client) Stats() sunrpc.ClientStats { return c.nfs.Stats() }
+// Stats returns the RPC counters of the NFS connections, summed.
+func (c *Client) Stats() sunrpc.ClientStats { return c.nfs.stats() }
+
+// ConnStats returns the RPC counters of each NFS connection
+// (Options.NConnect of them, in a fixed order).
+func (c *Client) ConnStats() []sunrpc.ClientStats {
+	out := make([]sunrpc.ClientStats, len(c.nfs.conns))
+	for i, cn := range c.nfs.conns {
+		out[i] = cn.rpc.Stats()
+	}
+	return out
+}
 
 // WriteStats are counters of the UNSTABLE write path of a Client (all its
 // Files) since Mount or New.
@@ -234,7 +244,7 @@ func (c *Client) Unmount(ctx context.Context) error {
 // Close closes the connections without UMNT.
 func (c *Client) Close() error {
 	c.closeOnce.Do(func() {
-		c.closeErr = c.nfs.Close()
+		c.closeErr = c.nfs.close()
 		if c.mnt != nil {
 			c.mnt.Close()
 		}
@@ -272,7 +282,7 @@ func (c *Client) call(ctx context.Context, proc uint32, maxRes int, replyPayload
 	}
 	for {
 		var st nfs3.Status
-		err := c.nfs.Call(ctx, sunrpc.CallSpec{
+		err := c.nfs.pick().Call(ctx, sunrpc.CallSpec{
 			Prog: nfs3.Program, Vers: nfs3.Version, Proc: proc,
 			Args: args,
 			Results: func(d *xdr.Decoder, placed int) error {

@@ -42,6 +42,30 @@
 // what a server reboot lost). Readdirplus iterates a directory with
 // cookie/cookieverf handling. LookupPath walks a slash-separated path.
 //
+// # Connections
+//
+// Options.NConnect (nfs(5) nconnect=N, 1..MaxNConnect) opens N
+// connections to the NFS service, each dialed with Options.Dial (TCP or
+// RPC-over-RDMA) when first used, and spreads the NFS calls over them
+// round-robin, one pick per call, as Linux's xprt switch does
+// (net/sunrpc/xprtmultipath.c). MOUNT, NLM and NSM keep one TCP
+// connection each. A connection whose transport ended is skipped by new
+// calls while another one is up; the calls it carried are retransmitted
+// with their XID on its next transport (sunrpc.RetryPolicy), so losing a
+// connection fails no call while the server accepts connections. The
+// server's duplicate request cache keys a call by client address without
+// the port, transport, XID and a checksum of the arguments (package
+// server, drc.go), so it recognises a retransmission on any connection of
+// the set; Linux knfsd keys by address and port and would miss it, as it
+// misses a retransmission after any reconnect from another port.
+//
+// Over RPC-over-RDMA a pod's credit grant stays one grant: the export
+// server accounts the connections of one AUTH_SYS machine name together
+// (the grant divided among them, at least 1 each; package rpcrdma,
+// grants.go), and the requester asks credits/N per connection, at least
+// 1 (package transport), so that a server without such accounting sees
+// the pod ask for no more than its grant in total.
+//
 // # Locks
 //
 // Client.Locks is the mount's NLM v4 client (X/Open XNFS chapter 14, over

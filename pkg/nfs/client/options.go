@@ -51,6 +51,11 @@ type Options struct {
 	Dial sunrpc.DialFunc
 	// Transport names the transport of Dial in logs ("tcp" when Dial is nil).
 	Transport string
+	// NConnect is the number of connections to the NFS service (nfs(5)
+	// nconnect), 1..MaxNConnect; 0 means 1, more means MaxNConnect. NFS calls are spread
+	// round-robin over them (see the package doc, Connections); MOUNT,
+	// NLM and NSM keep one connection each. Ignored by New.
+	NConnect int
 	// WrapDial, when set, wraps the NFS dialer (Dial or the TCP default),
 	// e.g. to observe every call and byte for metrics.
 	WrapDial func(sunrpc.DialFunc) sunrpc.DialFunc

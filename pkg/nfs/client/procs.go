@@ -33,7 +33,7 @@ func checkName(proc uint32, st *nfs3.Status, names ...string) error {
 // Null calls NULL (RFC 1813 section 3.3.0) once, without retransmission:
 // a liveness probe.
 func (c *Client) Null(ctx context.Context) error {
-	return c.nfs.Null(ctx, nfs3.Program, nfs3.Version)
+	return c.nfs.pick().Null(ctx, nfs3.Program, nfs3.Version)
 }
 
 // Getattr calls GETATTR (RFC 1813 section 3.3.1) and returns the attributes.

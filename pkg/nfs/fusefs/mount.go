@@ -82,6 +82,7 @@ func ClientOptions(cfg Config) (client.Options, error) {
 		MaxUncommitted: FileUncommittedBytes,
 		Retry:          sunrpc.RetryPolicy{Soft: o.Soft, Retries: o.Retrans, Timeout: o.Timeo},
 		WrapDial:       cfg.WrapDial,
+		NConnect:       o.NConnect,
 		Lock:           client.LockOptions{Port: o.LockPort, CallerName: cfg.LockCallerName},
 	}
 	if cfg.StateDir != "" && !(o.LocalFlock() && o.LocalPosix()) {

@@ -12,7 +12,7 @@ import (
 func FuzzParse(f *testing.F) {
 	for _, s := range []string{"", "proto=rdma,port=20049,credits=16,rdmavers=1", "proto=tcp,nolock,actimeo=0",
 		"soft,timeo=15,retrans=5,ro", "local_lock=flock,lockport=4045", "proto=rdma,rdmadev=siw,nompacrc",
-		"acregmin=9,acregmax=1", "read_ahead_kb=0,rsize=65536", "vers=4", "bogus", "port=-1", ",,,"} {
+		"acregmin=9,acregmax=1", "nconnect=4,proto=rdma,credits=8", "nconnect=17", "read_ahead_kb=0,rsize=65536", "vers=4", "bogus", "port=-1", ",,,"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
@@ -25,6 +25,9 @@ func FuzzParse(f *testing.F) {
 		}
 		if o.Vers != 3 || (o.Proto != ProtoTCP && o.Proto != ProtoRDMA) || o.ACRegMax < o.ACRegMin || o.ACDirMax < o.ACDirMin {
 			t.Fatalf("Parse(%q) = %+v", s, o)
+		}
+		if o.NConnect < 1 || o.NConnect > MaxNConnect {
+			t.Fatalf("Parse(%q) = %+v: nconnect out of range", s, o)
 		}
 		if o.Proto != ProtoRDMA && (o.Credits != 0 || o.RDMAVers != 0 || o.RDMADevice != "" || o.NoMPACRC) {
 			t.Fatalf("Parse(%q) = %+v: RDMA options without proto=rdma", s, o)

@@ -37,6 +37,8 @@ const (
 	DefaultReadAheadKB = 4096
 	// MaxReadAheadKB bounds read_ahead_kb=N: 64 MiB.
 	MaxReadAheadKB = 64 << 10
+	// MaxNConnect bounds nconnect=N: 16, as Linux (NFS_MAX_CONNECTIONS).
+	MaxNConnect = 16
 )
 
 // Options are the options of `driver mount -o`, in nfs(5) vocabulary.
@@ -117,6 +119,11 @@ type Options struct {
 	// hosts), LocalLockAll, LocalLockFlock or LocalLockPosix. nolock is
 	// local_lock=all; lock is local_lock=none.
 	LocalLock string
+	// NConnect is the number of connections to the NFS service (nfs(5)
+	// nconnect=N, 1..MaxNConnect; default 1), over Proto; NFS calls are
+	// spread over them, MOUNT and NLM keep one. With proto=rdma each
+	// connection asks Credits/NConnect credits, at least 1.
+	NConnect int
 	// LockPort is the TCP port of the server's NLM service (nfs(5)
 	// lockport); 0 asks the server's rpcbind at the first lock.
 	LockPort int
@@ -142,13 +149,13 @@ func (o *Options) LocalPosix() bool {
 
 // Default returns the defaults of nfs(5) for vers=3 over TCP:
 // hard, timeo=600 (60 s), retrans=2, acregmin=3, acregmax=60,
-// acdirmin=30, acdirmax=60, rw, lock (local_lock=none); and ours:
+// acdirmin=30, acdirmax=60, rw, lock (local_lock=none), nconnect=1; and ours:
 // read_ahead_kb=4096.
 func Default() Options {
 	return Options{
 		Proto: ProtoTCP, Vers: 3, Timeo: 60 * time.Second, Retrans: 2, ReadAheadKB: DefaultReadAheadKB,
-		LocalLock: LocalLockNone,
-		ACRegMin:  3 * time.Second, ACRegMax: 60 * time.Second,
+		LocalLock: LocalLockNone, NConnect: 1,
+		ACRegMin: 3 * time.Second, ACRegMax: 60 * time.Second,
 		ACDirMin: 30 * time.Second, ACDirMax: 60 * time.Second,
 	}
 }
@@ -272,6 +279,8 @@ func Parse(s string) (Options, error) {
 			default:
 				err = fmt.Errorf("%w: local_lock=%q: want none, all, flock or posix", ErrBadOption, val)
 			}
+		case "nconnect":
+			o.NConnect, err = num(1, MaxNConnect)
 		case "lockport":
 			o.LockPort, err = num(0, 65535)
 		case "rdmadev":

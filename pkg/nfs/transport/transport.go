@@ -45,7 +45,7 @@ type NFS struct {
 // a kernel RDMA device that reaches server when the driver is built with
 // the ibverbs tag, else software iWARP), software iWARP with the MPA CRC
 // off when nompacrc is given (RFC 5044 section 4.4), and an RPC-over-RDMA
-// dialer to server:o.NFSPort() asking credits= and speaking up to
+// dialer to server:o.NFSPort() asking ConnCredits(o) and speaking up to
 // rdmavers=; metrics, if not nil, counts its transport. For proto=tcp the
 // zero NFS. Errors: an rdmadev= that names no usable device, wrapping
 // mountopts.ErrBadOption and devselect's error.
@@ -64,8 +64,27 @@ func ForMount(server string, o mountopts.Options, metrics *rpcrdma.ClientMetrics
 	if o.SendDDP {
 		inline = rpcrdma.SDDPInline
 	}
-	dial := rpcrdma.Dialer(dev, addr, rpcrdma.ClientOptions{Credits: o.Credits, Metrics: metrics, MaxVersion: o.RDMAVers, NoResponderReadChunks: o.NoRPRC,
+	dial := rpcrdma.Dialer(dev, addr, rpcrdma.ClientOptions{Credits: ConnCredits(o), Metrics: metrics, MaxVersion: o.RDMAVers, NoResponderReadChunks: o.NoRPRC,
 		SendDDP: o.SendDDP, Inline: inline,
 		Logger: slog.New(logr.ToSlogHandler(klog.Background()))}) // logs each connection's version
 	return NFS{Dial: dial, Name: "rdma/" + choice.Provider, Device: choice}, nil
+}
+
+// DefaultCredits is the credits a proto=rdma mount asks for without
+// credits= (the rpcrdma requester's default, 32).
+const DefaultCredits = 32
+
+// ConnCredits is the RPC-over-RDMA credits each of a mount's o.NConnect
+// connections asks for (rdma_credit, RFC 8166 section 3.3.1): credits=
+// (DefaultCredits when not given) divided among the connections, at
+// least 1 each, so that a pod's connections together ask for no more than
+// its grant when the grant is at least nconnect. The export server
+// accounts them together anyway (a machine name's grant is shared by its
+// connections); this keeps the bound with servers that do not.
+func ConnCredits(o mountopts.Options) int {
+	c := o.Credits
+	if c <= 0 {
+		c = DefaultCredits
+	}
+	return max(c/max(o.NConnect, 1), 1)
 }

@@ -76,3 +76,22 @@ func TestForMountNoDevice(t *testing.T) {
 		t.Fatalf("ForMount(rdmadev=nosuchdev9): %v; want ErrBadOption and devselect.ErrNotFound", err)
 	}
 }
+
+// Each of nconnect connections asks credits/nconnect, at least 1.
+func TestConnCredits(t *testing.T) {
+	for _, tc := range []struct {
+		opts string
+		want int
+	}{
+		{"proto=rdma", DefaultCredits},
+		{"proto=rdma,credits=16", 16},
+		{"proto=rdma,credits=16,nconnect=4", 4},
+		{"proto=rdma,credits=17,nconnect=4", 4},
+		{"proto=rdma,credits=3,nconnect=4", 1},
+		{"proto=rdma,nconnect=16", DefaultCredits / 16},
+	} {
+		if got := ConnCredits(parse(t, tc.opts)); got != tc.want {
+			t.Errorf("ConnCredits(%s) = %d, want %d", tc.opts, got, tc.want)
+		}
+	}
+}
