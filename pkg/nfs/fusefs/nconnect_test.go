@@ -16,13 +16,13 @@ import (
 	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
 )
 
-// countedConn counts the calls of one NFS connection of a mount.
-type countedConn struct {
+// connCalls counts all the calls of one NFS connection of a mount.
+type connCalls struct {
 	sunrpc.ClientTransport
 	calls atomic.Int64
 }
 
-func (c *countedConn) RoundTrip(ctx context.Context, call *sunrpc.Call) (*sunrpc.Reply, error) {
+func (c *connCalls) RoundTrip(ctx context.Context, call *sunrpc.Call) (*sunrpc.Reply, error) {
 	c.calls.Add(1)
 	return c.ClientTransport.RoundTrip(ctx, call)
 }
@@ -38,9 +38,9 @@ func TestNConnectMount(t *testing.T) {
 		t.Run(proto, func(t *testing.T) {
 			s := startServer(t)
 			var mu sync.Mutex
-			var conns []*countedConn
+			var conns []*connCalls
 			wrap := wrapConns(func(ct sunrpc.ClientTransport) sunrpc.ClientTransport {
-				c := &countedConn{ClientTransport: ct}
+				c := &connCalls{ClientTransport: ct}
 				mu.Lock()
 				conns = append(conns, c)
 				mu.Unlock()

@@ -56,7 +56,7 @@ func TestParse(t *testing.T) {
 		{in: "local_lock=posix,lockport=4045", want: with(func(o *Options) { o.LocalLock, o.LockPort = LocalLockPosix, 4045 })},
 		{in: "local_lock=all,local_lock=none", want: def},
 		{in: "nconnect=4", want: with(func(o *Options) { o.NConnect = 4 })},
-		{in: "proto=rdma,nconnect=16,credits=8", want: with(func(o *Options) { o.Proto, o.NConnect, o.Credits = ProtoRDMA, 16, 8 })},
+		{in: "proto=rdma,nconnect=16,credits=8", want: with(func(o *Options) { o.Proto, o.NConnect, o.Credits, o.SendDDP = ProtoRDMA, 16, 8, true })},
 		{in: "nconnect=4,nconnect=1", want: def},
 		{in: "nconnect=0", bad: true},
 		{in: "nconnect=17", bad: true},
