@@ -102,13 +102,20 @@ func (c *call) read(d *xdr.Decoder, b *sunrpc.Builder) error {
 			st = statusOf(err)
 		} else {
 			var n int
+			mapped := false
 			if count > 0 && a.Offset < 1<<63 {
+				data, mapped = c.s.rmap.readMapped(fd, &o.st, int64(a.Offset), count, b)
+				n = len(data)
+			}
+			if count > 0 && a.Offset < 1<<63 && !mapped {
 				bp := getBuf(count)
 				b.AfterSend(bp.free)
 				n, err = fdReader(fd).ReadAt(bp.b[:count], int64(a.Offset))
 				data = bp.b[:n]
 			}
-			unix.Fstat(fd, &o.st)
+			if !mapped {
+				unix.Fstat(fd, &o.st)
+			}
 			unix.Close(fd)
 			if err != nil && !errors.Is(err, io.EOF) {
 				st = statusOf(err)
