@@ -90,6 +90,16 @@ func DRC(read func() nfsserver.DRCStats) func() metrics.DRCStats {
 	}
 }
 
+// ReadMap reads the counters of the export server's READ mappings
+// (nfsserver.Server.ReadMapStats) for metrics.NewReadMapCollector.
+func ReadMap(read func() nfsserver.ReadMapStats) func() metrics.ReadMapStats {
+	return func() metrics.ReadMapStats {
+		r := read()
+		return metrics.ReadMapStats{Limit: r.Limit, Mapped: r.Mapped, Windows: r.Windows, Hits: r.Hits, Misses: r.Misses,
+			Evictions: r.Evictions, Copied: r.Copied, Faults: r.Faults}
+	}
+}
+
 // MountMemory reads what a FUSE mount holds (fusefs.Mount.Memory), with
 // its bounds (fusefs.MountWriteBehindBytes, fusefs.MountDirtyBytes), for
 // metrics.NewMountMemoryCollector.
