@@ -130,6 +130,7 @@ func TestReadMapped(t *testing.T) {
 			check(ReadMapWindow, MaxIO)   // a window's first byte
 			check(2*ReadMapWindow-1, 1)   // a window's last byte
 			check(len(data)-10, 100)      // past the end
+			check(len(data)-10, 20)       // past the end, in the last page
 			check(len(data)+5, 100)       // beyond the end
 			for i := 0; i < 300; i++ {
 				check(r.IntN(len(data)+1000), 1+r.IntN(MaxIO))
