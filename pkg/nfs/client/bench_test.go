@@ -45,7 +45,14 @@ var targets = []target{
 // version 2 without responder-provided Read chunks) and mounts it.
 func mountOurs(b *testing.B, proto string) (*Client, nfs3.FH) {
 	b.Helper()
-	srv, err := nfsserver.New(nfsserver.Options{Root: b.TempDir(), Exports: []nfsserver.Export{{Path: "/"}}})
+	return mountOursMap(b, proto, 0)
+}
+
+// mountOursMap is mountOurs with the server's READ mappings bounded by
+// readMap bytes (nfsserver.Options.ReadMapBytes; 0: READ copies).
+func mountOursMap(b *testing.B, proto string, readMap int64) (*Client, nfs3.FH) {
+	b.Helper()
+	srv, err := nfsserver.New(nfsserver.Options{Root: b.TempDir(), Exports: []nfsserver.Export{{Path: "/"}}, ReadMapBytes: readMap})
 	if err != nil {
 		b.Fatal(err)
 	}
