@@ -30,7 +30,10 @@ type FileMR struct {
 // and registers the mapping in pd with access (ibv_reg_mr over the mapped
 // address with the ibverbs provider: the NIC reads the page cache). The
 // range may extend past the end of the file; its bytes there are only
-// valid once the file grows over them. Errors: ErrInvalidWR for an
+// valid once the file grows over them. With the ibverbs provider, a
+// region with write access over a file of a file system that tracks dirty
+// pages (ext4, xfs; not tmpfs) cannot be pinned by recent kernels (RegMR
+// fails with EFAULT): register such files read-only. Errors: ErrInvalidWR for an
 // unaligned offset or a length not above 0; mmap(2)'s error (EACCES for a
 // write mapping of a read-only file, ENODEV for a file that cannot be
 // mapped); the provider's RegMR error.
