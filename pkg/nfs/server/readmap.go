@@ -53,6 +53,7 @@ type window struct {
 // mapping does), so a (dev, ino) key cannot name another file while mapped.
 type readMap struct {
 	limit int64
+	idle  time.Duration // readMapIdle
 
 	mu         sync.Mutex
 	wins       map[winKey]*window
@@ -66,7 +67,7 @@ func newReadMap(limit int64) *readMap {
 	if limit > 0 && limit < ReadMapWindow {
 		limit = ReadMapWindow
 	}
-	return &readMap{limit: max(limit, 0), wins: map[winKey]*window{}}
+	return &readMap{limit: max(limit, 0), idle: readMapIdle, wins: map[winKey]*window{}}
 }
 
 func (m *readMap) stats() ReadMapStats {
@@ -166,7 +167,7 @@ func (m *readMap) close() {
 }
 
 func (m *readMap) expireLocked(now time.Time) {
-	for m.tail != nil && m.tail.refs == 0 && now.Sub(m.tail.used) > readMapIdle {
+	for m.tail != nil && m.tail.refs == 0 && now.Sub(m.tail.used) > m.idle {
 		m.dropLocked(m.tail)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -55,5 +56,34 @@ func TestReadMapWindowsInUse(t *testing.T) {
 	m.release(w1)
 	if w1.mem != nil {
 		t.Fatal("a forgotten window stays mapped after its release")
+	}
+}
+
+// TestReadMapIdle: windows nobody read for the idle time are unmapped by
+// the next READ that looks one up, not kept until the bound needs them.
+func TestReadMapIdle(t *testing.T) {
+	name := filepath.Join(t.TempDir(), "f")
+	if err := os.WriteFile(name, make([]byte, 2*ReadMapWindow), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	fd, err := unix.Open(name, unix.O_RDONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		t.Fatal(err)
+	}
+	m := newReadMap(64 * ReadMapWindow)
+	defer m.close()
+	m.idle = time.Millisecond
+	w0 := m.get(fd, &st, 0)
+	m.release(w0)
+	time.Sleep(5 * time.Millisecond)
+	w1 := m.get(fd, &st, ReadMapWindow)
+	defer m.release(w1)
+	if s := m.stats(); s.Windows != 1 || s.Evictions != 1 || w0.mem != nil {
+		t.Fatalf("idle window kept: %+v", s)
 	}
 }
