@@ -69,8 +69,10 @@ func (f fdReader) ReadAt(p []byte, off int64) (int, error) {
 }
 
 // read is READ (RFC 1813 section 3.3.6). The data (at most MaxIO bytes)
-// is read into a pooled buffer and returned as the DDP-eligible result;
-// the buffer goes back to the pool after the transport sent it. As knfsd,
+// is returned as the DDP-eligible result straight from a mapping of the
+// file (readMap, Options.ReadMapBytes: the transport sends the page
+// cache's pages, no copy), or else read into a pooled buffer; the window or
+// the buffer is released after the transport sent it. As knfsd,
 // the owner may read whatever the mode, and so may a caller with execute
 // permission (NFSD_MAY_READ_IF_EXEC: clients read the programs they run;
 // they check read permission at open themselves, with ACCESS).
