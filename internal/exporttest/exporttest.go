@@ -18,11 +18,13 @@ import (
 )
 
 // Options shape the server: Volume (default "vol") is made with Quota
-// bytes (0: none) and granted to Node (default "node-1") at 127.0.0.1.
+// bytes (0: none) and granted to Node (default "node-1") at 127.0.0.1;
+// ReadMapBytes is the server's nfsserver.Options.ReadMapBytes.
 type Options struct {
-	Volume string
-	Quota  int64
-	Node   string
+	Volume       string
+	Quota        int64
+	Node         string
+	ReadMapBytes int64
 }
 
 // Export is a running export server.
@@ -54,7 +56,7 @@ func Start(t testing.TB, o Options) *Export {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { reg.Close() })
-	srv, err := nfsserver.New(nfsserver.Options{Root: root, Volumes: reg})
+	srv, err := nfsserver.New(nfsserver.Options{Root: root, Volumes: reg, ReadMapBytes: o.ReadMapBytes})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -87,3 +87,13 @@ func DRC(read func() nfsserver.DRCStats) func() metrics.DRCStats {
 			Expired: d.Expired, Entries: d.Entries, Bytes: d.Bytes, Pending: d.Pending}
 	}
 }
+
+// ReadMap reads the counters of the export server's READ mappings
+// (nfsserver.Server.ReadMapStats) for metrics.NewReadMapCollector.
+func ReadMap(read func() nfsserver.ReadMapStats) func() metrics.ReadMapStats {
+	return func() metrics.ReadMapStats {
+		r := read()
+		return metrics.ReadMapStats{Limit: r.Limit, Mapped: r.Mapped, Windows: r.Windows, Hits: r.Hits, Misses: r.Misses,
+			Evictions: r.Evictions, Copied: r.Copied, Faults: r.Faults}
+	}
+}

@@ -737,6 +737,7 @@ func (sl *srvSlot) sendError(msg []byte, err error) {
 func (sl *srvSlot) reply(msg []byte) {
 	c, s := sl.c, sl.c.s
 	defer sl.b.RunAfterSend()
+	defer sl.payloadFault(guardPayload())
 	m := sl.b.Message()
 	rm := Message{Head: len(m.Head), Tail: len(m.Tail)}
 	if m.HasPayload {

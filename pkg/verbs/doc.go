@@ -10,7 +10,8 @@
 //     region are the same 32-bit STag: a 24-bit index and an 8-bit consumer
 //     key that rotates each time the region is re-validated (RFC 5040
 //     section 2.2 "STag"). Addresses are 64-bit tagged offsets: Addr() is the
-//     tagged offset of the region's first byte.
+//     tagged offset of the region's first byte. RegFileMR registers a
+//     shared mapping of a file range (the page cache) the same way.
 //   - Work requests are posted to a queue pair's send queue (Send, Send with
 //     Invalidate, RDMA Write, RDMA Read, local invalidate) or receive queue,
 //     and finish with a work completion (WC) on the queue's completion queue.

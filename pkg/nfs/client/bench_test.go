@@ -45,13 +45,27 @@ var targets = []target{
 // version 2 without responder-provided Read chunks) and mounts it.
 func mountOurs(b *testing.B, proto string) (*Client, nfs3.FH) {
 	b.Helper()
-	return mountOursN(b, proto, 1)
+	return mountOursWith(b, proto, 1, 0)
 }
 
 // mountOursN is mountOurs with nconnect connections to the NFS service.
 func mountOursN(b *testing.B, proto string, nconnect int) (*Client, nfs3.FH) {
 	b.Helper()
-	srv, err := nfsserver.New(nfsserver.Options{Root: b.TempDir(), Exports: []nfsserver.Export{{Path: "/"}}})
+	return mountOursWith(b, proto, nconnect, 0)
+}
+
+// mountOursMap is mountOurs with the server's READ mappings bounded by
+// readMap bytes (nfsserver.Options.ReadMapBytes; 0: READ copies).
+func mountOursMap(b *testing.B, proto string, readMap int64) (*Client, nfs3.FH) {
+	b.Helper()
+	return mountOursWith(b, proto, 1, readMap)
+}
+
+// mountOursWith is mountOurs with nconnect connections and the server's
+// READ mappings bounded by readMap bytes.
+func mountOursWith(b *testing.B, proto string, nconnect int, readMap int64) (*Client, nfs3.FH) {
+	b.Helper()
+	srv, err := nfsserver.New(nfsserver.Options{Root: b.TempDir(), Exports: []nfsserver.Export{{Path: "/"}}, ReadMapBytes: readMap})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -31,6 +31,10 @@ import (
 	"github.com/nfsrdma/nfsrdma-csi/pkg/verbs/siw"
 )
 
+// DefaultReadMapBytes is the default bound of READ's file mappings
+// (Config.ReadMapBytes): 64 windows of 4 MiB.
+const DefaultReadMapBytes = 256 << 20
+
 // Config is what Run serves.
 type Config struct {
 	// Root is the local directory served (server.Options.Root).
@@ -68,6 +72,9 @@ type Config struct {
 	// StateDir and SnapshotDir are the volume registry's directories
 	// (volumes.Options).
 	StateDir, SnapshotDir string
+	// ReadMapBytes bounds the bytes of files mapped to answer READ without
+	// a copy (server.Options.ReadMapBytes); 0: READ copies.
+	ReadMapBytes int64
 	// Version is reported by the admin API's status.
 	Version string
 	// Metrics, when set, is called once with the server's Prometheus
@@ -117,7 +124,10 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.Locks.GracePeriod < 0 {
 		return fmt.Errorf("--grace-period %v: must not be negative", cfg.Locks.GracePeriod)
 	}
-	opts := server.Options{Root: cfg.Root, Exports: exps, Locks: cfg.Locks}
+	if cfg.ReadMapBytes < 0 {
+		return fmt.Errorf("--read-map-bytes %d: must not be negative", cfg.ReadMapBytes)
+	}
+	opts := server.Options{Root: cfg.Root, Exports: exps, Locks: cfg.Locks, ReadMapBytes: cfg.ReadMapBytes}
 	if cfg.HandleKeyFile != "" {
 		if opts.HandleKey, err = os.ReadFile(cfg.HandleKeyFile); err != nil {
 			return err
@@ -141,7 +151,8 @@ func Run(ctx context.Context, cfg Config) error {
 		srv.Dispatcher().SetObserver(rpcm)
 		go cfg.Metrics(ctx, rpcm, metrics.NewVolumeCollector(reg.Volumes, nil),
 			metrics.NewTransportCollector(metrics.RoleResponder, metricsource.Transport(srv.RDMAMetrics), nil),
-			metrics.NewConnectionCollector(metricsource.Connections(srv.RDMAConnections)), metrics.NewDRCCollector(metricsource.DRC(srv.DRCStats)))
+			metrics.NewConnectionCollector(metricsource.Connections(srv.RDMAConnections)), metrics.NewDRCCollector(metricsource.DRC(srv.DRCStats)),
+			metrics.NewReadMapCollector(metricsource.ReadMap(srv.ReadMapStats)))
 	}
 	errc := make(chan error, 4)
 	go func() { errc <- srv.ListenAndServe(ctx, cfg.Listen, cfg.NFSPort, cfg.MountPort) }()

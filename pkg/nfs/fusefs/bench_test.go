@@ -19,6 +19,8 @@ import (
 
 	"github.com/nfsrdma/nfsrdma-csi/internal/testenv"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/mountopts"
+	nfsserver "github.com/nfsrdma/nfsrdma-csi/pkg/nfs/server"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/rpcrdma"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/verbs/siw"
 )
 
@@ -140,7 +142,21 @@ var seqMounts = append(slices.Clip(benchMounts), namedMount{"rdma-nocrc", func(b
 // tests' shared helpers (unmounted and stopped at the end of b); noCRC
 // negotiates the MPA CRC off at both ends (proto rdma only).
 func mountOurs(b *testing.B, proto string, noCRC bool) benchMount {
-	srv := startServerSIW(b, siw.Config{RTRDelay: -1, NoCRC: noCRC})
+	return mountOursMap(b, proto, noCRC, 0)
+}
+
+// seqReadMounts are the mounts of BenchmarkFUSESeqRead: seqMounts (whose
+// server copies READ data with pread) and our mounts whose server answers
+// READ from mappings of the file (rdma-map, tcp-map: 256 MiB of windows).
+var seqReadMounts = append(slices.Clip(seqMounts),
+	namedMount{"rdma-map", func(b *testing.B) benchMount { return mountOursMap(b, mountopts.ProtoRDMA, false, 256<<20) }},
+	namedMount{"tcp-map", func(b *testing.B) benchMount { return mountOursMap(b, mountopts.ProtoTCP, false, 256<<20) }})
+
+// mountOursMap is mountOurs with the server's READ mappings bounded by
+// readMap bytes (nfsserver.Options.ReadMapBytes; 0: READ copies).
+func mountOursMap(b *testing.B, proto string, noCRC bool, readMap int64) benchMount {
+	srv := startServerOptions(b, siw.Config{RTRDelay: -1, NoCRC: noCRC},
+		nfsserver.Options{Exports: []nfsserver.Export{{Path: "/"}}, ReadMapBytes: readMap}, rpcrdma.ServerOptions{})
 	o := fmt.Sprintf("read_ahead_kb=%d", *benchRA)
 	if noCRC {
 		o += ",nompacrc"
@@ -413,7 +429,7 @@ func BenchmarkFUSESeqWrite(b *testing.B) {
 // through each mount, each over a fresh tmpfs, with the mount's page cache
 // of the file dropped before each pass (see the top of this file).
 func BenchmarkFUSESeqRead(b *testing.B) {
-	forEachMount(b, seqMounts, seqBefore(b), func(b *testing.B, m benchMount) {
+	forEachMount(b, seqReadMounts, seqBefore(b), func(b *testing.B, m benchMount) {
 		checkFS(b, m, *benchSeqFS)
 		size := seqSize(b)
 		// Written straight into the backing directory (not through

@@ -58,8 +58,16 @@ func startServerExport(t testing.TB, sc siw.Config, exp nfsserver.Export) *testS
 // options ro.
 func startServerRDMA(t testing.TB, sc siw.Config, exp nfsserver.Export, ro rpcrdma.ServerOptions) *testServer {
 	t.Helper()
+	return startServerOptions(t, sc, nfsserver.Options{Exports: []nfsserver.Export{exp}}, ro)
+}
+
+// startServerOptions is startServerRDMA with the server's options so (its
+// Root is set to a temp dir).
+func startServerOptions(t testing.TB, sc siw.Config, so nfsserver.Options, ro rpcrdma.ServerOptions) *testServer {
+	t.Helper()
 	root := t.TempDir()
-	srv, err := nfsserver.New(nfsserver.Options{Root: root, Exports: []nfsserver.Export{exp}})
+	so.Root = root
+	srv, err := nfsserver.New(so)
 	if err != nil {
 		t.Fatal(err)
 	}

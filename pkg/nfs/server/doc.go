@@ -9,6 +9,23 @@
 // data is returned with sunrpc.Builder.Payload, so an RDMA transport can
 // place both directly (RFC 8267 section 4).
 //
+// # READ from the page cache
+//
+// With Options.ReadMapBytes, READ data is a slice of a shared read-only
+// mapping of the file (readmap.go): files are mapped in aligned windows of
+// ReadMapWindow bytes, kept across READs, least recently used unmapped
+// first within the bound, idle ones after 30 s, a removed file's at
+// REMOVE/RENAME. TCP writes the record mark and the reply's head, then the
+// mapped bytes (writev); RPC-over-RDMA registers them for the Write chunk
+// (siw computes the CRC32c over them; a NIC reads them). A mapping is
+// coherent with WRITE's pwrite. The size is taken with fstat after the
+// window is found and every page is touched under SetPanicOnFault: a file
+// truncated below the range faults there (the READ then copies what is
+// left, counted as a fault); truncated later, while the reply is sent, the
+// kernel's copy fails with EFAULT (TCP) or siw and the RPC-over-RDMA
+// responder catch the fault, and the connection is closed instead of
+// sending a partial reply: the client retransmits.
+//
 // # File handles
 //
 // As NFS-Ganesha's VFS FSAL does, a file handle is the kernel's own handle

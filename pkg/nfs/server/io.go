@@ -69,8 +69,10 @@ func (f fdReader) ReadAt(p []byte, off int64) (int, error) {
 }
 
 // read is READ (RFC 1813 section 3.3.6). The data (at most MaxIO bytes)
-// is read into a pooled buffer and returned as the DDP-eligible result;
-// the buffer goes back to the pool after the transport sent it. As knfsd,
+// is returned as the DDP-eligible result straight from a mapping of the
+// file (readMap, Options.ReadMapBytes: the transport sends the page
+// cache's pages, no copy), or else read into a pooled buffer; the window or
+// the buffer is released after the transport sent it. As knfsd,
 // the owner may read whatever the mode, and so may a caller with execute
 // permission (NFSD_MAY_READ_IF_EXEC: clients read the programs they run;
 // they check read permission at open themselves, with ACCESS).
@@ -102,13 +104,20 @@ func (c *call) read(d *xdr.Decoder, b *sunrpc.Builder) error {
 			st = statusOf(err)
 		} else {
 			var n int
+			mapped := false
 			if count > 0 && a.Offset < 1<<63 {
+				data, mapped = c.s.rmap.readMapped(fd, &o.st, int64(a.Offset), count, b)
+				n = len(data)
+			}
+			if count > 0 && a.Offset < 1<<63 && !mapped {
 				bp := getBuf(count)
 				b.AfterSend(bp.free)
 				n, err = fdReader(fd).ReadAt(bp.b[:count], int64(a.Offset))
 				data = bp.b[:n]
 			}
-			unix.Fstat(fd, &o.st)
+			if !mapped {
+				unix.Fstat(fd, &o.st)
+			}
 			unix.Close(fd)
 			if err != nil && !errors.Is(err, io.EOF) {
 				st = statusOf(err)

@@ -116,11 +116,20 @@ func chargeGone(o *obj, st *unix.Stat_t) {
 // removeEntry runs remove (an unlink or a rename over name in directory
 // o) and charges the removal of name, whose stat before was st (updated;
 // quotaVolume.Remove).
+// A removed regular file's READ mappings are dropped (readMap.forget), so
+// that they do not keep its space.
 func (c *call) removeEntry(o *obj, name string, st *unix.Stat_t, remove func() error) nfs3.Status {
+	dev, ino, reg := st.Dev, st.Ino, st.Mode&unix.S_IFMT == unix.S_IFREG
+	var err error
 	if v := o.ex.vol; v != nil {
-		return statusOf(v.Remove(o.fd, name, st, remove))
+		err = v.Remove(o.fd, name, st, remove)
+	} else {
+		err = remove()
 	}
-	return statusOf(remove())
+	if err == nil && reg {
+		c.s.rmap.forget(dev, ino)
+	}
+	return statusOf(err)
 }
 
 // chargeDir sets the record of directory o after a change of its entries.

@@ -69,6 +69,12 @@ type Options struct {
 	// that does not verify is NLM4_STALE_FH, a client outside the export's
 	// list NLM4_FAILED) and, when nil, its Logger.
 	Locks lockd.Options
+
+	// ReadMapBytes bounds the bytes of files mapped to answer READ from
+	// the page cache without a copy (windows of ReadMapWindow bytes, least
+	// recently used unmapped first; less than one window is one window).
+	// 0: READ copies the data with pread(2).
+	ReadMapBytes int64
 }
 
 // Server is an NFSv3 + MOUNT v3 export server over a local directory. Its
@@ -98,7 +104,8 @@ type Server struct {
 	rdma    rdmaListener   // the ServeRDMA listener
 	credits map[string]int // RPC-over-RDMA credits per machine name (SetMachineGrants)
 
-	drc *replyCache
+	drc  *replyCache
+	rmap *readMap // READ's mappings (readmap.go)
 
 	locks     *lockd.Manager
 	locksOnce sync.Once
@@ -130,7 +137,7 @@ func New(opts Options) (*Server, error) {
 	if log == nil {
 		log = slog.New(logr.ToSlogHandler(klog.Background()))
 	}
-	s := &Server{root: opts.Root, rootFD: fd, rpc: sunrpc.NewServer(log), log: log, seal: newSealer(key)}
+	s := &Server{root: opts.Root, rootFD: fd, rpc: sunrpc.NewServer(log), log: log, seal: newSealer(key), rmap: newReadMap(opts.ReadMapBytes)}
 	rand.Read(s.wverf[:])
 	s.exports.Store(&exportTable{byID: map[uint32]*export{}})
 	if opts.Volumes != nil {
@@ -222,6 +229,10 @@ func (s *Server) rebuildLocked() error {
 // DRCStats returns the duplicate request cache's counters (drc.go).
 func (s *Server) DRCStats() DRCStats { return s.drc.Stats() }
 
+// ReadMapStats returns the counters of READ's file mappings (bytes mapped
+// and their bound, hits, misses, evictions, copies, faults).
+func (s *Server) ReadMapStats() ReadMapStats { return s.rmap.stats() }
+
 // Locks returns the NLM/NSM lock manager.
 func (s *Server) Locks() *lockd.Manager { return s.locks }
 
@@ -298,6 +309,7 @@ func (s *Server) Close() error {
 		return nil
 	}
 	s.locks.Close()
+	s.rmap.close()
 	return unix.Close(s.rootFD)
 }
 

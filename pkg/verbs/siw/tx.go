@@ -3,6 +3,7 @@ package siw
 import (
 	"fmt"
 	"hash/crc32"
+	"runtime/debug"
 	"syscall"
 
 	"github.com/nfsrdma/nfsrdma-csi/pkg/verbs"
@@ -68,6 +69,11 @@ func (q *qp) readMSS() {
 
 // txLoop runs the transmit goroutine until the QP fails.
 func (q *qp) txLoop() {
+	// Registered memory may be a file's mapping (verbs.Device.RegMR over
+	// mapped pages): a page past the end of a file that shrank faults
+	// (SIGBUS). That panics here instead (execute, sendReadResponse
+	// recover it and fail the QP) rather than ending the process.
+	debug.SetPanicOnFault(true)
 	for {
 		select {
 		case <-q.txWake:
@@ -126,8 +132,16 @@ func (q *qp) txDrain() {
 	}
 }
 
-// execute transmits send-queue slot idx. Called with txMu held.
+// execute transmits send-queue slot idx. Called with txMu held. A memory
+// fault reading the slot's source (memoryFault) completes it with a local
+// protection error and moves the QP to error.
 func (q *qp) execute(idx int) {
+	defer func() {
+		if err := memoryFault(recover()); err != nil {
+			clear(q.tx.segs)
+			q.localError(idx, verbs.WCLocProtErr, err)
+		}
+	}()
 	s := &q.sq[idx]
 	wr := &s.wr
 	switch wr.Opcode {
@@ -236,7 +250,13 @@ func (q *qp) gather(sgl []verbs.SGE) (int, verbs.WCStatus, error) {
 // sendReadResponse answers an inbound RDMA Read from the source region
 // (RFC 5040 section 4.5). An invalid source is a remote protection error:
 // Terminate, QP to error. Called with txMu held.
-func (q *qp) sendReadResponse(r *inboundRead) error {
+func (q *qp) sendReadResponse(r *inboundRead) (err error) {
+	defer func() {
+		if ferr := memoryFault(recover()); ferr != nil {
+			q.fail(ferr)
+			err = ferr
+		}
+	}()
 	rr := &r.req
 	q.tx.segs = q.tx.segs[:0]
 	if rr.size > 0 {
@@ -260,7 +280,7 @@ func (q *qp) sendReadResponse(r *inboundRead) error {
 		}
 		q.tx.segs = append(q.tx.segs, b)
 	}
-	err := q.sendMessage(true, opReadResponse, rr.sinkSTag, rr.sinkTO, 0, 0, 0, q.tx.segs, int(rr.size))
+	err = q.sendMessage(true, opReadResponse, rr.sinkSTag, rr.sinkTO, 0, 0, 0, q.tx.segs, int(rr.size))
 	clear(q.tx.segs)
 	return err
 }
@@ -375,4 +395,18 @@ func (q *qp) flush() error {
 func (q *qp) writeFailed(err error) error {
 	q.fail(fmt.Errorf("%w: write: %v", verbs.ErrDisconnect, err))
 	return err
+}
+
+// memoryFault turns a recovered memory fault (debug.SetPanicOnFault: a
+// registered page that is gone, such as a mapped file's page past its end)
+// into an error wrapping verbs.ErrAccess; nil for nil; any other panic
+// continues.
+func memoryFault(r any) error {
+	if r == nil {
+		return nil
+	}
+	if f, ok := r.(interface{ Addr() uintptr }); ok {
+		return fmt.Errorf("%w: memory fault at %#x reading a registered region (a mapped file shrank?)", verbs.ErrLocalError, f.Addr())
+	}
+	panic(r)
 }

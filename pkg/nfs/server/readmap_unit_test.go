@@ -1,0 +1,89 @@
+package server
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// TestReadMapWindowsInUse: a window a reply is being sent from is never
+// unmapped: with a bound of one window held by a READ, another window
+// cannot be mapped (the READ copies); once released it is evicted for the
+// next; a REMOVE (forget) of a file whose window is held unmaps it only
+// at its release.
+func TestReadMapWindowsInUse(t *testing.T) {
+	name := filepath.Join(t.TempDir(), "f")
+	if err := os.WriteFile(name, make([]byte, 3*ReadMapWindow), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	fd, err := unix.Open(name, unix.O_RDONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		t.Fatal(err)
+	}
+	m := newReadMap(1) // less than a window: one window
+	defer m.close()
+	w0 := m.get(fd, &st, 0)
+	if w0 == nil || m.stats().Limit != ReadMapWindow {
+		t.Fatalf("first window: %v, %+v", w0, m.stats())
+	}
+	if w := m.get(fd, &st, ReadMapWindow); w != nil {
+		t.Fatal("a second window mapped over the bound while the first is in use")
+	}
+	if w := m.get(fd, &st, 10); w != w0 {
+		t.Fatal("the same window is not shared")
+	}
+	m.release(w0)
+	m.release(w0)
+	w1 := m.get(fd, &st, 2*ReadMapWindow)
+	if w1 == nil || w0.mem != nil || !w0.gone {
+		t.Fatalf("the idle window was not evicted for a new one: %v, %+v", w1, m.stats())
+	}
+	m.forget(st.Dev, st.Ino)
+	if s := m.stats(); s.Mapped != 0 || s.Windows != 0 || w1.mem == nil {
+		t.Fatalf("forget of a window in use: %+v, still mapped %v", s, w1.mem != nil)
+	}
+	if w1.mem[0] != 0 { // still readable: a reply may be sending it
+		t.Fatal("window bytes")
+	}
+	m.release(w1)
+	if w1.mem != nil {
+		t.Fatal("a forgotten window stays mapped after its release")
+	}
+}
+
+// TestReadMapIdle: windows nobody read for the idle time are unmapped by
+// the next READ that looks one up, not kept until the bound needs them.
+func TestReadMapIdle(t *testing.T) {
+	name := filepath.Join(t.TempDir(), "f")
+	if err := os.WriteFile(name, make([]byte, 2*ReadMapWindow), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	fd, err := unix.Open(name, unix.O_RDONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		t.Fatal(err)
+	}
+	m := newReadMap(64 * ReadMapWindow)
+	defer m.close()
+	m.idle = time.Millisecond
+	w0 := m.get(fd, &st, 0)
+	m.release(w0)
+	time.Sleep(5 * time.Millisecond)
+	w1 := m.get(fd, &st, ReadMapWindow)
+	defer m.release(w1)
+	if s := m.stats(); s.Windows != 1 || s.Evictions != 1 || w0.mem != nil {
+		t.Fatalf("idle window kept: %+v", s)
+	}
+}
