@@ -139,10 +139,13 @@ func (c *Client) flushDones() {
 			if d.inv {
 				wr.Opcode, wr.InvalidateKey = verbs.WRSendWithInv, d.handle
 			}
+			// counted before it is posted, so that a peer that has
+			// seen it finds it counted
+			c.m.dones.Add(1)
 			if err = c.qp.PostSend(wr); err != nil {
+				c.m.dones.Add(^uint64(0))
 				break
 			}
-			c.m.dones.Add(1)
 		}
 		c.sendMu.Unlock()
 		if err != nil {
