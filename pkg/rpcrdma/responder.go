@@ -771,6 +771,15 @@ func (sl *srvSlot) reply(msg []byte) {
 	if p.Write && p.WriteLen > 0 {
 		payMR, err = s.reg(c.pd, m.Payload, 0)
 		if err != nil {
+			// Not every provider registers every memory: Linux before
+			// 6.2 pins a region without write access with FOLL_WRITE and
+			// FOLL_FORCE (ib_umem_get), which the read-only shared
+			// mapping of a file (the NFS server's READ) refuses with
+			// EFAULT. A copy is registered instead (a fault reading the
+			// mapping is recovered by payloadFault).
+			payMR, err = s.reg(c.pd, append([]byte(nil), m.Payload...), 0)
+		}
+		if err != nil {
 			c.qp.Close()
 			return
 		}

@@ -33,7 +33,9 @@ type FileMR struct {
 // valid once the file grows over them. With the ibverbs provider, a
 // region with write access over a file of a file system that tracks dirty
 // pages (ext4, xfs; not tmpfs) cannot be pinned by recent kernels (RegMR
-// fails with EFAULT): register such files read-only. Errors: ErrInvalidWR for an
+// fails with EFAULT): register such files read-only; and a kernel before
+// 6.2 cannot pin a read-only one (ib_umem_get asks FOLL_WRITE|FOLL_FORCE:
+// EFAULT). Errors: ErrInvalidWR for an
 // unaligned offset or a length not above 0; mmap(2)'s error (EACCES for a
 // write mapping of a read-only file, ENODEV for a file that cannot be
 // mapped); the provider's RegMR error.
