@@ -224,22 +224,7 @@ func TestSendDDPTransmitErrors(t *testing.T) {
 	}
 	defer c.Close()
 	segs := in/PageSize - 1
-	for _, k := range []struct {
-		name     string
-		mangle   func(*SDDP)
-		code     XmitErrCode
-		value    uint32
-		min, max uint32
-	}{
-		{"tbsn-past-window", func(s *SDDP) { s.TBSN[0] = uint32(segs) }, XmitErrBadTBSN, uint32(segs), 0, uint32(segs - 1)},
-		{"tbsn-not-consecutive", func(s *SDDP) { s.TBSN[1] = 5 }, XmitErrBadTBSN, 5, 1, 1},
-		{"offset-past-segment", func(s *SDDP) { s.Offset = PageSize }, XmitErrBadOff, PageSize, 0, PageSize - 1},
-		{"offset-unaligned", func(s *SDDP) { s.Offset = 2 }, XmitErrBadOff, 2, 0, PageSize - 1},
-		{"segment-overrun", func(s *SDDP) { s.Length = 3 * PageSize }, XmitErrBadOff, 3 * PageSize, 0, 2 * PageSize},
-		{"past-received", func(s *SDDP) { s.TBSN[0], s.TBSN[1] = 10, 11 }, XmitErrBadOff, 0, 0, 0},
-		{"pslen-past-message", func(s *SDDP) { s.PSLen = in }, XmitErrBadPL, 0, 0, 0},
-		{"disp-unaligned", func(s *SDDP) { s.Disp = 3 }, XmitErrBadPL, 0, 0, 0},
-	} {
+	for _, k := range badPlacements(in, segs) {
 		tr.mangleSDDP = k.mangle
 		seen.n.Store(0)
 		before := ts.srv.Metrics().XmitErrors
@@ -437,23 +422,8 @@ func TestSendDDPReplyPlacementErrors(t *testing.T) {
 	c, cm := newClient(t, ts, ClientOptions{Credits: 8, Inline: in, SendDDP: true})
 	ctx := tctx(t, 30*time.Second)
 	segs := in/PageSize - 1
-	for _, k := range []struct {
-		name     string
-		mangle   func(*SDDP)
-		code     XmitErrCode
-		value    uint32
-		min, max uint32
-	}{
-		{"tbsn-past-window", func(s *SDDP) { s.TBSN[0] = uint32(segs) }, XmitErrBadTBSN, uint32(segs), 0, uint32(segs - 1)},
-		{"tbsn-not-consecutive", func(s *SDDP) { s.TBSN[1] = 5 }, XmitErrBadTBSN, 5, 1, 1},
-		{"offset-past-segment", func(s *SDDP) { s.Offset = PageSize }, XmitErrBadOff, PageSize, 0, PageSize - 1},
-		{"offset-unaligned", func(s *SDDP) { s.Offset = 2 }, XmitErrBadOff, 2, 0, PageSize - 1},
-		{"segment-overrun", func(s *SDDP) { s.Length = 3 * PageSize }, XmitErrBadOff, 3 * PageSize, 0, 2 * PageSize},
-		{"past-received", func(s *SDDP) { s.TBSN[0], s.TBSN[1] = 10, 11 }, XmitErrBadOff, 0, 0, 0},
-		{"pslen-past-message", func(s *SDDP) { s.PSLen = in }, XmitErrBadPL, 0, 0, 0},
-		{"disp-unaligned", func(s *SDDP) { s.Disp = 3 }, XmitErrBadPL, 0, 0, 0},
-		{"disp-past-stream", func(s *SDDP) { s.Disp = s.PSLen + 4 }, XmitErrBadPL, 0, 0, 0},
-	} {
+	for _, k := range append(badPlacements(in, segs),
+		badPlacement{"disp-past-stream", func(s *SDDP) { s.Disp = s.PSLen + 4 }, XmitErrBadPL, 0, 0, 0}) {
 		for _, withBuf := range []bool{true, false} {
 			mangle := k.mangle
 			ts.srv.mangleReplySDDP.Store(&mangle)
@@ -548,5 +518,31 @@ func TestSendDDPTransmitErrorReception(t *testing.T) {
 	tr.mangleSDDP = nil
 	if _, _, err := placedCall(ctx, t, c, pattern(5000, 4)); err != nil {
 		t.Fatalf("after the errors: %v", err)
+	}
+}
+
+// badPlacement is an SDDP header mangled by mangle, which its receiver
+// answers with Transmit Error code, value and the range [min, max] it
+// allows (draft-dnoveck-rpcrdma-rtrext section 8).
+type badPlacement struct {
+	name     string
+	mangle   func(*SDDP)
+	code     XmitErrCode
+	value    uint32
+	min, max uint32
+}
+
+// badPlacements are the placements a receiver of in-byte buffers with
+// segs DDP-targetable pages refuses, in calls and in replies alike.
+func badPlacements(in, segs int) []badPlacement {
+	return []badPlacement{
+		{"tbsn-past-window", func(s *SDDP) { s.TBSN[0] = uint32(segs) }, XmitErrBadTBSN, uint32(segs), 0, uint32(segs - 1)},
+		{"tbsn-not-consecutive", func(s *SDDP) { s.TBSN[1] = 5 }, XmitErrBadTBSN, 5, 1, 1},
+		{"offset-past-segment", func(s *SDDP) { s.Offset = PageSize }, XmitErrBadOff, PageSize, 0, PageSize - 1},
+		{"offset-unaligned", func(s *SDDP) { s.Offset = 2 }, XmitErrBadOff, 2, 0, PageSize - 1},
+		{"segment-overrun", func(s *SDDP) { s.Length = 3 * PageSize }, XmitErrBadOff, 3 * PageSize, 0, 2 * PageSize},
+		{"past-received", func(s *SDDP) { s.TBSN[0], s.TBSN[1] = 10, 11 }, XmitErrBadOff, 0, 0, 0},
+		{"pslen-past-message", func(s *SDDP) { s.PSLen = uint32(in) }, XmitErrBadPL, 0, 0, 0},
+		{"disp-unaligned", func(s *SDDP) { s.Disp = 3 }, XmitErrBadPL, 0, 0, 0},
 	}
 }

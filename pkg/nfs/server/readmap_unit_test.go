@@ -15,34 +15,22 @@ import (
 // next; a REMOVE (forget) of a file whose window is held unmaps it only
 // at its release.
 func TestReadMapWindowsInUse(t *testing.T) {
-	name := filepath.Join(t.TempDir(), "f")
-	if err := os.WriteFile(name, make([]byte, 3*ReadMapWindow), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	fd, err := unix.Open(name, unix.O_RDONLY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Close(fd)
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		t.Fatal(err)
-	}
+	fd, st := windowsFile(t, 3)
 	m := newReadMap(1) // less than a window: one window
 	defer m.close()
-	w0 := m.get(fd, &st, 0)
+	w0 := m.get(fd, st, 0)
 	if w0 == nil || m.stats().Limit != ReadMapWindow {
 		t.Fatalf("first window: %v, %+v", w0, m.stats())
 	}
-	if w := m.get(fd, &st, ReadMapWindow); w != nil {
+	if w := m.get(fd, st, ReadMapWindow); w != nil {
 		t.Fatal("a second window mapped over the bound while the first is in use")
 	}
-	if w := m.get(fd, &st, 10); w != w0 {
+	if w := m.get(fd, st, 10); w != w0 {
 		t.Fatal("the same window is not shared")
 	}
 	m.release(w0)
 	m.release(w0)
-	w1 := m.get(fd, &st, 2*ReadMapWindow)
+	w1 := m.get(fd, st, 2*ReadMapWindow)
 	if w1 == nil || w0.mem != nil || !w0.gone {
 		t.Fatalf("the idle window was not evicted for a new one: %v, %+v", w1, m.stats())
 	}
@@ -62,28 +50,36 @@ func TestReadMapWindowsInUse(t *testing.T) {
 // TestReadMapIdle: windows nobody read for the idle time are unmapped by
 // the next READ that looks one up, not kept until the bound needs them.
 func TestReadMapIdle(t *testing.T) {
+	fd, st := windowsFile(t, 2)
+	m := newReadMap(64 * ReadMapWindow)
+	defer m.close()
+	m.idle = time.Millisecond
+	w0 := m.get(fd, st, 0)
+	m.release(w0)
+	time.Sleep(5 * time.Millisecond)
+	w1 := m.get(fd, st, ReadMapWindow)
+	defer m.release(w1)
+	if s := m.stats(); s.Windows != 1 || s.Evictions != 1 || w0.mem != nil {
+		t.Fatalf("idle window kept: %+v", s)
+	}
+}
+
+// windowsFile returns a file of n read-map windows of zeros, open
+// read-only until the test ends, and its stat.
+func windowsFile(t *testing.T, n int) (int, *unix.Stat_t) {
+	t.Helper()
 	name := filepath.Join(t.TempDir(), "f")
-	if err := os.WriteFile(name, make([]byte, 2*ReadMapWindow), 0o600); err != nil {
+	if err := os.WriteFile(name, make([]byte, n*ReadMapWindow), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	fd, err := unix.Open(name, unix.O_RDONLY, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer unix.Close(fd)
+	t.Cleanup(func() { unix.Close(fd) })
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
 		t.Fatal(err)
 	}
-	m := newReadMap(64 * ReadMapWindow)
-	defer m.close()
-	m.idle = time.Millisecond
-	w0 := m.get(fd, &st, 0)
-	m.release(w0)
-	time.Sleep(5 * time.Millisecond)
-	w1 := m.get(fd, &st, ReadMapWindow)
-	defer m.release(w1)
-	if s := m.stats(); s.Windows != 1 || s.Evictions != 1 || w0.mem != nil {
-		t.Fatalf("idle window kept: %+v", s)
-	}
+	return fd, &st
 }
