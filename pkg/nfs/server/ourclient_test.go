@@ -5,17 +5,15 @@ import (
 	"context"
 	"io"
 	"math/rand/v2"
-	"net"
 	"os"
 	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	client "github.com/nfsrdma/nfsrdma-csi/pkg/nfs/client"
+	"github.com/nfsrdma/nfsrdma-csi/internal/testenv"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/rpcrdma"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
-	"github.com/nfsrdma/nfsrdma-csi/pkg/verbs/siw"
 )
 
 // TestOurClient mounts our export server with our NFS client, over TCP
@@ -38,31 +36,12 @@ func ourClient(t *testing.T, proto string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer srv.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	nfsL, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	mountL, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 2)
-	go func() { served <- srv.Serve(ctx, nfsL, mountL) }()
-	opts := client.Options{
-		Server:    "127.0.0.1",
-		NFSPort:   nfsL.Addr().(*net.TCPAddr).Port,
-		MountPort: mountL.Addr().(*net.TCPAddr).Port,
-		Export:    "/",
-		AuthSys:   sunrpc.AuthSysParams{MachineName: "test", UID: 0, GID: 0},
-	}
-	servers := 1
+	ctx := testenv.Context(t, 60*time.Second)
+	var wrap func(sunrpc.DialFunc) sunrpc.DialFunc
 	var rdma *rpcrdma.ClientMetrics
 	var placed atomic.Int64 // READ data read from TCP straight into the caller's buffer
 	if proto == "tcp" {
-		opts.WrapDial = func(dial sunrpc.DialFunc) sunrpc.DialFunc {
+		wrap = func(dial sunrpc.DialFunc) sunrpc.DialFunc {
 			return func(ctx context.Context) (sunrpc.ClientTransport, error) {
 				tr, err := dial(ctx)
 				return placedCounter{tr, &placed}, err
@@ -74,33 +53,9 @@ func ourClient(t *testing.T, proto string) {
 		proto, vers = "rdma", 1
 	}
 	if proto == "rdma" {
-		// a free port for NFS/RDMA
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		addr := l.Addr().String()
-		l.Close()
-		servers++
-		go func() {
-			served <- srv.ServeRDMA(ctx, siw.NewDevice(siw.Config{RTRDelay: -1}), addr, rpcrdma.ServerOptions{Credits: 16, MaxVersion: vers})
-		}()
 		rdma = new(rpcrdma.ClientMetrics)
-		opts.Transport = "rdma"
-		opts.Dial = rpcrdma.Dialer(siw.NewDevice(siw.Config{RTRDelay: -1}), addr, rpcrdma.ClientOptions{Metrics: rdma, MaxVersion: vers})
 	}
-	defer func() {
-		cancel()
-		for range servers {
-			<-served
-		}
-	}()
-
-	c, err := client.Mount(ctx, opts)
-	if err != nil {
-		t.Fatal("mount:", err)
-	}
-	defer c.Unmount(context.Background())
+	c := serveOurClient(t, srv, proto, vers, rdma, wrap)
 
 	data := make([]byte, 16<<20)
 	r := rand.New(rand.NewPCG(1, 2))

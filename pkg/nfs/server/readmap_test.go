@@ -32,6 +32,16 @@ func mapServer(t *testing.T, proto string, limit int64) (*Server, *client.Client
 	if err != nil {
 		t.Fatal(err)
 	}
+	return srv, serveOurClient(t, srv, proto, 2, nil, nil), root
+}
+
+// serveOurClient serves srv (NFS and MOUNT over loopback TCP and, for
+// proto "rdma", NFS over RPC-over-RDMA on software iWARP up to version
+// vers, 16 credits) and mounts its export "/" with our client over proto,
+// its RPC-over-RDMA counted in rdma (nil or) and its dialer wrapped by wrap
+// (nil or); the mount, the serving and srv end with the test.
+func serveOurClient(t *testing.T, srv *Server, proto string, vers int, rdma *rpcrdma.ClientMetrics, wrap func(sunrpc.DialFunc) sunrpc.DialFunc) *client.Client {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	nfsL, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -50,9 +60,10 @@ func mapServer(t *testing.T, proto string, limit int64) (*Server, *client.Client
 		MountPort: mountL.Addr().(*net.TCPAddr).Port,
 		Export:    "/",
 		AuthSys:   sunrpc.AuthSysParams{MachineName: "test"},
+		WrapDial:  wrap,
 	}
 	if proto == "rdma" {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+		l, err := net.Listen("tcp", "127.0.0.1:0") // a free port for NFS/RDMA
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -60,10 +71,10 @@ func mapServer(t *testing.T, proto string, limit int64) (*Server, *client.Client
 		l.Close()
 		servers++
 		go func() {
-			served <- srv.ServeRDMA(ctx, siw.NewDevice(siw.Config{RTRDelay: -1}), addr, rpcrdma.ServerOptions{Credits: 16})
+			served <- srv.ServeRDMA(ctx, siw.NewDevice(siw.Config{RTRDelay: -1}), addr, rpcrdma.ServerOptions{Credits: 16, MaxVersion: vers})
 		}()
 		opts.Transport = "rdma"
-		opts.Dial = rpcrdma.Dialer(siw.NewDevice(siw.Config{RTRDelay: -1}), addr, rpcrdma.ClientOptions{})
+		opts.Dial = rpcrdma.Dialer(siw.NewDevice(siw.Config{RTRDelay: -1}), addr, rpcrdma.ClientOptions{Metrics: rdma, MaxVersion: vers})
 	}
 	c, err := client.Mount(ctx, opts)
 	if err != nil {
@@ -78,7 +89,7 @@ func mapServer(t *testing.T, proto string, limit int64) (*Server, *client.Client
 		}
 		srv.Close()
 	})
-	return srv, c, root
+	return c
 }
 
 // TestReadMapped reads a 20 MiB file through a server whose READ mappings
