@@ -61,17 +61,7 @@ func TestNConnectMount(t *testing.T) {
 						data := make([]byte, size)
 						r := rand.NewChaCha8([32]byte{byte(w), byte(i)})
 						r.Read(data)
-						f, err := os.OpenFile(filepath.Join(dir, name), os.O_CREATE|os.O_RDWR|os.O_TRUNC, 0o644)
-						if err == nil {
-							_, err = f.Write(data)
-						}
-						if err == nil {
-							err = f.Sync()
-						}
-						if f != nil {
-							f.Close()
-						}
-						if err != nil {
+						if err := writeSync(filepath.Join(dir, name), data); err != nil {
 							errs <- fmt.Errorf("%s: %w", name, err)
 							return
 						}

@@ -118,17 +118,7 @@ func BenchmarkFUSEExtensions(b *testing.B) {
 		})
 		data := randBytes(small, 4)
 		run("write-8KiB", small, func(b *testing.B, i int) {
-			f, err := os.Create(filepath.Join(dir, "small-w"))
-			if err == nil {
-				_, err = f.Write(data)
-			}
-			if err == nil {
-				err = f.Sync()
-			}
-			if f != nil {
-				f.Close()
-			}
-			if err != nil {
+			if err := writeSync(filepath.Join(dir, "small-w"), data); err != nil {
 				b.Fatal(err)
 			}
 		})
