@@ -122,6 +122,10 @@ type Server struct {
 	opts ServerOptions
 	m    metrics
 
+	// copyPayload: the device refused to register a reply's payload in
+	// place (reply), so payloads are registered as copies from then on.
+	copyPayload atomic.Bool
+
 	mu            sync.Mutex
 	conns         map[*srvConn]struct{}
 	recent        recentXIDs
@@ -769,14 +773,21 @@ func (sl *srvSlot) reply(msg []byte) {
 	var payMR verbs.MR
 	defer func() { s.dereg(payMR) }()
 	if p.Write && p.WriteLen > 0 {
-		payMR, err = s.reg(c.pd, m.Payload, 0)
-		if err != nil {
-			// Not every provider registers every memory: Linux before
-			// 6.2 pins a region without write access with FOLL_WRITE and
-			// FOLL_FORCE (ib_umem_get), which the read-only shared
-			// mapping of a file (the NFS server's READ) refuses with
-			// EFAULT. A copy is registered instead (a fault reading the
-			// mapping is recovered by payloadFault).
+		// Not every provider registers every memory: Linux before 6.2
+		// pins a region without write access with FOLL_WRITE and
+		// FOLL_FORCE (ib_umem_get), which the read-only shared mapping
+		// of a file (the NFS server's READ) refuses with EFAULT. After
+		// the first refusal a copy is registered, without trying in
+		// place again (a fault reading the mapping is recovered by
+		// payloadFault).
+		inPlace := !s.copyPayload.Load()
+		if inPlace {
+			if payMR, err = s.reg(c.pd, m.Payload, 0); err != nil {
+				s.copyPayload.Store(true)
+				s.opts.Logger.Warn("rpcrdma: the device cannot register reply payloads in place; registering copies", "err", err)
+			}
+		}
+		if !inPlace || err != nil {
 			payMR, err = s.reg(c.pd, append([]byte(nil), m.Payload...), 0)
 		}
 		if err != nil {

@@ -6,12 +6,13 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/mountopts"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
 )
 
-// MaxNConnect bounds Options.NConnect, 16 (Linux NFS_MAX_CONNECTIONS,
-// nfs(5) nconnect).
-const MaxNConnect = 16
+// MaxNConnect bounds Options.NConnect: the bound of the nconnect mount
+// option, 16 (Linux NFS_MAX_CONNECTIONS, nfs(5) nconnect).
+const MaxNConnect = mountopts.MaxNConnect
 
 // connSet is the NFS connections of a mount (nfs(5) nconnect): n
 // sunrpc.Clients dialing the same NFS service, each with its own
