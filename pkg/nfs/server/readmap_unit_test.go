@@ -1,8 +1,10 @@
 package server
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"testing"
 	"time"
 
@@ -82,4 +84,52 @@ func windowsFile(t *testing.T, n int) (int, *unix.Stat_t) {
 		t.Fatal(err)
 	}
 	return fd, &st
+}
+
+// TestPopulate: the pages of a READ's range in a window are made present
+// (the process's minor faults do not grow when they are read after), and a
+// range past the end of a file that shrank under the window is refused,
+// not a crash.
+func TestPopulate(t *testing.T) {
+	fd, st := windowsFile(t, 1)
+	m := newReadMap(ReadMapWindow)
+	defer m.close()
+	w := m.get(fd, st, 0)
+	if w == nil {
+		t.Fatal("no window")
+	}
+	defer m.release(w)
+	const lo, n = 3 * pageSize, 64 * pageSize
+	if !populate(w.mem, lo+1, n-1) {
+		t.Fatal("populate of a range inside the file refused")
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	before := minorFaults(t)
+	var s byte
+	for i := lo; i < lo+n; i += pageSize {
+		s += w.mem[i]
+	}
+	if f := minorFaults(t) - before; f != 0 || s != 0 {
+		t.Errorf("%d page faults reading %d populated pages", f, n/pageSize)
+	}
+	if err := os.Truncate(fmt.Sprintf("/proc/self/fd/%d", fd), 2*pageSize); err != nil {
+		t.Fatal(err)
+	}
+	if populate(w.mem, lo, n) {
+		t.Error("populate past the end of a file that shrank reported the pages present")
+	}
+	if !populate(w.mem, 0, 2*pageSize) {
+		t.Error("populate of what is left of the file refused")
+	}
+}
+
+// minorFaults is the calling thread's minor page faults so far
+// (getrusage RUSAGE_THREAD; lock the goroutine to its thread).
+func minorFaults(t *testing.T) int64 {
+	var ru unix.Rusage
+	if err := unix.Getrusage(unix.RUSAGE_THREAD, &ru); err != nil {
+		t.Fatal(err)
+	}
+	return ru.Minflt
 }
