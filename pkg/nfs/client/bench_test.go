@@ -94,13 +94,16 @@ func mountOursWith(b *testing.B, proto string, nconnect int, readMap int64) (*Cl
 		addr := l.Addr().String()
 		l.Close()
 		n++
+		// send-based DDP on at both ends, as driver server and a
+		// proto=rdma mount run by default (version 2 only)
+		so := rpcrdma.ServerOptions{SendDDP: true, Inline: rpcrdma.SDDPInline}
 		go func() {
-			done <- srv.ServeRDMA(ctx, siw.NewDevice(siw.Config{RTRDelay: -1}), addr, rpcrdma.ServerOptions{})
+			done <- srv.ServeRDMA(ctx, siw.NewDevice(siw.Config{RTRDelay: -1}), addr, so)
 		}()
 		opts.Transport = "rdma"
-		co := rpcrdma.ClientOptions{Versions: &rpcrdma.VersionCache{}}
+		co := rpcrdma.ClientOptions{Versions: &rpcrdma.VersionCache{}, SendDDP: true, Inline: rpcrdma.SDDPInline}
 		if proto == "rdma-v1" {
-			co.MaxVersion = 1
+			co.MaxVersion, co.SendDDP, co.Inline = 1, false, 0
 		}
 		co.NoResponderReadChunks = proto == "rdma-norprc"
 		opts.Dial = rpcrdma.Dialer(siw.NewDevice(siw.Config{RTRDelay: -1}), addr, co)

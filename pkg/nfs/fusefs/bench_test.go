@@ -156,7 +156,8 @@ var seqReadMounts = append(slices.Clip(seqMounts),
 // readMap bytes (nfsserver.Options.ReadMapBytes; 0: READ copies).
 func mountOursMap(b *testing.B, proto string, noCRC bool, readMap int64) benchMount {
 	srv := startServerOptions(b, siw.Config{RTRDelay: -1, NoCRC: noCRC},
-		nfsserver.Options{Exports: []nfsserver.Export{{Path: "/"}}, ReadMapBytes: readMap}, rpcrdma.ServerOptions{})
+		nfsserver.Options{Exports: []nfsserver.Export{{Path: "/"}}, ReadMapBytes: readMap},
+		rpcrdma.ServerOptions{SendDDP: true, Inline: rpcrdma.SDDPInline}) // as driver server runs by default
 	o := fmt.Sprintf("read_ahead_kb=%d", *benchRA)
 	if noCRC {
 		o += ",nompacrc"
