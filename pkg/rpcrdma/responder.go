@@ -122,8 +122,9 @@ type Server struct {
 	opts ServerOptions
 	m    metrics
 
-	// copyPayload: the device refused to register a reply's payload in
-	// place (reply), so payloads are registered as copies from then on.
+	// copyPayload: the device cannot register a read-only file mapping
+	// (verbs.ProbeFileMR at Serve) or refused to register a reply's
+	// payload in place (reply), so payloads are registered as copies.
 	copyPayload atomic.Bool
 
 	mu            sync.Mutex
@@ -221,6 +222,7 @@ func (s *Server) CloseConnections() {
 // ends or Close; it then disconnects every connection, waits for their
 // goroutines and returns the cause (ctx's error, or the listener's).
 func (s *Server) Serve(ctx context.Context, d sunrpc.Dispatcher) error {
+	s.probePayloads()
 	var wg sync.WaitGroup
 	ctx, cancel := context.WithCancel(ctx)
 	defer func() {
@@ -247,6 +249,23 @@ func (s *Server) Serve(ctx context.Context, d sunrpc.Dispatcher) error {
 			defer wg.Done()
 			c.run(ctx, d)
 		}()
+	}
+}
+
+// probePayloads finds out whether the device registers read-only shared
+// file mappings (verbs.ProbeFileMR), as a reply's payload is when the
+// upper layer answers READ from the page cache; when it cannot, payloads
+// are registered as copies from the first reply on, and the log says so
+// once.
+func (s *Server) probePayloads() {
+	pd, err := s.dev.AllocPD()
+	if err == nil {
+		err = verbs.ProbeFileMR(pd)
+		pd.Close()
+	}
+	if err != nil {
+		s.copyPayload.Store(true)
+		s.opts.Logger.Warn("rpcrdma: the device cannot register file mappings; reply payloads are registered as copies", "err", err)
 	}
 }
 

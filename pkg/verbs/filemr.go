@@ -69,3 +69,29 @@ func (m *FileMR) Close() error {
 	m.mem = nil
 	return err
 }
+
+// ProbeFileMR reports whether pd's device registers a read-only shared
+// mapping of a file (the page cache, as RegFileMR with no write access
+// maps it): it maps one page of an anonymous shmem file (memfd_create(2))
+// that way and registers it. nil: it can; otherwise the error of the
+// step that failed, the provider's RegMR error in particular (EFAULT with
+// the ibverbs provider on Linux before 6.2, whose ib_umem_get pins regions
+// without write access with FOLL_WRITE|FOLL_FORCE). Nothing stays mapped
+// or registered.
+func ProbeFileMR(pd PD) error {
+	fd, err := unix.MemfdCreate("nfsrdma-probe-filemr", unix.MFD_CLOEXEC)
+	if err != nil {
+		return fmt.Errorf("verbs: probing file regions: memfd_create: %w", err)
+	}
+	f := os.NewFile(uintptr(fd), "memfd:nfsrdma-probe-filemr")
+	defer f.Close()
+	page := int64(os.Getpagesize())
+	if err := f.Truncate(page); err != nil {
+		return fmt.Errorf("verbs: probing file regions: %w", err)
+	}
+	m, err := RegFileMR(pd, f, 0, page, 0)
+	if err != nil {
+		return err
+	}
+	return m.Close()
+}

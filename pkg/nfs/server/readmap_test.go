@@ -4,20 +4,26 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/nfsrdma/nfsrdma-csi/internal/testenv"
 	client "github.com/nfsrdma/nfsrdma-csi/pkg/nfs/client"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nfs3"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/rpcrdma"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/verbs"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/verbs/siw"
 )
 
@@ -26,13 +32,20 @@ import (
 // or "rdma": RPC-over-RDMA over software iWARP); both end with the test.
 func mapServer(t *testing.T, proto string, limit int64) (*Server, *client.Client, string) {
 	t.Helper()
+	return mapServerOn(t, proto, nil, limit)
+}
+
+// mapServerOn is mapServer with NFS/RDMA served on dev (nil: software
+// iWARP).
+func mapServerOn(t *testing.T, proto string, dev verbs.Device, limit int64) (*Server, *client.Client, string) {
+	t.Helper()
 	testenv.NeedRoot(t, "the export server (name_to_handle_at, open_by_handle_at)")
 	root := t.TempDir()
 	srv, err := New(Options{Root: root, Exports: []Export{{Path: "/"}}, ReadMapBytes: limit})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return srv, serveOurClient(t, srv, proto, 2, nil, nil), root
+	return srv, serveOurClientOn(t, srv, proto, dev, 2, nil, nil), root
 }
 
 // serveOurClient serves srv (NFS and MOUNT over loopback TCP and, for
@@ -42,6 +55,16 @@ func mapServer(t *testing.T, proto string, limit int64) (*Server, *client.Client
 // (nil or); the mount, the serving and srv end with the test.
 func serveOurClient(t *testing.T, srv *Server, proto string, vers int, rdma *rpcrdma.ClientMetrics, wrap func(sunrpc.DialFunc) sunrpc.DialFunc) *client.Client {
 	t.Helper()
+	return serveOurClientOn(t, srv, proto, nil, vers, rdma, wrap)
+}
+
+// serveOurClientOn is serveOurClient with NFS/RDMA served on dev (nil:
+// software iWARP).
+func serveOurClientOn(t *testing.T, srv *Server, proto string, dev verbs.Device, vers int, rdma *rpcrdma.ClientMetrics, wrap func(sunrpc.DialFunc) sunrpc.DialFunc) *client.Client {
+	t.Helper()
+	if dev == nil {
+		dev = siw.NewDevice(siw.Config{RTRDelay: -1})
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	nfsL, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -71,7 +94,7 @@ func serveOurClient(t *testing.T, srv *Server, proto string, vers int, rdma *rpc
 		l.Close()
 		servers++
 		go func() {
-			served <- srv.ServeRDMA(ctx, siw.NewDevice(siw.Config{RTRDelay: -1}), addr, rpcrdma.ServerOptions{Credits: 16, MaxVersion: vers})
+			served <- srv.ServeRDMA(ctx, dev, addr, rpcrdma.ServerOptions{Credits: 16, MaxVersion: vers})
 		}()
 		opts.Transport = "rdma"
 		opts.Dial = rpcrdma.Dialer(siw.NewDevice(siw.Config{RTRDelay: -1}), addr, rpcrdma.ClientOptions{Metrics: rdma, MaxVersion: vers})
@@ -99,11 +122,24 @@ func serveOurClient(t *testing.T, srv *Server, proto string, vers int, rdma *rpc
 // window and the next READ returns it; the counters show hits, misses,
 // evictions and copies, the mapped bytes never exceed the bound, and a
 // REMOVE unmaps the file's windows.
+//
+// "rdma-pre6.2" serves NFS/RDMA on a device that refuses to register
+// read-only shared file mappings, as the ibverbs provider on Linux before
+// 6.2 does: the responder finds out once, at start, and registers copies
+// of READ data (one refusal in all, the data the same).
 func TestReadMapped(t *testing.T) {
-	for _, proto := range []string{"tcp", "rdma"} {
+	for _, proto := range []string{"tcp", "rdma", "rdma-pre6.2"} {
 		t.Run(proto, func(t *testing.T) {
 			const limit = 2 * ReadMapWindow
-			srv, c, root := mapServer(t, proto, limit)
+			var dev *pre62Device
+			if proto == "rdma-pre6.2" {
+				dev = &pre62Device{Device: siw.NewDevice(siw.Config{RTRDelay: -1})}
+				proto = "rdma"
+			}
+			srv, c, root := mapServerOn(t, proto, dev.orNil(), limit)
+			if dev != nil && dev.refused.Load() != 1 {
+				t.Fatalf("%d registrations of file mappings refused before the first READ, want 1 (the responder's probe at start)", dev.refused.Load())
+			}
 			ctx := context.Background()
 			data := make([]byte, 5*ReadMapWindow-12345)
 			r := rand.New(rand.NewPCG(3, 4))
@@ -168,8 +204,72 @@ func TestReadMapped(t *testing.T) {
 			if st := srv.ReadMapStats(); st.Mapped != 0 || st.Windows != 0 {
 				t.Fatalf("after REMOVE: %+v, want nothing mapped", st)
 			}
+			if dev != nil {
+				if n := dev.refused.Load(); n != 1 {
+					t.Fatalf("%d registrations of file mappings refused, want 1 (the responder's probe at start)", n)
+				}
+				if srv.RDMAMetrics().WriteChunks == 0 {
+					t.Fatal("no READ data went in Write chunks")
+				}
+			}
 		})
 	}
+}
+
+// pre62Device is a verbs.Device whose protection domains refuse to
+// register memory of a shared file mapping without write permission
+// (EFAULT), as the ibverbs provider does on Linux before 6.2, whose
+// ib_umem_get pins a region without write access with
+// FOLL_WRITE|FOLL_FORCE. refused counts the refusals.
+type pre62Device struct {
+	verbs.Device
+	refused atomic.Int64
+}
+
+// orNil is d as a verbs.Device, nil for a nil d.
+func (d *pre62Device) orNil() verbs.Device {
+	if d == nil {
+		return nil
+	}
+	return d
+}
+
+func (d *pre62Device) AllocPD() (verbs.PD, error) {
+	pd, err := d.Device.AllocPD()
+	if err != nil {
+		return nil, err
+	}
+	return pre62PD{PD: pd, d: d}, nil
+}
+
+type pre62PD struct {
+	verbs.PD
+	d *pre62Device
+}
+
+func (p pre62PD) RegMR(b []byte, access verbs.Access) (verbs.MR, error) {
+	if len(b) > 0 && readOnlySharedMapping(uintptr(unsafe.Pointer(&b[0]))) {
+		p.d.refused.Add(1)
+		return nil, unix.EFAULT
+	}
+	return p.PD.RegMR(b, access)
+}
+
+// readOnlySharedMapping reports whether addr lies in a shared mapping
+// without write permission ("r--s" in /proc/self/maps).
+func readOnlySharedMapping(addr uintptr) bool {
+	maps, err := os.ReadFile("/proc/self/maps")
+	if err != nil {
+		return false
+	}
+	for line := range strings.Lines(string(maps)) {
+		var lo, hi uintptr
+		var perms string
+		if _, err := fmt.Sscanf(line, "%x-%x %s", &lo, &hi, &perms); err == nil && lo <= addr && addr < hi {
+			return perms == "r--s"
+		}
+	}
+	return false
 }
 
 // TestReadMapOff: with ReadMapBytes 0 READ copies (pread) and maps nothing.

@@ -76,6 +76,21 @@ func testFileMR(t *testing.T, access verbs.Access) {
 	}
 }
 
+// TestProbeFileMR: verbs.ProbeFileMR, which the NFS/RDMA responder runs
+// at start, reports what this kernel does with a read-only shared file
+// mapping: refused (EFAULT) before Linux 6.2, registered since.
+func TestProbeFileMR(t *testing.T) {
+	name, _ := testDevice(t)
+	e := newEnd(t, name)
+	err := verbs.ProbeFileMR(e.pd)
+	switch before := kernelBefore(t, 6, 2); {
+	case before && !errors.Is(err, syscall.EFAULT):
+		t.Fatalf("ProbeFileMR on a kernel before 6.2: %v, want EFAULT", err)
+	case !before && err != nil:
+		t.Fatalf("ProbeFileMR: %v, want the mapping registered", err)
+	}
+}
+
 // kernelBefore reports whether the running kernel's release is before
 // major.minor.
 func kernelBefore(t *testing.T, major, minor int) bool {

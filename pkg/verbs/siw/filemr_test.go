@@ -93,3 +93,17 @@ func TestFileMR(t *testing.T) {
 		t.Fatalf("QP error %v, want ErrLocalError", err)
 	}
 }
+
+// TestProbeFileMR: software iWARP registers a read-only shared file
+// mapping (verbs.ProbeFileMR), so the NFS/RDMA responder sends READ data
+// from the page cache in place.
+func TestProbeFileMR(t *testing.T) {
+	pd, err := NewDevice(Config{}).AllocPD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pd.Close()
+	if err := verbs.ProbeFileMR(pd); err != nil {
+		t.Fatal("ProbeFileMR:", err)
+	}
+}
