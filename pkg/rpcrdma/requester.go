@@ -24,6 +24,10 @@ type ClientOptions struct {
 	Credits int
 	// Inline is our send and receive size, in bytes, advertised in RFC 8797
 	// private data [OurInline, 4096]; 1024..262144, a multiple of 1024.
+	// With SendDDP it applies to version 2 only: a connection in version
+	// 1 (MaxVersion 1, a responder Versions knows as version 1, or one
+	// that answers the negotiation with ERR_VERS, which is then dialed
+	// again) uses at most OurInline.
 	Inline int
 	// MaxReply is the largest reply, in bytes, without a DDP-eligible
 	// result, assumed for a call whose MaxReplySize is 0: the size of the
@@ -289,6 +293,13 @@ func Dial(ctx context.Context, dev verbs.Device, addr string, opts ClientOptions
 	if err := opts.fill(); err != nil {
 		return nil, err
 	}
+	// A responder known to speak version 1 only gets version 1's
+	// buffers: send-based DDP, for which SendDDP enlarges them, is a
+	// version 2 extension, and continued replies are version 2 too.
+	v1 := opts.MaxVersion < Version2 || opts.Versions.Version1Only(addr)
+	if v1 && opts.SendDDP {
+		opts.Inline = min(opts.Inline, OurInline)
+	}
 	c := &Client{opts: opts, m: &opts.Metrics.m, lim: opts.Limits, remInv: !opts.NoRemoteInvalidate,
 		byXID: make(map[uint32]int, opts.Credits), window: 1, done: make(chan struct{}), loopEnd: make(chan struct{})}
 	ok := false
@@ -305,7 +316,7 @@ func Dial(ctx context.Context, dev verbs.Device, addr string, opts ClientOptions
 	// Receives: one per credit, and, when version 2 may be spoken,
 	// MaxContinuation more for the parts of a continued reply.
 	nrecv := n
-	if opts.MaxVersion >= Version2 {
+	if !v1 {
 		nrecv += MaxContinuation
 	}
 	if c.cq, err = dev.CreateCQ(5*n + 16 + nrecv - n); err != nil {
@@ -353,9 +364,19 @@ func Dial(ctx context.Context, dev verbs.Device, addr string, opts ClientOptions
 	c.peer, _ = parsePrivateData(c.info.PrivateData)
 	c.inline = inlineFor(local, c.peer, 1)
 	c.vers = Version
-	if opts.MaxVersion >= Version2 && !opts.Versions.Version1Only(addr) {
+	if !v1 {
 		if err := c.negotiate(ctx, addr, local); err != nil {
 			return nil, err
+		}
+		if c.vers == Version && opts.SendDDP && opts.Inline > OurInline {
+			// The responder answered ERR_VERS (now in opts.Versions):
+			// connect again with version 1's buffers rather than keep
+			// larger receives posted for the life of the connection.
+			c.opts.Logger.Info("rpcrdma: reconnecting with version 1 buffers", "peer", addr, "inline", OurInline)
+			c.release()
+			ok = true // released
+			opts.MaxVersion = Version
+			return Dial(ctx, dev, addr, opts)
 		}
 	}
 	if _, err := planCall(Message{}, Message{}, c.inline); err != nil {
