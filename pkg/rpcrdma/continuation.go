@@ -129,15 +129,21 @@ type reassembly struct {
 // worker.
 func (c *srvConn) reassemble(sl *srvSlot, n int) bool {
 	a := &c.asm
-	sl.assembled, sl.contErr = false, false
+	sl.assembled, sl.contErr, sl.xmtErr, sl.parts = false, false, nil, sl.parts[:0]
 	msg := c.recvMR.Bytes()[sl.idx*c.s.opts.Inline:][:n]
 	if len(msg) < Middle2Len || be.Uint32(msg[4:]) != Version2 {
 		if a.active && len(msg) >= PrefixLen {
 			a.active, sl.contErr = false, true
 		}
+		if len(msg) >= PrefixLen {
+			c.breakGroup(XmitErr{Bad: XmsID{XID: be.Uint32(msg)}, Code: XmitErrBadHMT, Expect: uint32(HTypeCallSDDP), Current: be.Uint32(msg[12:])})
+		}
 		return false
 	}
 	xid, t := be.Uint32(msg), HType(be.Uint32(msg[12:]))
+	if !a.active && (t == HTypeCallSDDPMiddle || c.grp.active || c.grp.broken) {
+		return c.groupPart(sl, msg, n)
+	}
 	switch {
 	case t == HTypeCallMiddle:
 		part := msg[Middle2Len:]
@@ -289,6 +295,7 @@ func (c *srvConn) finishMany(idx int, msgs [][]byte, wrs []verbs.SendWR) bool {
 	cc.held--
 	cc.working.Add(-1)
 	cc.idle = append(cc.idle, idx)
+	c.releasePartsLocked(idx)
 	if !c.fillLocked() {
 		return false
 	}

@@ -180,6 +180,8 @@ type Client struct {
 	peerRBS    RecvBufStruct
 	peerHasRBS bool
 	mangleSDDP func(*SDDP) // tests: alters the placement sent
+	mangleXNum func(int) uint32 // tests: the rdma_xnum of a group's i-th Send
+	dropPart   int              // tests: the group's Send left out (from 1; 0 none)
 	pullPosted func()      // tests: called once an RDMA Read of a pull is posted
 	dq         doneQueue
 	orphan     Header
@@ -938,6 +940,17 @@ func (s *slot) send(call *sunrpc.Call) error {
 		// inline, when the call fits the responder's structure
 		// (sddpconn.go).
 		p.Call = callSDDP
+	} else if c.sddp && sends <= 1 && p.Call == CallReadChunk && !c.opts.NoContinuation {
+		// An argument larger than the window: a transmission group of
+		// Sends whose windows hold it (sddpgroup.go), when the
+		// responder's credits allow them now; else the Read chunk.
+		if g := s.planSDDPGroup(m, p.HeaderMax); g > 1 {
+			c.mu.Lock()
+			if c.reserveSendsLocked(g - 1) {
+				sends, s.extraSends, p.Call = g, g-1, callSDDPGroup
+			}
+			c.mu.Unlock()
+		}
 	}
 	switch p.Call {
 	case CallReadChunk:
@@ -986,6 +999,9 @@ func (s *slot) send(call *sunrpc.Call) error {
 			return err
 		}
 		c.m.calls.Add(1)
+		if p.Call == callSDDPGroup {
+			return s.sendSDDPGroup(m, h, sends)
+		}
 		return s.sendContinued(m, h, sends, mid)
 	}
 	buf := c.sendMR.Bytes()[s.idx*c.opts.Inline:][:c.opts.Inline]

@@ -1,0 +1,251 @@
+package rpcrdma
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/xdr"
+)
+
+// Tests of send-based DDP across several Sends (sddpgroup.go).
+
+const pVec = 3 // DDP-eligible argument -> opaque copy, pieces, whether every piece lies in a receive buffer
+
+// startGroupServer is startSDDPServer with pVec, which takes the
+// argument as the pieces the transport placed (Request.PayloadVec).
+func startGroupServer(t testing.TB, opts ServerOptions) *testSrv {
+	ts, _ := startSDDPServer(t, opts)
+	ts.rpc.Register(sProg, 2, []sunrpc.Handler{
+		pVec: func(ctx context.Context, req *sunrpc.Request, res *sunrpc.Builder) error {
+			d := req.ArgsDecoder()
+			vec := req.PayloadVec(d, 4<<20)
+			if d.Err() != nil {
+				return d.Err()
+			}
+			var all []byte
+			inRecv := uint32(1)
+			for _, p := range vec {
+				all = append(all, p...)
+				if len(p) == 0 {
+					continue
+				}
+				in := false
+				for _, c := range ts.srvConns() {
+					r := c.recvMR.Bytes()
+					lo, q := uintptr(unsafe.Pointer(&r[0])), uintptr(unsafe.Pointer(&p[0]))
+					in = in || q >= lo && q+uintptr(len(p)) <= lo+uintptr(len(r))
+				}
+				if !in {
+					inRecv = 0
+				}
+			}
+			res.Opaque(all)
+			res.Uint32(uint32(len(vec)))
+			res.Uint32(inRecv)
+			return nil
+		},
+	})
+	return ts
+}
+
+// vecCall sends arg as pVec's argument, checks the echo and returns the
+// pieces the handler got and whether they were all in receive buffers.
+func vecCall(ctx context.Context, t *testing.T, c *sunrpc.Client, arg []byte) (pieces int, inRecv bool, err error) {
+	t.Helper()
+	var got []byte
+	var n, in uint32
+	err = c.Call(ctx, sunrpc.CallSpec{Prog: sProg, Vers: 2, Proc: pVec,
+		Args: func(b *sunrpc.Builder) { b.Payload(arg) },
+		Results: func(d *xdr.Decoder, _ int) error {
+			got = append([]byte(nil), d.Opaque(8<<20)...)
+			n, in = d.Uint32(), d.Uint32()
+			return d.Err()
+		}, MaxReplySize: len(arg) + 1024})
+	if err != nil {
+		return 0, false, err
+	}
+	if !bytes.Equal(got, arg) {
+		t.Fatalf("%d bytes: %d bytes back, equal %v", len(arg), len(got), bytes.Equal(got, arg))
+	}
+	return int(n), in == 1, nil
+}
+
+// TestSendDDPGroupCalls: with SendDDP at SDDPInline on both peers, an
+// argument larger than one Send's window (12 KiB) and within
+// MaxContinuation Sends goes as a transmission group: no Read chunk,
+// one piece per Send that carries some of it, every piece in the
+// responder's receive buffers (not copied), counted on both sides;
+// larger ones take the Read chunk; the held receives come back (many
+// calls in a row on few credits); beside responder-provided Read chunks
+// and a Write chunk in the same call.
+func TestSendDDPGroupCalls(t *testing.T) {
+	ts := startGroupServer(t, ServerOptions{Credits: 32, Inline: SDDPInline, SendDDP: true})
+	c, cm := newClient(t, ts, ClientOptions{Credits: 32, Inline: SDDPInline, SendDDP: true})
+	ctx := tctx(t, 60*time.Second)
+	win := SDDPInline - PageSize
+	// The first call goes under the initial credit of 1: a call the
+	// responder granted nothing more to yet takes the Read chunk.
+	if _, _, err := vecCall(ctx, t, c, pattern(100, 1)); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []struct {
+		n     int
+		group bool
+	}{{16 << 10, true}, {32 << 10, true}, {64 << 10, true}, {100001, true}, {128 << 10, true}, {16 * win, true}, {16*win + 1, false}, {300 << 10, false}} {
+		arg := pattern(k.n, k.n)
+		before, sb := cm.Metrics(), ts.srv.Metrics()
+		pieces, inRecv, err := vecCall(ctx, t, c, arg)
+		if err != nil {
+			t.Fatalf("%d bytes: %v", k.n, err)
+		}
+		m, sm := cm.Metrics(), ts.srv.Metrics()
+		groups, sgroups := m.SendDDPGroups-before.SendDDPGroups, sm.SendDDPGroups-sb.SendDDPGroups
+		reads := m.ReadChunks - before.ReadChunks
+		sends := (xdr.RoundUp(k.n) + win - 1) / win
+		if k.group {
+			if groups != 1 || sgroups != 1 || reads != 0 || !inRecv || pieces != sends ||
+				m.SendDDPBytes-before.SendDDPBytes != uint64(k.n) || sm.SendDDPBytes-sb.SendDDPBytes != uint64(k.n) {
+				t.Fatalf("%d bytes: groups %d/%d, Read chunks %d, %d pieces (want %d), in receive buffers %v", k.n, groups, sgroups, reads, pieces, sends, inRecv)
+			}
+		} else if groups != 0 || sgroups != 0 || reads != 1 || pieces != 1 {
+			t.Fatalf("%d bytes: groups %d/%d, Read chunks %d, %d pieces", k.n, groups, sgroups, reads, pieces)
+		}
+	}
+	// The receives held by each group come back: more calls than the
+	// responder has receives.
+	arg := pattern(64<<10, 3)
+	for i := range 40 {
+		if _, _, err := vecCall(ctx, t, c, arg); err != nil {
+			t.Fatalf("call %d: %v", i, err)
+		}
+	}
+	// Beside responder-provided Read chunks and a Write chunk.
+	before := cm.Metrics()
+	if got, err := longCall(ctx, c, 200000, 300000, true); err != nil || !bytes.Equal(got, pattern(200000, 5)) {
+		t.Fatalf("reply in a Read chunk: %d bytes, %v", len(got), err)
+	}
+	arg, res := pattern(50000, 7), make([]byte, 200000)
+	var placed int
+	var argOK uint32
+	err := c.Call(ctx, sunrpc.CallSpec{Prog: sProg, Vers: 1, Proc: pSwap,
+		Args: func(b *sunrpc.Builder) { b.Payload(arg); b.Uint32(uint32(len(res))) },
+		Results: func(d *xdr.Decoder, pl int) error {
+			placed = pl
+			d.Uint32()
+			argOK = d.Uint32()
+			return d.Err()
+		}, ReplyPayload: res, MaxReplySize: 512})
+	if err != nil || placed != len(res) || argOK != 1 || !bytes.Equal(res, givePattern[:len(res)]) {
+		t.Fatalf("group and Write chunk: placed %d, argument right %d, %v", placed, argOK, err)
+	}
+	if m := cm.Metrics(); m.ReplyReadChunks != before.ReplyReadChunks+1 || m.SendDDPGroups != before.SendDDPGroups+1 || m.WriteChunks != before.WriteChunks+1 || m.ReadChunks != before.ReadChunks {
+		t.Fatalf("beside the others: reply Read chunks %d, groups %d, Write chunks %d, Read chunks %d", m.ReplyReadChunks-before.ReplyReadChunks,
+			m.SendDDPGroups-before.SendDDPGroups, m.WriteChunks-before.WriteChunks, m.ReadChunks-before.ReadChunks)
+	}
+	if m := cm.Metrics(); m.CreditsInUse != 0 {
+		t.Fatalf("credits in use %d", m.CreditsInUse)
+	}
+}
+
+// TestSendDDPGroupFallback: a group the responder's credits do not cover
+// now (its grant is smaller than the Sends), or with SendDDP off on
+// either side, or NoContinuation, goes in a Read chunk as before.
+func TestSendDDPGroupFallback(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		srvCredits int
+		cli, srv   bool
+		noCont     bool
+	}{{"few-credits", 4, true, true, false}, {"requester-off", 32, false, true, false}, {"responder-off", 32, true, false, false}, {"nocontinuation", 32, true, true, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			ts := startGroupServer(t, ServerOptions{Credits: tc.srvCredits, Inline: SDDPInline, SendDDP: tc.srv})
+			c, cm := newClient(t, ts, ClientOptions{Credits: 32, Inline: SDDPInline, SendDDP: tc.cli, NoContinuation: tc.noCont})
+			ctx := tctx(t, 30*time.Second)
+			if _, _, err := vecCall(ctx, t, c, pattern(100, 1)); err != nil {
+				t.Fatal(err)
+			}
+			for range 3 {
+				before := cm.Metrics()
+				if _, _, err := vecCall(ctx, t, c, pattern(64<<10, 2)); err != nil {
+					t.Fatal(err)
+				}
+				m, sm := cm.Metrics(), ts.srv.Metrics()
+				if m.SendDDPGroups != 0 || sm.SendDDPGroups != 0 || m.ReadChunks != before.ReadChunks+1 {
+					t.Fatalf("groups %d/%d, Read chunks %d", m.SendDDPGroups, sm.SendDDPGroups, m.ReadChunks-before.ReadChunks)
+				}
+			}
+		})
+	}
+}
+
+// TestSendDDPGroupTransmitErrors: groups whose numbering or placement do
+// not match are answered RDMA2_XMTERR about the Send where it fails
+// (the rtrext draft's section 9.5): a segment number past the group, a
+// Send number that does not follow (renumbered, or a Send missing), an
+// item overrunning the bytes received; nothing reaches the handler, the
+// held receives come back and the connection goes on.
+func TestSendDDPGroupTransmitErrors(t *testing.T) {
+	ts := startGroupServer(t, ServerOptions{Credits: 32, Inline: SDDPInline, SendDDP: true})
+	ctx := tctx(t, 60*time.Second)
+	cm := &ClientMetrics{}
+	tr, err := Dial(ctx, newDev(), ts.srv.Addr().String(), ClientOptions{Credits: 32, Inline: SDDPInline, SendDDP: true, Metrics: cm})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	c, err := sunrpc.NewClient(func(context.Context) (sunrpc.ClientTransport, error) { return tr, nil }, sunrpc.ClientOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, _, err := vecCall(ctx, t, c, pattern(100, 1)); err != nil {
+		t.Fatal(err)
+	}
+	const n = 64<<10 + 100 // 6 Sends, the last with 100 bytes and its pad
+	sends := uint32(6)
+	for _, k := range []struct {
+		name  string
+		setup func()
+		code  XmitErrCode
+		seq   uint32
+		check func(xe *XmitErr) bool
+	}{
+		{"tbsn-past-group", func() { tr.mangleSDDP = func(s *SDDP) { s.TBSN[0] = 1000 } }, XmitErrBadTBSN, sends - 1,
+			func(xe *XmitErr) bool { return xe.Value == 1000 && xe.Max == 3*sends-1 }},
+		{"tbsn-not-consecutive", func() { tr.mangleSDDP = func(s *SDDP) { s.TBSN[7] = 3 } }, XmitErrBadTBSN, sends - 1,
+			func(xe *XmitErr) bool { return xe.Value == 3 && xe.Min == 7 && xe.Max == 7 }},
+		{"renumbered", func() { tr.mangleXNum = func(int) uint32 { return 0 } }, XmitErrBadSeq, 0,
+			func(xe *XmitErr) bool { return xe.Expect == 1 && xe.Current == 0 && xe.HasLead && xe.Lead.XID == xe.Bad.XID }},
+		{"send-missing", func() { tr.dropPart = 2 }, XmitErrBadSeq, 2,
+			func(xe *XmitErr) bool { return xe.Expect == 1 && xe.Current == 2 && xe.HasLead }},
+		{"item-overrun", func() { tr.mangleSDDP = func(s *SDDP) { s.Length += 8 } }, XmitErrBadOff, sends - 1,
+			func(xe *XmitErr) bool { return xe.Max == uint32(PageSize+n+4-5*(SDDPInline-PageSize)) }},
+		{"offset-past-segment", func() { tr.mangleSDDP = func(s *SDDP) { s.Offset = PageSize } }, XmitErrBadOff, sends - 1,
+			func(xe *XmitErr) bool { return xe.Value == PageSize }},
+	} {
+		k.setup()
+		before := ts.srv.Metrics()
+		_, _, err := vecCall(ctx, t, c, pattern(n, 4))
+		tr.mangleSDDP, tr.mangleXNum, tr.dropPart = nil, nil, 0
+		var xe *XmitErr
+		if !errors.As(err, &xe) || !errors.Is(err, ErrChunk) {
+			t.Fatalf("%s: %v, want a Transmit Error", k.name, err)
+		}
+		if xe.Code != k.code || xe.Bad.Seq != k.seq || xe.Bad.Dir != 0 || !k.check(xe) {
+			t.Fatalf("%s: %+v, want %v about Send %d", k.name, xe, k.code, k.seq)
+		}
+		if sm := ts.srv.Metrics(); sm.XmitErrors == before.XmitErrors || sm.SendDDPGroups != before.SendDDPGroups {
+			t.Fatalf("%s: responder XmitErrors %d, groups handed up %d", k.name, sm.XmitErrors-before.XmitErrors, sm.SendDDPGroups-before.SendDDPGroups)
+		}
+	}
+	for i := range 40 {
+		if _, _, err := vecCall(ctx, t, c, pattern(n, 5)); err != nil {
+			t.Fatalf("after the errors, call %d: %v", i, err)
+		}
+	}
+}
