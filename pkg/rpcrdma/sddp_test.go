@@ -121,7 +121,8 @@ func TestSendDDPCalls(t *testing.T) {
 		sddp, read bool
 	}{{4096, true, false}, {5001, true, false}, {16<<10 + 3, true, false}, {in - PageSize, true, false},
 		{in - PageSize + 1, false, false}, // larger than the window, fits inline: inline
-		{100 << 10, false, true}, {300 << 10, false, true}} {
+		{100 << 10, false, false}, // a transmission group of 2 Sends (sddpgroup_test.go)
+		{300 << 10, false, true}} {
 		arg := pattern(k.n, k.n)
 		before, sb := cm.Metrics(), ts.srv.Metrics()
 		aligned, inRecv, err := placedCall(ctx, t, c, arg)
@@ -135,6 +136,10 @@ func TestSendDDPCalls(t *testing.T) {
 			if sent != 1 || got != 1 || reads != 0 || !aligned || !inRecv ||
 				m.SendDDPBytes-before.SendDDPBytes != uint64(k.n) || sm.SendDDPBytes-sb.SendDDPBytes != uint64(k.n) {
 				t.Fatalf("%d bytes: send-based DDP sent %d received %d, Read chunks %d, aligned %v, in the receive buffer %v", k.n, sent, got, reads, aligned, inRecv)
+			}
+		} else if !k.read && k.n > in {
+			if sent != 1 || got != 1 || reads != 0 || m.SendDDPGroups-before.SendDDPGroups != 1 {
+				t.Fatalf("%d bytes: send-based DDP sent %d received %d, Read chunks %d, groups %d", k.n, sent, got, reads, m.SendDDPGroups-before.SendDDPGroups)
 			}
 		} else if sent != 0 || got != 0 || (reads == 1) != k.read || inRecv == k.read {
 			t.Fatalf("%d bytes: send-based DDP sent %d received %d, Read chunks %d (want %v), in the receive buffer %v", k.n, sent, got, reads, k.read, inRecv)
