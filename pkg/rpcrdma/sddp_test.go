@@ -334,24 +334,29 @@ func TestRecvBufStruct(t *testing.T) {
 }
 
 // BenchmarkSendDDPWrite: WRITE-like calls (a DDP-eligible argument of 4
-// KiB, 12 KiB, 60 KiB and 1 MiB, a 4-byte result), one outstanding, on
-// version 2: "send-ddp" as our peers run by default (SDDPInline buffers:
-// the argument in the Send, page-aligned in the responder's receive
-// buffer, up to 12 KiB; larger ones take the Read chunk), "send-ddp-64k"
-// (64 KiB buffers, up to 60 KiB by Send), "read-chunk" as with nosddp
-// (4 KiB buffers: the argument in a Read chunk the responder pulls by
-// RDMA Read), "inline-16k" (SDDPInline buffers without send-based DDP:
-// the argument inline, unaligned, up to the buffer).
+// KiB to 1 MiB, a 4-byte result, taken by the handler as the pieces the
+// transport placed, as the NFS server's WRITE does), one outstanding, on
+// version 2: "send-ddp" as our peers run by default (SDDPInline
+// buffers: the argument in the Send, page-aligned in the responder's
+// receive buffer, up to 12 KiB; up to 16 Sends of 12 KiB, 192 KiB, as a
+// transmission group; larger ones take the Read chunk), "send-ddp-nogroup"
+// (the same buffers with NoContinuation: above 12 KiB the Read chunk),
+// "send-ddp-64k" (64 KiB buffers, 60 KiB per Send), "read-chunk" as
+// with nosddp (4 KiB buffers: the argument in a Read chunk the responder
+// pulls by RDMA Read), "inline-16k" (SDDPInline buffers without
+// send-based DDP: the argument inline, unaligned, up to the buffer).
 func BenchmarkSendDDPWrite(b *testing.B) {
 	for _, mode := range []struct {
 		name   string
 		inline int
 		sddp   bool
-	}{{"send-ddp", SDDPInline, true}, {"send-ddp-64k", 64 << 10, true}, {"read-chunk", 0, false}, {"inline-16k", SDDPInline, false}} {
+		noCont bool
+	}{{"send-ddp", SDDPInline, true, false}, {"send-ddp-nogroup", SDDPInline, true, true}, {"send-ddp-64k", 64 << 10, true, false},
+		{"read-chunk", 0, false, false}, {"inline-16k", SDDPInline, false, false}} {
 		ts := startServer(b, ServerOptions{Credits: 32, Inline: mode.inline, SendDDP: mode.sddp})
-		c, cm := newClient(b, ts, ClientOptions{Credits: 32, Inline: mode.inline, SendDDP: mode.sddp, Versions: &VersionCache{}})
+		c, cm := newClient(b, ts, ClientOptions{Credits: 32, Inline: mode.inline, SendDDP: mode.sddp, NoContinuation: mode.noCont, Versions: &VersionCache{}})
 		warmUp(b, c, 200)
-		for _, n := range []int{4 << 10, 12 << 10, 60 << 10, 1 << 20} {
+		for _, n := range []int{4 << 10, 12 << 10, 32 << 10, 64 << 10, 128 << 10, 1 << 20} {
 			arg := pattern(n, 1)
 			spec := sunrpc.CallSpec{Prog: tProg, Vers: tVers, Proc: pSink,
 				Args:         func(e *sunrpc.Builder) { e.Payload(arg) },
@@ -360,8 +365,12 @@ func BenchmarkSendDDPWrite(b *testing.B) {
 			b.Run(fmt.Sprintf("%s/%dKiB", mode.name, n>>10), func(b *testing.B) {
 				benchCalls(b, c, cm, spec, n,
 					perOp{"sddp/op", func(m *Metrics) uint64 { return m.SendDDPMsgs }},
+					perOp{"groups/op", func(m *Metrics) uint64 { return m.SendDDPGroups }},
 					perOp{"readchunks/op", func(m *Metrics) uint64 { return m.ReadChunks }})
 			})
+		}
+		if m := cm.Metrics(); m.RegisteredBytes > 0 {
+			b.Logf("%s: %d bytes registered by the requester", mode.name, m.RegisteredBytes)
 		}
 	}
 }
