@@ -205,6 +205,10 @@ type Client struct {
 	// sent while sent < limit (modulo 2^32).
 	sent, limit uint32
 	byXID       map[uint32]int // outstanding calls
+	// grpReserved is the receives beyond the credits that calls expecting
+	// a send-based DDP transmission group as reply reserved
+	// (sddpgroup.go), at most MaxContinuation.
+	grpReserved int
 	dead        bool
 	freed       bool // release ran: free slots give back their buffers at once
 
@@ -260,6 +264,14 @@ type slot struct {
 	asm                   []byte
 	stream                []byte   // a continued call's Payload stream
 	tbsn                  []uint32 // a send-based DDP call's segment numbers
+	// A reply by send-based DDP across Sends (sddpgroup.go): receives
+	// reserved (grpExtra) and held (grpRecv, completion goroutine), a
+	// Send that broke the group (grpBad), the pieces located.
+	grpExtra int
+	grpRecv  []heldPart
+	grpBad   *XmitErr
+	grpBufs  [][]byte
+	grpVec   [][]byte
 	contMR                verbs.MR // slot-owned: the Sends of a continued call
 	contWRs               []verbs.SendWR
 	contSGEs              []verbs.SGE
@@ -589,6 +601,14 @@ func (c *Client) handle(wc *verbs.WC) {
 		c.repost(idx)
 		return
 	}
+	if c.vers == Version2 {
+		if is, repost := c.replySDDPMiddle(idx, msg); is {
+			if repost {
+				c.repost(idx)
+			}
+			return
+		}
+	}
 	xid := be.Uint32(msg)
 	c.mu.Lock()
 	si, ok := c.byXID[xid]
@@ -637,6 +657,7 @@ func (c *Client) handle(wc *verbs.WC) {
 	}
 	s.invalidateAsync()
 	c.repost(idx)
+	s.dropGroupRecv()
 	c.mu.Lock()
 	s.state = slotFree
 	c.putSlotLocked(si)
@@ -810,6 +831,7 @@ func (c *Client) RoundTrip(ctx context.Context, call *sunrpc.Call) (*sunrpc.Repl
 	s := &c.slots[si]
 	if err := s.send(call); err != nil {
 		s.dropRegs()
+		s.dropGroupRecv()
 		if errors.Is(err, verbs.ErrQPState) {
 			// the QP failed before the completion loop noticed: that is
 			// connection loss, and the call may be retried on a new one
@@ -903,6 +925,10 @@ func (s *slot) send(call *sunrpc.Call) error {
 		return err
 	}
 	c.unboundedReply(call, &p)
+	s.grpRecv, s.grpBad = s.grpRecv[:0], nil
+	if call.ReplyPayload != nil {
+		s.replyGroupPlan(&p, len(call.ReplyPayload))
+	}
 	h := &s.hdr
 	*h = Header{XID: call.XID, Vers: c.vers, Credits: uint32(c.opts.Credits), Proc: p.Proc,
 		Reads: s.readSeg[:0], Writes: s.writes[:0], Reply: s.replySeg[:0]}
@@ -1184,6 +1210,7 @@ func (s *slot) releaseRecv() {
 	if !s.recvReposted {
 		c.repost(s.recvIdx)
 	}
+	s.dropGroupRecv()
 	c.mu.Lock()
 	s.state = slotFree
 	c.putSlotLocked(s.idx)

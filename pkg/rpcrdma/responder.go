@@ -136,6 +136,8 @@ type Server struct {
 	forceRPRC bool
 	// mangleReplySDDP (tests) alters the placement of RDMA2_REPLY_SDDP.
 	mangleReplySDDP atomic.Pointer[func(*SDDP)]
+	// replyXNum (tests) gives the rdma_xnum of a reply group's i-th Send.
+	replyXNum atomic.Pointer[func(int) uint32]
 	// forceXmitErr (tests) replaces the body of the RDMA2_XMTERR sent.
 	forceXmitErr atomic.Pointer[XmitErr]
 }
@@ -768,6 +770,9 @@ func (sl *srvSlot) reply(msg []byte) {
 				// Read chunk when negotiated, else (the draft's
 				// section 6.6.4) Message Continuation when the chunks
 				// provided are not adequate.
+				if sl.replySDDPGroup(&m, rm) {
+					return
+				}
 				if c.rprcOn() && sl.replyRead(&m, rm) {
 					return
 				}

@@ -191,6 +191,9 @@ func (s *slot) takeSDDP(call *sunrpc.Call, r *sunrpc.Reply) error {
 	msg := c.recvMR.Bytes()[s.recvIdx*c.opts.Inline:][:s.recvLen]
 	rb, _ := ourRBStruct(c.opts.Inline)
 	w, _ := rb.window()
+	if len(s.grpRecv) > 0 || s.grpBad != nil {
+		return s.takeSDDPGroup(call, r, msg, w)
+	}
 	stream, item, xe := w.locate(msg, s.hdrLen, &s.rep.SDDP, XmsID{XID: s.xid, Dir: 1})
 	if xe != nil {
 		c.m.badReplies.Add(1)

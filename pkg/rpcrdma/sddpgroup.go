@@ -361,3 +361,214 @@ func (w ddpWindow) locateGroup(mids [][]byte, msg []byte, hl int, s *SDDP, id Xm
 	}
 	return raw, vec, nil
 }
+
+// Replies: a DDP-eligible result larger than the requester's window,
+// for a call that offered no Write chunk (the requester reserved
+// receives for the group, replyGroupPlan), goes as RDMA2_REPLY_SDDP_MIDDLE
+// Sends and a final RDMA2_REPLY_SDDP; the requester holds the group's
+// receives until the reply is released.
+
+// replySDDPGroup sends the reply m (sizes rm) to the call in sl.hdr as a
+// transmission group into the requester's DDP-targetable windows. It
+// reports false, having sent nothing, when the result does not fit a
+// group (fewer than 2 or more than MaxContinuation Sends, the header and
+// stream reaching the window) or the requester's credits do not cover
+// the Sends now; the caller then goes on as without it.
+func (sl *srvSlot) replySDDPGroup(m *sunrpc.Message, rm Message) bool {
+	c, s := sl.c, sl.c.s
+	call := &sl.hdr
+	if !c.sddpOn || !rm.DDP || len(m.Payload) == 0 || len(call.Writes) > 0 && len(call.Writes[0]) > 0 {
+		return false
+	}
+	in := int(c.inline.Load())
+	w := c.sddpWin
+	r := &sl.rep
+	r.BuildReply(call, ReplyPlan{Proc: ProcMsg}, 1)
+	r.Vers, r.HType, r.Reply, r.HasReply = Version2, HTypeReplySDDP, r.Reply[:0], false
+	r.SDDP = SDDP{}
+	hl := r.len2() - r.SDDP.len()
+	sd, sends, last, ok := w.planGroup(hl, len(m.Head)+len(m.Tail), len(m.Payload), min(c.sddpLimit, in, s.opts.Inline), sl.tbsn[:0])
+	if !ok || !c.peerCovers(sends) {
+		r.HType, r.SDDP = HTypeReplyInline, SDDP{}
+		return false
+	}
+	sl.tbsn = sd.TBSN
+	sd.Disp = uint32(len(m.Head))
+	r.SDDP = sd
+	if f := s.mangleReplySDDP.Load(); f != nil {
+		(*f)(&r.SDDP)
+	}
+	if sl.contMR == nil || sl.contMR.Len() < sends*in {
+		s.dereg(sl.contMR)
+		var err error
+		if sl.contMR, err = s.reg(c.pd, make([]byte, MaxContinuation*s.opts.Inline), 0); err != nil {
+			c.qp.Close()
+			return true
+		}
+	}
+	if cap(sl.contWRs) < sends {
+		sl.contWRs, sl.contSGEs, sl.contMsgs = make([]verbs.SendWR, MaxContinuation), make([]verbs.SGE, MaxContinuation), make([][]byte, MaxContinuation)
+	}
+	wrs, sges, msgs := sl.contWRs[:sends], sl.contSGEs[:sends], sl.contMsgs[:sends]
+	region := sl.contMR.Bytes()
+	item := m.Payload
+	for i := range sends {
+		buf := region[i*in : (i+1)*in : (i+1)*in]
+		var b []byte
+		var err error
+		if i < sends-1 {
+			xn := uint32(i)
+			if f := s.replyXNum.Load(); f != nil {
+				xn = (*f)(i)
+			}
+			mh := Header{XID: call.XID, Vers: Version2, Credits: 1, Header2: Header2{HType: HTypeReplySDDPMiddle, XNum: xn}}
+			if b, err = mh.Encode(buf[:0]); err == nil {
+				clear(buf[len(b):w.Start])
+				copy(buf[w.Start:w.Start+w.Size], item[i*w.Size:])
+				b = buf[:w.Start+w.Size]
+			}
+		} else if b, err = r.Encode(buf[:0]); err == nil {
+			b = w.layout(buf, len(b), [][]byte{m.Head, m.Tail}, item[i*w.Size:], last)
+		}
+		if err != nil {
+			c.qp.Close()
+			return true
+		}
+		msgs[i] = b
+		sges[i] = sl.contMR.SGE(i*in, len(b))
+		wrs[i] = verbs.SendWR{ID: wrSend | uint64(sl.idx), Opcode: verbs.WRSend, SGL: sges[i : i+1 : i+1]}
+	}
+	wrs[sends-1].Flags = verbs.SendSignaled
+	s.m.replies.Add(1)
+	s.m.sddpMsgs.Add(1)
+	s.m.sddpBytes.Add(uint64(len(item)))
+	s.m.sddpGroups.Add(1)
+	s.m.inlineMsgs.Add(1)
+	s.m.inlineBytes.Add(uint64((sends-1)*(w.Start+w.Size) + last))
+	if c.finishMany(sl.idx, msgs, wrs) {
+		_ = c.wait(sl.sendDone)
+	}
+	return true
+}
+
+// replyGroupPlan tells whether the call of slot s, whose reply plan p
+// offers a Write chunk for a DDP-eligible result of n bytes, may offer
+// none and have the result sent by send-based DDP across our receives:
+// the responder sends by send-based DDP, we announced our structure, the
+// result takes 2 to MaxContinuation of our windows, a reply the
+// responder cannot send so has a fallback (responder-provided Read
+// chunks are in use), and the receives the group's other Sends need are
+// free among the MaxContinuation kept beyond the credits. It reserves
+// them (s.grpExtra, given back by dropGroupRecv).
+func (s *slot) replyGroupPlan(p *CallPlan, n int) bool {
+	c := s.c
+	if p.Reply != ReplyWriteChunk || !c.sddp || !c.rprc || !c.sddpLocal() || c.opts.NoContinuation {
+		return false
+	}
+	rb, _ := ourRBStruct(c.opts.Inline)
+	w, _ := rb.window()
+	padded := xdr.RoundUp(n)
+	sends := (padded + w.Size - 1) / w.Size
+	if sends < 2 || sends > MaxContinuation || (padded+w.SegLen-1)/w.SegLen > MaxTBSN {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.grpReserved+sends-1 > MaxContinuation {
+		return false
+	}
+	c.grpReserved += sends - 1
+	s.grpExtra = sends - 1
+	p.Reply, p.WriteLen = ReplyInline, 0
+	return true
+}
+
+// replySDDPMiddle takes an RDMA2_REPLY_SDDP_MIDDLE received in receive
+// idx (completion goroutine, so in arrival order): the next Send of its
+// call's group is held there (not reposted; the responder sent it
+// within our credits, whether or not the call reserved receives for
+// it); one that does not follow, or past MaxContinuation Sends, marks
+// the reply bad (a Transmit Error when it completes) and is reposted, as
+// is one for no call. It reports whether msg was such a message, and whether its
+// receive must be reposted.
+func (c *Client) replySDDPMiddle(idx int, msg []byte) (is, repost bool) {
+	if len(msg) < Middle2Len || HType(be.Uint32(msg[12:])) != HTypeReplySDDPMiddle || be.Uint32(msg[4:]) != Version2 {
+		return false, false
+	}
+	xid, xn := be.Uint32(msg), be.Uint32(msg[PrefixLen:])
+	c.mu.Lock()
+	si, ok := c.byXID[xid]
+	c.mu.Unlock()
+	if !ok {
+		c.m.unmatched.Add(1)
+		return true, true
+	}
+	s := &c.slots[si]
+	want := uint32(len(s.grpRecv))
+	if s.grpBad == nil && (xn != want || want >= MaxContinuation-1) {
+		s.grpBad = &XmitErr{Bad: XmsID{XID: xid, Dir: 1, Seq: xn}, HasLead: true, Lead: XmsID{XID: xid, Dir: 1}, Code: XmitErrBadSeq, Expect: want, Current: xn}
+	}
+	if s.grpBad != nil {
+		return true, true
+	}
+	s.grpRecv = append(s.grpRecv, heldPart{idx: idx, n: len(msg)})
+	return true, false
+}
+
+// dropGroupRecv reposts the receives slot s held for a group reply and
+// gives back the receives it reserved.
+func (s *slot) dropGroupRecv() {
+	c := s.c
+	for _, p := range s.grpRecv {
+		c.repost(p.idx)
+	}
+	s.grpRecv, s.grpBad = s.grpRecv[:0], nil
+	if s.grpExtra > 0 {
+		c.mu.Lock()
+		c.grpReserved -= s.grpExtra
+		c.mu.Unlock()
+		s.grpExtra = 0
+	}
+}
+
+// takeSDDPGroup is takeSDDP for a reply that ended a transmission group:
+// the result, in pieces in the held receives and msg, is copied once
+// into call.ReplyPayload (Placed) or into the rebuilt body.
+func (s *slot) takeSDDPGroup(call *sunrpc.Call, r *sunrpc.Reply, msg []byte, w ddpWindow) error {
+	c := s.c
+	if s.grpBad != nil {
+		c.m.badReplies.Add(1)
+		return fmt.Errorf("rpcrdma: reply to XID %#x: %w", s.xid, s.grpBad)
+	}
+	recv := c.recvMR.Bytes()
+	s.grpBufs = s.grpBufs[:0]
+	for _, p := range s.grpRecv {
+		s.grpBufs = append(s.grpBufs, recv[p.idx*c.opts.Inline:][:p.n])
+	}
+	stream, vec, xe := w.locateGroup(s.grpBufs, msg, s.hdrLen, &s.rep.SDDP, XmsID{XID: s.xid, Dir: 1}, s.grpVec[:0])
+	if xe != nil {
+		c.m.badReplies.Add(1)
+		return fmt.Errorf("rpcrdma: reply to XID %#x: %w", s.xid, xe)
+	}
+	s.grpVec = vec
+	n := int(s.rep.SDDP.Length)
+	c.m.sddpMsgs.Add(1)
+	c.m.sddpBytes.Add(uint64(n))
+	c.m.sddpGroups.Add(1)
+	if call.ReplyPayload != nil && len(call.ReplyPayload) >= n {
+		off := 0
+		for _, p := range vec {
+			off += copy(call.ReplyPayload[off:], p)
+		}
+		r.Body, r.Placed = stream, n
+		return nil
+	}
+	d := s.rep.SDDP.Disp
+	s.asm = append(s.asm[:0], stream[:d]...)
+	for _, p := range vec {
+		s.asm = append(s.asm, p...)
+	}
+	s.asm = append(append(s.asm, zeroPad4[:xdr.Pad(n)]...), stream[d:]...)
+	r.Body = s.asm
+	return nil
+}

@@ -249,3 +249,132 @@ func TestSendDDPGroupTransmitErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestSendDDPGroupReplies: with SendDDP at SDDPInline on both peers, a
+// DDP-eligible result larger than the requester's window goes as a
+// transmission group into its DDP-targetable pages when the call
+// offered no Write chunk (the requester reserved receives for it):
+// copied once into Call.ReplyPayload (Placed) or, without one, into the
+// reply's body; past MaxContinuation Sends, or without responder-provided
+// Read chunks (no fallback for a reply the responder could not send
+// so), or with SendDDP off on either side, the Write chunk as before.
+// The held receives come back: many calls in a row.
+func TestSendDDPGroupReplies(t *testing.T) {
+	win := SDDPInline - PageSize
+	for _, tc := range []struct {
+		name     string
+		cli, srv bool
+		noRPRC   bool
+	}{{"both", true, true, false}, {"no-rprc", true, true, true}, {"requester-off", false, true, false}, {"responder-off", true, false, false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			ts := startGroupServer(t, ServerOptions{Credits: 32, Inline: SDDPInline, SendDDP: tc.srv})
+			c, cm := newClient(t, ts, ClientOptions{Credits: 32, Inline: SDDPInline, SendDDP: tc.cli, NoResponderReadChunks: tc.noRPRC})
+			ctx := tctx(t, 60*time.Second)
+			if _, _, err := call(ctx, c, pGive, nil, false, 100, nil, 512); err != nil {
+				t.Fatal(err)
+			}
+			on := tc.cli && tc.srv && !tc.noRPRC
+			for _, k := range []struct {
+				n     int
+				buf   bool
+				group bool
+			}{{16 << 10, true, true}, {64<<10 + 100, true, true}, {128 << 10, true, true}, {16 * win, true, true}, {16*win + 4, true, false}, {40000, false, true}} {
+				var res []byte
+				if k.buf {
+					res = make([]byte, k.n)
+				}
+				before, sb := cm.Metrics(), ts.srv.Metrics()
+				got, placed, err := call(ctx, c, pGive, nil, false, uint32(k.n), res, 512)
+				if err != nil || !bytes.Equal(got, givePattern[:k.n]) {
+					t.Fatalf("%+v: %d bytes, equal %v, %v", k, len(got), bytes.Equal(got, givePattern[:k.n]), err)
+				}
+				m, sm := cm.Metrics(), ts.srv.Metrics()
+				groups, sgroups := m.SendDDPGroups-before.SendDDPGroups, sm.SendDDPGroups-sb.SendDDPGroups
+				writes := m.WriteChunks - before.WriteChunks
+				want := uint64(0)
+				if on && k.group || tc.cli && tc.srv && !k.buf {
+					// Without Call.ReplyPayload no Write chunk is
+					// offered: the responder sends the group whenever
+					// our credits cover it.
+					want = 1
+				}
+				if groups != want || sgroups != want || k.buf && (writes == 1) == (want == 1) || k.buf && placed != k.n {
+					t.Fatalf("%+v: groups %d/%d (want %d), Write chunks %d, placed %d", k, groups, sgroups, want, writes, placed)
+				}
+				if want == 1 && m.SendDDPBytes-before.SendDDPBytes != uint64(k.n) {
+					t.Fatalf("%+v: SendDDPBytes %d", k, m.SendDDPBytes-before.SendDDPBytes)
+				}
+			}
+			res := make([]byte, 64<<10)
+			for i := range 40 {
+				if got, _, err := call(ctx, c, pGive, nil, false, uint32(len(res)), res, 512); err != nil || !bytes.Equal(got, givePattern[:len(res)]) {
+					t.Fatalf("call %d: %v", i, err)
+				}
+			}
+			if m := cm.Metrics(); m.CreditsInUse != 0 {
+				t.Fatalf("credits in use %d", m.CreditsInUse)
+			}
+		})
+	}
+}
+
+// TestSendDDPGroupReplyErrors: a reply group whose numbering or
+// placement does not match the requester's structure fails its call
+// with the Transmit Error about the Send where it fails (xmsi_dir 1),
+// counted as a bad reply; nothing is written into Call.ReplyPayload, and
+// the connection and its receives go on.
+func TestSendDDPGroupReplyErrors(t *testing.T) {
+	ts := startGroupServer(t, ServerOptions{Credits: 32, Inline: SDDPInline, SendDDP: true})
+	c, cm := newClient(t, ts, ClientOptions{Credits: 32, Inline: SDDPInline, SendDDP: true})
+	ctx := tctx(t, 60*time.Second)
+	if _, _, err := call(ctx, c, pGive, nil, false, 100, nil, 512); err != nil {
+		t.Fatal(err)
+	}
+	const n = 64<<10 + 100
+	sends := uint32(6)
+	for _, k := range []struct {
+		name   string
+		mangle func(*SDDP)
+		xnum   func(int) uint32
+		code   XmitErrCode
+		seq    uint32
+	}{
+		{"tbsn-past-group", func(s *SDDP) { s.TBSN[0] = 1000 }, nil, XmitErrBadTBSN, sends - 1},
+		{"item-overrun", func(s *SDDP) { s.Length += 8 }, nil, XmitErrBadOff, sends - 1},
+		{"renumbered", nil, func(i int) uint32 { return uint32(i) &^ 2 }, XmitErrBadSeq, 0},
+	} {
+		if k.mangle != nil {
+			ts.srv.mangleReplySDDP.Store(&k.mangle)
+		}
+		if k.xnum != nil {
+			ts.srv.replyXNum.Store(&k.xnum)
+		}
+		res := bytes.Repeat([]byte{0xee}, n)
+		before := cm.Metrics()
+		_, _, err := call(ctx, c, pGive, nil, false, n, res, 512)
+		ts.srv.mangleReplySDDP.Store(nil)
+		ts.srv.replyXNum.Store(nil)
+		var xe *XmitErr
+		if !errors.As(err, &xe) || !errors.Is(err, ErrChunk) {
+			t.Fatalf("%s: %v, want a Transmit Error", k.name, err)
+		}
+		if xe.Code != k.code || xe.Bad.Dir != 1 || k.code != XmitErrBadSeq && xe.Bad.Seq != k.seq {
+			t.Fatalf("%s: %+v, want %v about Send %d", k.name, xe, k.code, k.seq)
+		}
+		if !bytes.Equal(res, bytes.Repeat([]byte{0xee}, n)) {
+			t.Fatalf("%s: the caller's reply buffer was written", k.name)
+		}
+		if m := cm.Metrics(); m.BadReplies != before.BadReplies+1 || m.SendDDPGroups != before.SendDDPGroups {
+			t.Fatalf("%s: bad replies %d, groups %d", k.name, m.BadReplies-before.BadReplies, m.SendDDPGroups-before.SendDDPGroups)
+		}
+	}
+	res := make([]byte, n)
+	for i := range 40 {
+		if got, placed, err := call(ctx, c, pGive, nil, false, n, res, 512); err != nil || placed != n || !bytes.Equal(got, givePattern[:n]) {
+			t.Fatalf("after the errors, call %d: placed %d, %v", i, placed, err)
+		}
+	}
+	if m := cm.Metrics(); m.CreditsInUse != 0 {
+		t.Fatalf("credits in use %d", m.CreditsInUse)
+	}
+}
