@@ -179,10 +179,10 @@ type Client struct {
 	sddpLimit  int
 	peerRBS    RecvBufStruct
 	peerHasRBS bool
-	mangleSDDP func(*SDDP) // tests: alters the placement sent
+	mangleSDDP func(*SDDP)      // tests: alters the placement sent
 	mangleXNum func(int) uint32 // tests: the rdma_xnum of a group's i-th Send
 	dropPart   int              // tests: the group's Send left out (from 1; 0 none)
-	pullPosted func()      // tests: called once an RDMA Read of a pull is posted
+	pullPosted func()           // tests: called once an RDMA Read of a pull is posted
 	dq         doneQueue
 	orphan     Header
 
@@ -267,15 +267,15 @@ type slot struct {
 	// A reply by send-based DDP across Sends (sddpgroup.go): receives
 	// reserved (grpExtra) and held (grpRecv, completion goroutine), a
 	// Send that broke the group (grpBad), the pieces located.
-	grpExtra int
-	grpRecv  []heldPart
-	grpBad   *XmitErr
-	grpBufs  [][]byte
-	grpVec   [][]byte
-	contMR                verbs.MR // slot-owned: the Sends of a continued call
-	contWRs               []verbs.SendWR
-	contSGEs              []verbs.SGE
-	payMR, resMR          verbs.MR // caller memory registered for this call
+	grpExtra     int
+	grpRecv      []heldPart
+	grpBad       *XmitErr
+	grpBufs      [][]byte
+	grpVec       [][]byte
+	contMR       verbs.MR // slot-owned: the Sends of a continued call
+	contWRs      []verbs.SendWR
+	contSGEs     []verbs.SGE
+	payMR, resMR verbs.MR // caller memory registered for this call
 	// A reply in a responder-provided Read chunk (rprcpull.go): pulled
 	// into pullMR (slot-owned, local write only) by readWR; its receive
 	// buffer already reposted (recvReposted).

@@ -110,7 +110,7 @@ func placedCall(ctx context.Context, t *testing.T, c *sunrpc.Client, arg []byte)
 // receive buffer (RDMA2_CALL_SDDP, counted on both sides, no Read chunk)
 // and reaches the handler from there, intact; larger ones take the Read
 // chunk as before; responder-provided Read chunks work beside it; an
-// argument and a DDP-eligible result of the same call (Write chunk) too.
+// argument and a DDP-eligible result of the same call too.
 func TestSendDDPCalls(t *testing.T) {
 	const in = 64 << 10
 	ts, _ := startSDDPServer(t, ServerOptions{Credits: 8, Inline: in, SendDDP: true})
@@ -121,7 +121,7 @@ func TestSendDDPCalls(t *testing.T) {
 		sddp, read bool
 	}{{4096, true, false}, {5001, true, false}, {16<<10 + 3, true, false}, {in - PageSize, true, false},
 		{in - PageSize + 1, false, false}, // larger than the window, fits inline: inline
-		{100 << 10, false, false}, // a transmission group of 2 Sends (sddpgroup_test.go)
+		{100 << 10, false, false},         // a transmission group of 2 Sends (sddpgroup_test.go)
 		{300 << 10, false, true}} {
 		arg := pattern(k.n, k.n)
 		before, sb := cm.Metrics(), ts.srv.Metrics()
@@ -168,8 +168,9 @@ func TestSendDDPCalls(t *testing.T) {
 	if err != nil || placed != len(res) || argOK != 1 || !bytes.Equal(res, givePattern[:len(res)]) {
 		t.Fatalf("DDP both ways: placed %d, argument right %d, %v", placed, argOK, err)
 	}
-	if m := cm.Metrics(); m.SendDDPMsgs != before.SendDDPMsgs+1 || m.WriteChunks != before.WriteChunks+1 || m.ReadChunks != before.ReadChunks {
-		t.Fatalf("DDP echo: send-based DDP %d, Write chunks %d, Read chunks %d", m.SendDDPMsgs-before.SendDDPMsgs, m.WriteChunks-before.WriteChunks, m.ReadChunks-before.ReadChunks)
+	// The result (4 of the requester's windows) as a transmission group.
+	if m := cm.Metrics(); m.SendDDPMsgs != before.SendDDPMsgs+2 || m.SendDDPGroups != before.SendDDPGroups+1 || m.WriteChunks != before.WriteChunks || m.ReadChunks != before.ReadChunks {
+		t.Fatalf("DDP echo: send-based DDP %d (groups %d), Write chunks %d, Read chunks %d", m.SendDDPMsgs-before.SendDDPMsgs, m.SendDDPGroups-before.SendDDPGroups, m.WriteChunks-before.WriteChunks, m.ReadChunks-before.ReadChunks)
 	}
 }
 
@@ -396,7 +397,7 @@ func TestSendDDPReplies(t *testing.T) {
 				sddp, buf  bool
 				writeChunk bool
 			}{{4096, true, true, false}, {5001, true, true, false}, {in - PageSize, true, true, false}, {5001, true, false, false},
-				{100, false, true, false}, {200 << 10, false, true, true}} {
+				{100, false, true, false}, {1 << 20, false, true, true}} { // 1 MiB: past a transmission group (sddpgroup_test.go)
 				var res []byte
 				if k.buf {
 					res = make([]byte, k.n)

@@ -220,7 +220,9 @@ func TestSendDDPGroupTransmitErrors(t *testing.T) {
 		{"tbsn-not-consecutive", func() { tr.mangleSDDP = func(s *SDDP) { s.TBSN[7] = 3 } }, XmitErrBadTBSN, sends - 1,
 			func(xe *XmitErr) bool { return xe.Value == 3 && xe.Min == 7 && xe.Max == 7 }},
 		{"renumbered", func() { tr.mangleXNum = func(int) uint32 { return 0 } }, XmitErrBadSeq, 0,
-			func(xe *XmitErr) bool { return xe.Expect == 1 && xe.Current == 0 && xe.HasLead && xe.Lead.XID == xe.Bad.XID }},
+			func(xe *XmitErr) bool {
+				return xe.Expect == 1 && xe.Current == 0 && xe.HasLead && xe.Lead.XID == xe.Bad.XID
+			}},
 		{"send-missing", func() { tr.dropPart = 2 }, XmitErrBadSeq, 2,
 			func(xe *XmitErr) bool { return xe.Expect == 1 && xe.Current == 2 && xe.HasLead }},
 		{"item-overrun", func() { tr.mangleSDDP = func(s *SDDP) { s.Length += 8 } }, XmitErrBadOff, sends - 1,

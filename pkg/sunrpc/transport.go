@@ -107,16 +107,16 @@ type Request struct {
 	Args []byte
 
 	// Filled by the transport.
-	Raw        []byte   // the whole call message (header and inline arguments)
-	ArgPayload []byte   // a DDP-eligible argument the transport already pulled (RFC 8166 Read chunk), or nil when inline
+	Raw        []byte // the whole call message (header and inline arguments)
+	ArgPayload []byte // a DDP-eligible argument the transport already pulled (RFC 8166 Read chunk), or nil when inline
 	// ArgPayloadVec, when not nil, is a DDP-eligible argument the
 	// transport placed in pieces (send-based DDP across several receive
 	// buffers): its bytes are the pieces in order, valid until the reply
 	// is sent; ArgPayload is then nil. PayloadVec hands the pieces on,
 	// Payload a copy of them joined.
 	ArgPayloadVec [][]byte
-	Peer       net.Addr // the caller's address
-	Transport  string   // "tcp", "rdma", ...
+	Peer          net.Addr // the caller's address
+	Transport     string   // "tcp", "rdma", ...
 
 	dec xdr.Decoder
 	one [1][]byte // PayloadVec's vector of one piece
