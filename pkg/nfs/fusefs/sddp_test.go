@@ -22,16 +22,19 @@ import (
 // on (--rdma-send-ddp, the default): by default, and with the sddp mount
 // option, the WRITE data of files up to 12 KiB (rpcrdma.SDDPInline less
 // the header page) travels inside the Sends (counted by the server as
-// send-based DDP bytes) and READ data comes back the same way, both
-// intact, odd sizes included; larger files go in chunks, intact; with
-// nosddp nothing goes that way.
+// send-based DDP bytes), up to 192 KiB (16 Sends) as a transmission
+// group, and READ data comes back the same way, both intact, odd sizes
+// included; larger files go in chunks, intact; with nosddp nothing goes
+// that way.
 func TestSendDDPWriteRead(t *testing.T) {
 	needFUSE(t)
 	srv := startServerRDMA(t, siw.Config{RTRDelay: -1}, nfsserver.Export{Path: "/"}, rpcrdma.ServerOptions{SendDDP: true, Inline: rpcrdma.SDDPInline})
+	// Up to a transmission group of MaxContinuation Sends of one window.
+	const maxGroup = rpcrdma.MaxContinuation * (rpcrdma.SDDPInline - rpcrdma.PageSize)
 	for _, extra := range []string{"", "sddp", "nosddp"} {
 		t.Run("opts="+extra, func(t *testing.T) {
 			dir, _ := srv.mount(t, "rdma", extra)
-			for _, n := range []int{4096, 10001, rpcrdma.SDDPInline - rpcrdma.PageSize, 20000, 200 << 10} {
+			for _, n := range []int{4096, 10001, rpcrdma.SDDPInline - rpcrdma.PageSize, 20000, 64 << 10, 128<<10 + 5, 200 << 10} {
 				data := make([]byte, n)
 				for i := range data {
 					data[i] = byte(i*13 + n + len(extra))
@@ -62,7 +65,7 @@ func TestSendDDPWriteRead(t *testing.T) {
 				switch {
 				case extra == "nosddp" && (wb != 0 || rb != 0):
 					t.Fatalf("nosddp: send-based DDP used (%d, %d)", wb, rb)
-				case extra != "nosddp" && n <= rpcrdma.SDDPInline-rpcrdma.PageSize && (wb != uint64(n) || rb != uint64(n)):
+				case extra != "nosddp" && n <= maxGroup && (wb != uint64(n) || rb != uint64(n)):
 					t.Fatalf("%s: %d of %d WRITE bytes and %d READ bytes by send-based DDP", extra, wb, n, rb)
 				}
 			}
@@ -75,14 +78,17 @@ func TestSendDDPWriteRead(t *testing.T) {
 // (send-based DDP at rpcrdma.SDDPInline, responder-provided Read
 // chunks), the mount with its defaults (both on), nosddp, and norprc, in
 // one run: sequential write (1 MiB writes, fsync) and read (1 MiB reads,
-// page cache dropped) of a 64 MiB file, and an 8 KiB file written
-// (fsync) and read back (page cache dropped) per iteration, the size
-// send-based DDP carries. The server's send_ddp bytes per operation are
+// page cache dropped) of a 64 MiB file, and files of 8, 32, 64 and 128
+// KiB written (fsync) and read back (page cache dropped) per iteration,
+// the sizes send-based DDP carries (in one Send, or a transmission
+// group). The server's send_ddp bytes per operation are
 // reported.
 func BenchmarkFUSEExtensions(b *testing.B) {
 	testenv.NeedRootFUSE(b)
 	const seq = 64 << 20
-	const small = 8 << 10
+	// 8 KiB: one Send; 32, 64 and 128 KiB: transmission groups of 3, 6
+	// and 11 Sends.
+	smalls := []int{8 << 10, 32 << 10, 64 << 10, 128 << 10}
 	srv := startServerRDMA(b, siw.Config{RTRDelay: -1}, nfsserver.Export{Path: "/"}, rpcrdma.ServerOptions{SendDDP: true, Inline: rpcrdma.SDDPInline})
 	writeSeq(b, filepath.Join(srv.root, "seq-r"), randBytes(MaxWrite, 3), seq)
 	for _, mode := range []string{"default", "nosddp", "norprc"} {
@@ -116,18 +122,21 @@ func BenchmarkFUSEExtensions(b *testing.B) {
 		run("seq-read-64MiB", seq, func(b *testing.B, i int) {
 			readDropped(b, filepath.Join(dir, "seq-r"), buf, seq)
 		})
-		data := randBytes(small, 4)
-		run("write-8KiB", small, func(b *testing.B, i int) {
-			if err := writeSync(filepath.Join(dir, "small-w"), data); err != nil {
+		for _, small := range smalls {
+			data := randBytes(small, 4)
+			name := strconv.Itoa(small>>10) + "KiB"
+			run("write-"+name, int64(small), func(b *testing.B, i int) {
+				if err := writeSync(filepath.Join(dir, "small-w-"+name), data); err != nil {
+					b.Fatal(err)
+				}
+			})
+			if err := os.WriteFile(filepath.Join(srv.root, "small-r-"+name), data, 0o644); err != nil {
 				b.Fatal(err)
 			}
-		})
-		if err := os.WriteFile(filepath.Join(srv.root, "small-r"), data, 0o644); err != nil {
-			b.Fatal(err)
+			run("read-"+name, int64(small), func(b *testing.B, i int) {
+				readDropped(b, filepath.Join(dir, "small-r-"+name), buf, int64(small))
+			})
 		}
-		run("read-8KiB", small, func(b *testing.B, i int) {
-			readDropped(b, filepath.Join(dir, "small-r"), buf, small)
-		})
 	}
 }
 
