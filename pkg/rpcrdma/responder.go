@@ -762,6 +762,11 @@ func (sl *srvSlot) reply(msg []byte) {
 	if m.HasPayload {
 		rm.Payload, rm.DDP = len(m.Payload), true
 	}
+	if sl.hdr.Vers == Version2 && rm.Payload > c.sddpWin.Size && rm.Len()+MinReply2Len > int(c.inline.Load()) && sl.replySDDPGroup(&m, rm) {
+		// Larger than one Send, and no Write chunk offered: a
+		// transmission group (sddpgroup.go), before planReply's error.
+		return
+	}
 	p, err := planReply(rm, &sl.hdr, int(c.inline.Load()))
 	if err != nil {
 		if errors.Is(err, ErrChunk) {
@@ -770,9 +775,6 @@ func (sl *srvSlot) reply(msg []byte) {
 				// Read chunk when negotiated, else (the draft's
 				// section 6.6.4) Message Continuation when the chunks
 				// provided are not adequate.
-				if sl.replySDDPGroup(&m, rm) {
-					return
-				}
 				if c.rprcOn() && sl.replyRead(&m, rm) {
 					return
 				}

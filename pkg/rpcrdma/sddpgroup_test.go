@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 	"unsafe"
@@ -378,5 +379,39 @@ func TestSendDDPGroupReplyErrors(t *testing.T) {
 	}
 	if m := cm.Metrics(); m.CreditsInUse != 0 {
 		t.Fatalf("credits in use %d", m.CreditsInUse)
+	}
+}
+
+// BenchmarkSendDDPRead: READ-like calls (a DDP-eligible result of 4 KiB
+// to 1 MiB into Call.ReplyPayload), one outstanding, on version 2:
+// "send-ddp" as our peers run by default (SDDPInline buffers: the result
+// in one Send up to 12 KiB, then as a transmission group up to 192 KiB,
+// copied once from the receives into ReplyPayload; larger ones in the
+// Write chunk), "send-ddp-nogroup" (the same buffers with NoContinuation:
+// above 12 KiB the Write chunk), "write-chunk" as with nosddp (4 KiB
+// buffers: the result RDMA Written into ReplyPayload).
+func BenchmarkSendDDPRead(b *testing.B) {
+	for _, mode := range []struct {
+		name   string
+		inline int
+		sddp   bool
+		noCont bool
+	}{{"send-ddp", SDDPInline, true, false}, {"send-ddp-nogroup", SDDPInline, true, true}, {"write-chunk", 0, false, false}} {
+		ts := startServer(b, ServerOptions{Credits: 32, Inline: mode.inline, SendDDP: mode.sddp})
+		c, cm := newClient(b, ts, ClientOptions{Credits: 32, Inline: mode.inline, SendDDP: mode.sddp, NoContinuation: mode.noCont, Versions: &VersionCache{}})
+		warmUp(b, c, 200)
+		for _, n := range []int{4 << 10, 12 << 10, 32 << 10, 64 << 10, 128 << 10, 1 << 20} {
+			res := make([]byte, n)
+			spec := sunrpc.CallSpec{Prog: tProg, Vers: tVers, Proc: pGive,
+				Args:         func(e *sunrpc.Builder) { e.Uint32(uint32(n)) },
+				Results:      func(d *xdr.Decoder, placed int) error { return d.Err() },
+				ReplyPayload: res, MaxReplySize: 512}
+			b.Run(fmt.Sprintf("%s/%dKiB", mode.name, n>>10), func(b *testing.B) {
+				benchCalls(b, c, cm, spec, n,
+					perOp{"sddp/op", func(m *Metrics) uint64 { return m.SendDDPMsgs }},
+					perOp{"groups/op", func(m *Metrics) uint64 { return m.SendDDPGroups }},
+					perOp{"writechunks/op", func(m *Metrics) uint64 { return m.WriteChunks }})
+			})
+		}
 	}
 }
