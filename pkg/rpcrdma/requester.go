@@ -57,6 +57,14 @@ type ClientOptions struct {
 	// with DDP-targetable segments the call fits (sddp.go); off by
 	// default [false].
 	SendDDP bool
+	// SendDDPGroups, with SendDDP, also sends a DDP-eligible argument
+	// larger than the responder's DDP-targetable window as a
+	// transmission group of Sends (sddpgroup.go) rather than in a Read
+	// chunk, and offers no Write chunk for a result larger than ours,
+	// when they fit MaxContinuation Sends and the credits allow; off by
+	// default [false]: on software iWARP a group costs more than the
+	// chunk it replaces (the package doc's "Send-based DDP").
+	SendDDPGroups bool
 	// Limits bound the reply headers we decode.
 	Limits Limits
 	// MaxVersion is the highest RPC-over-RDMA version to speak: 2 (the
@@ -966,7 +974,7 @@ func (s *slot) send(call *sunrpc.Call) error {
 		// inline, when the call fits the responder's structure
 		// (sddpconn.go).
 		p.Call = callSDDP
-	} else if c.sddp && sends <= 1 && p.Call == CallReadChunk && !c.opts.NoContinuation {
+	} else if c.sddp && c.opts.SendDDPGroups && sends <= 1 && p.Call == CallReadChunk && !c.opts.NoContinuation {
 		// An argument larger than the window: a transmission group of
 		// Sends whose windows hold it (sddpgroup.go), when the
 		// responder's credits allow them now; else the Read chunk.

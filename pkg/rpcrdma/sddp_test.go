@@ -114,7 +114,7 @@ func placedCall(ctx context.Context, t *testing.T, c *sunrpc.Client, arg []byte)
 func TestSendDDPCalls(t *testing.T) {
 	const in = 64 << 10
 	ts, _ := startSDDPServer(t, ServerOptions{Credits: 8, Inline: in, SendDDP: true})
-	c, cm := newClient(t, ts, ClientOptions{Credits: 8, Inline: in, SendDDP: true})
+	c, cm := newClient(t, ts, ClientOptions{Credits: 8, Inline: in, SendDDP: true, SendDDPGroups: true})
 	ctx := tctx(t, 30*time.Second)
 	for _, k := range []struct {
 		n          int
@@ -339,10 +339,10 @@ func TestRecvBufStruct(t *testing.T) {
 // transport placed, as the NFS server's WRITE does), one outstanding, on
 // version 2: "send-ddp" as our peers run by default (SDDPInline
 // buffers: the argument in the Send, page-aligned in the responder's
-// receive buffer, up to 12 KiB; up to 16 Sends of 12 KiB, 192 KiB, as a
-// transmission group; larger ones take the Read chunk), "send-ddp-nogroup"
-// (the same buffers with NoContinuation: above 12 KiB the Read chunk),
-// "send-ddp-64k" (64 KiB buffers, 60 KiB per Send), "read-chunk" as
+// receive buffer, up to 12 KiB; larger ones take the Read chunk),
+// "send-ddp-groups" (the same with SendDDPGroups: up to 16 Sends of 12
+// KiB, 192 KiB, as a transmission group), "send-ddp-64k" (64 KiB
+// buffers, 60 KiB per Send, larger as a group), "read-chunk" as
 // with nosddp (4 KiB buffers: the argument in a Read chunk the responder
 // pulls by RDMA Read), "inline-16k" (SDDPInline buffers without
 // send-based DDP: the argument inline, unaligned, up to the buffer).
@@ -351,11 +351,11 @@ func BenchmarkSendDDPWrite(b *testing.B) {
 		name   string
 		inline int
 		sddp   bool
-		noCont bool
-	}{{"send-ddp", SDDPInline, true, false}, {"send-ddp-nogroup", SDDPInline, true, true}, {"send-ddp-64k", 64 << 10, true, false},
+		groups bool
+	}{{"send-ddp", SDDPInline, true, false}, {"send-ddp-groups", SDDPInline, true, true}, {"send-ddp-64k", 64 << 10, true, true},
 		{"read-chunk", 0, false, false}, {"inline-16k", SDDPInline, false, false}} {
 		ts := startServer(b, ServerOptions{Credits: 32, Inline: mode.inline, SendDDP: mode.sddp})
-		c, cm := newClient(b, ts, ClientOptions{Credits: 32, Inline: mode.inline, SendDDP: mode.sddp, NoContinuation: mode.noCont, Versions: &VersionCache{}})
+		c, cm := newClient(b, ts, ClientOptions{Credits: 32, Inline: mode.inline, SendDDP: mode.sddp, SendDDPGroups: mode.groups, Versions: &VersionCache{}})
 		warmUp(b, c, 200)
 		for _, n := range []int{4 << 10, 12 << 10, 32 << 10, 64 << 10, 128 << 10, 1 << 20} {
 			arg := pattern(n, 1)

@@ -454,7 +454,8 @@ func (sl *srvSlot) replySDDPGroup(m *sunrpc.Message, rm Message) bool {
 // replyGroupPlan tells whether the call of slot s, whose reply plan p
 // offers a Write chunk for a DDP-eligible result of n bytes, may offer
 // none and have the result sent by send-based DDP across our receives:
-// the responder sends by send-based DDP, we announced our structure, the
+// SendDDPGroups is on, the responder sends by send-based DDP, we
+// announced our structure, the
 // result takes 2 to MaxContinuation of our windows, a reply the
 // responder cannot send so has a fallback (responder-provided Read
 // chunks are in use), and the receives the group's other Sends need are
@@ -462,7 +463,7 @@ func (sl *srvSlot) replySDDPGroup(m *sunrpc.Message, rm Message) bool {
 // them (s.grpExtra, given back by dropGroupRecv).
 func (s *slot) replyGroupPlan(p *CallPlan, n int) bool {
 	c := s.c
-	if p.Reply != ReplyWriteChunk || !c.sddp || !c.rprc || !c.sddpLocal() || c.opts.NoContinuation {
+	if p.Reply != ReplyWriteChunk || !c.sddp || !c.opts.SendDDPGroups || !c.rprc || !c.sddpLocal() || c.opts.NoContinuation {
 		return false
 	}
 	rb, _ := ourRBStruct(c.opts.Inline)

@@ -86,7 +86,7 @@ func vecCall(ctx context.Context, t *testing.T, c *sunrpc.Client, arg []byte) (p
 // and a Write chunk in the same call.
 func TestSendDDPGroupCalls(t *testing.T) {
 	ts := startGroupServer(t, ServerOptions{Credits: 32, Inline: SDDPInline, SendDDP: true})
-	c, cm := newClient(t, ts, ClientOptions{Credits: 32, Inline: SDDPInline, SendDDP: true})
+	c, cm := newClient(t, ts, ClientOptions{Credits: 32, Inline: SDDPInline, SendDDP: true, SendDDPGroups: true})
 	ctx := tctx(t, 60*time.Second)
 	win := SDDPInline - PageSize
 	// The first call goes under the initial credit of 1: a call the
@@ -155,17 +155,20 @@ func TestSendDDPGroupCalls(t *testing.T) {
 
 // TestSendDDPGroupFallback: a group the responder's credits do not cover
 // now (its grant is smaller than the Sends), or with SendDDP off on
-// either side, or NoContinuation, goes in a Read chunk as before.
+// either side, NoContinuation or SendDDPGroups off (the default), goes
+// in a Read chunk as before.
 func TestSendDDPGroupFallback(t *testing.T) {
 	for _, tc := range []struct {
 		name       string
 		srvCredits int
 		cli, srv   bool
 		noCont     bool
-	}{{"few-credits", 4, true, true, false}, {"requester-off", 32, false, true, false}, {"responder-off", 32, true, false, false}, {"nocontinuation", 32, true, true, true}} {
+		noGroups   bool
+	}{{"few-credits", 4, true, true, false, false}, {"requester-off", 32, false, true, false, false}, {"responder-off", 32, true, false, false, false},
+		{"nocontinuation", 32, true, true, true, false}, {"groups-off", 32, true, true, false, true}} {
 		t.Run(tc.name, func(t *testing.T) {
 			ts := startGroupServer(t, ServerOptions{Credits: tc.srvCredits, Inline: SDDPInline, SendDDP: tc.srv})
-			c, cm := newClient(t, ts, ClientOptions{Credits: 32, Inline: SDDPInline, SendDDP: tc.cli, NoContinuation: tc.noCont})
+			c, cm := newClient(t, ts, ClientOptions{Credits: 32, Inline: SDDPInline, SendDDP: tc.cli, SendDDPGroups: !tc.noGroups, NoContinuation: tc.noCont})
 			ctx := tctx(t, 30*time.Second)
 			if _, _, err := vecCall(ctx, t, c, pattern(100, 1)); err != nil {
 				t.Fatal(err)
@@ -194,7 +197,7 @@ func TestSendDDPGroupTransmitErrors(t *testing.T) {
 	ts := startGroupServer(t, ServerOptions{Credits: 32, Inline: SDDPInline, SendDDP: true})
 	ctx := tctx(t, 60*time.Second)
 	cm := &ClientMetrics{}
-	tr, err := Dial(ctx, newDev(), ts.srv.Addr().String(), ClientOptions{Credits: 32, Inline: SDDPInline, SendDDP: true, Metrics: cm})
+	tr, err := Dial(ctx, newDev(), ts.srv.Addr().String(), ClientOptions{Credits: 32, Inline: SDDPInline, SendDDP: true, SendDDPGroups: true, Metrics: cm})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -271,7 +274,7 @@ func TestSendDDPGroupReplies(t *testing.T) {
 	}{{"both", true, true, false}, {"no-rprc", true, true, true}, {"requester-off", false, true, false}, {"responder-off", true, false, false}} {
 		t.Run(tc.name, func(t *testing.T) {
 			ts := startGroupServer(t, ServerOptions{Credits: 32, Inline: SDDPInline, SendDDP: tc.srv})
-			c, cm := newClient(t, ts, ClientOptions{Credits: 32, Inline: SDDPInline, SendDDP: tc.cli, NoResponderReadChunks: tc.noRPRC})
+			c, cm := newClient(t, ts, ClientOptions{Credits: 32, Inline: SDDPInline, SendDDP: tc.cli, SendDDPGroups: true, NoResponderReadChunks: tc.noRPRC})
 			ctx := tctx(t, 60*time.Second)
 			if _, _, err := call(ctx, c, pGive, nil, false, 100, nil, 512); err != nil {
 				t.Fatal(err)
@@ -328,7 +331,7 @@ func TestSendDDPGroupReplies(t *testing.T) {
 // the connection and its receives go on.
 func TestSendDDPGroupReplyErrors(t *testing.T) {
 	ts := startGroupServer(t, ServerOptions{Credits: 32, Inline: SDDPInline, SendDDP: true})
-	c, cm := newClient(t, ts, ClientOptions{Credits: 32, Inline: SDDPInline, SendDDP: true})
+	c, cm := newClient(t, ts, ClientOptions{Credits: 32, Inline: SDDPInline, SendDDP: true, SendDDPGroups: true})
 	ctx := tctx(t, 60*time.Second)
 	if _, _, err := call(ctx, c, pGive, nil, false, 100, nil, 512); err != nil {
 		t.Fatal(err)
@@ -385,20 +388,21 @@ func TestSendDDPGroupReplyErrors(t *testing.T) {
 // BenchmarkSendDDPRead: READ-like calls (a DDP-eligible result of 4 KiB
 // to 1 MiB into Call.ReplyPayload), one outstanding, on version 2:
 // "send-ddp" as our peers run by default (SDDPInline buffers: the result
-// in one Send up to 12 KiB, then as a transmission group up to 192 KiB,
-// copied once from the receives into ReplyPayload; larger ones in the
-// Write chunk), "send-ddp-nogroup" (the same buffers with NoContinuation:
-// above 12 KiB the Write chunk), "write-chunk" as with nosddp (4 KiB
-// buffers: the result RDMA Written into ReplyPayload).
+// in one Send up to 12 KiB, copied once from the receive into
+// ReplyPayload; larger ones in the Write chunk), "send-ddp-groups" (the
+// same with SendDDPGroups: up to 192 KiB as a transmission group, copied
+// once from the receives), "send-ddp-64k" (64 KiB buffers, 60 KiB per
+// Send), "write-chunk" as with nosddp (4 KiB buffers: the result RDMA
+// Written into ReplyPayload).
 func BenchmarkSendDDPRead(b *testing.B) {
 	for _, mode := range []struct {
 		name   string
 		inline int
 		sddp   bool
-		noCont bool
-	}{{"send-ddp", SDDPInline, true, false}, {"send-ddp-nogroup", SDDPInline, true, true}, {"write-chunk", 0, false, false}} {
+		groups bool
+	}{{"send-ddp", SDDPInline, true, false}, {"send-ddp-groups", SDDPInline, true, true}, {"send-ddp-64k", 64 << 10, true, false}, {"write-chunk", 0, false, false}} {
 		ts := startServer(b, ServerOptions{Credits: 32, Inline: mode.inline, SendDDP: mode.sddp})
-		c, cm := newClient(b, ts, ClientOptions{Credits: 32, Inline: mode.inline, SendDDP: mode.sddp, NoContinuation: mode.noCont, Versions: &VersionCache{}})
+		c, cm := newClient(b, ts, ClientOptions{Credits: 32, Inline: mode.inline, SendDDP: mode.sddp, SendDDPGroups: mode.groups, Versions: &VersionCache{}})
 		warmUp(b, c, 200)
 		for _, n := range []int{4 << 10, 12 << 10, 32 << 10, 64 << 10, 128 << 10, 1 << 20} {
 			res := make([]byte, n)

@@ -22,17 +22,21 @@ import (
 // on (--rdma-send-ddp, the default): by default, and with the sddp mount
 // option, the WRITE data of files up to 12 KiB (rpcrdma.SDDPInline less
 // the header page) travels inside the Sends (counted by the server as
-// send-based DDP bytes), up to 192 KiB (16 Sends) as a transmission
-// group, and READ data comes back the same way, both intact, odd sizes
-// included; larger files go in chunks, intact; with nosddp nothing goes
-// that way.
+// send-based DDP bytes), with sddpgroups up to 192 KiB (16 Sends) as a
+// transmission group, and READ data comes back the same way, both
+// intact, odd sizes included; larger files go in chunks, intact; with
+// nosddp nothing goes that way.
 func TestSendDDPWriteRead(t *testing.T) {
 	needFUSE(t)
 	srv := startServerRDMA(t, siw.Config{RTRDelay: -1}, nfsserver.Export{Path: "/"}, rpcrdma.ServerOptions{SendDDP: true, Inline: rpcrdma.SDDPInline})
 	// Up to a transmission group of MaxContinuation Sends of one window.
 	const maxGroup = rpcrdma.MaxContinuation * (rpcrdma.SDDPInline - rpcrdma.PageSize)
-	for _, extra := range []string{"", "sddp", "nosddp"} {
+	for _, extra := range []string{"", "sddp", "sddpgroups", "nosddp"} {
 		t.Run("opts="+extra, func(t *testing.T) {
+			limit := rpcrdma.SDDPInline - rpcrdma.PageSize
+			if extra == "sddpgroups" {
+				limit = maxGroup
+			}
 			dir, _ := srv.mount(t, "rdma", extra)
 			for _, n := range []int{4096, 10001, rpcrdma.SDDPInline - rpcrdma.PageSize, 20000, 64 << 10, 128<<10 + 5, 200 << 10} {
 				data := make([]byte, n)
@@ -65,7 +69,9 @@ func TestSendDDPWriteRead(t *testing.T) {
 				switch {
 				case extra == "nosddp" && (wb != 0 || rb != 0):
 					t.Fatalf("nosddp: send-based DDP used (%d, %d)", wb, rb)
-				case extra != "nosddp" && n <= maxGroup && (wb != uint64(n) || rb != uint64(n)):
+				case extra != "nosddp" && n <= limit && (wb != uint64(n) || rb != uint64(n)):
+					t.Fatalf("%s: %d of %d WRITE bytes and %d READ bytes by send-based DDP", extra, wb, n, rb)
+				case n > limit && (wb != 0 || rb != 0):
 					t.Fatalf("%s: %d of %d WRITE bytes and %d READ bytes by send-based DDP", extra, wb, n, rb)
 				}
 			}
@@ -91,7 +97,7 @@ func BenchmarkFUSEExtensions(b *testing.B) {
 	smalls := []int{8 << 10, 32 << 10, 64 << 10, 128 << 10}
 	srv := startServerRDMA(b, siw.Config{RTRDelay: -1}, nfsserver.Export{Path: "/"}, rpcrdma.ServerOptions{SendDDP: true, Inline: rpcrdma.SDDPInline})
 	writeSeq(b, filepath.Join(srv.root, "seq-r"), randBytes(MaxWrite, 3), seq)
-	for _, mode := range []string{"default", "nosddp", "norprc"} {
+	for _, mode := range []string{"default", "sddpgroups", "nosddp", "norprc"} {
 		extra := mode
 		if mode == "default" {
 			extra = ""
