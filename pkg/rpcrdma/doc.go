@@ -435,17 +435,18 @@
 // 2 x Credits x 4 KiB, 256 KiB at 32 credits.
 //
 // Transmission groups move more than 12 KiB without receive buffers as
-// large as the data, but on software iWARP they lose to the chunks
+// large as the data, but on software iWARP they do not beat the chunks
 // (BenchmarkSendDDPWrite, BenchmarkSendDDPRead, one call outstanding,
-// medians of 3 on a shared 2-core machine): a WRITE-like argument of 32,
-// 64 and 128 KiB takes 191, 319 and 335 us as a group against 127, 184
-// and 237 us in a Read chunk; a READ-like result 164, 224 and 383 us
-// against 132, 172 and 186 us in a Write chunk. Each 12 KiB costs a
-// Send of 16 KiB (the header page travels as zeros), each Send its
-// per-message cost, and registration, which a group saves, is cheap on
-// siw; so groups are off by default (SendDDPGroups, the mount option
-// sddpgroups). With 64 KiB buffers a 32 KiB argument in one Send takes
-// 81 us against 124 us in a Read chunk, at four times SDDPInline's
-// buffer memory (5 MiB per requester connection): the default stays
-// SDDPInline.
+// medians of 3 runs of 1 s on a shared 2-core machine, spread about
+// 30%): a WRITE-like argument of 32, 64 and 128 KiB takes 152, 349 and
+// 440 us as a group against 174, 192 and 314 us in a Read chunk; a
+// READ-like result 146, 230 and 405 us against 154, 164 and 214 us in a
+// Write chunk. Each 12 KiB costs a Send of 16 KiB (the header page
+// travels as zeros) with its per-message cost, and registration, which
+// a group saves, is cheap on siw; so groups are off by default
+// (SendDDPGroups, the mount option sddpgroups). With 64 KiB buffers a
+// 32 KiB argument goes in one Send: 115 us against 174 us in a Read
+// chunk (a result: 124 against 154 us), for four times SDDPInline's
+// buffer memory (5 MiB per requester connection at 32 credits): the
+// default stays SDDPInline.
 package rpcrdma
