@@ -439,13 +439,25 @@ func (sl *srvSlot) replySDDPGroup(m *sunrpc.Message, rm Message) bool {
 		wrs[i] = verbs.SendWR{ID: wrSend | uint64(sl.idx), Opcode: verbs.WRSend, SGL: sges[i : i+1 : i+1]}
 	}
 	wrs[sends-1].Flags = verbs.SendSignaled
-	s.m.replies.Add(1)
-	s.m.sddpMsgs.Add(1)
-	s.m.sddpBytes.Add(uint64(len(item)))
-	s.m.sddpGroups.Add(1)
-	s.m.inlineMsgs.Add(1)
-	s.m.inlineBytes.Add(uint64((sends-1)*(w.Start+w.Size) + last))
-	if c.finishMany(sl.idx, msgs, wrs) {
+	// Counted before they are posted (the requester may see the reply
+	// at once), taken back when they are not.
+	count := func(d uint64) {
+		s.m.replies.Add(d)
+		s.m.sddpMsgs.Add(d)
+		s.m.sddpBytes.Add(d * uint64(len(item)))
+		s.m.sddpGroups.Add(d)
+		s.m.inlineMsgs.Add(d)
+		s.m.inlineBytes.Add(d * uint64((sends-1)*(w.Start+w.Size)+last))
+	}
+	count(1)
+	posted, covered := c.finishMany(sl.idx, msgs, wrs)
+	if !covered {
+		// Other replies took the requester's receives since peerCovers.
+		count(^uint64(0)) // -1
+		r.HType, r.SDDP = HTypeReplyInline, SDDP{}
+		return false
+	}
+	if posted {
 		_ = c.wait(sl.sendDone)
 	}
 	return true

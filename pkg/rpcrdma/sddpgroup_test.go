@@ -312,10 +312,15 @@ func TestSendDDPGroupReplies(t *testing.T) {
 				}
 			}
 			res := make([]byte, 64<<10)
+			before := cm.Metrics()
 			for i := range 40 {
 				if got, _, err := call(ctx, c, pGive, nil, false, uint32(len(res)), res, 512); err != nil || !bytes.Equal(got, givePattern[:len(res)]) {
 					t.Fatalf("call %d: %v", i, err)
 				}
+			}
+			// Each a group still: the receives held came back.
+			if groups := cm.Metrics().SendDDPGroups - before.SendDDPGroups; on && groups != 40 {
+				t.Fatalf("40 calls in a row: %d groups", groups)
 			}
 			if m := cm.Metrics(); m.CreditsInUse != 0 {
 				t.Fatalf("credits in use %d", m.CreditsInUse)
@@ -417,5 +422,46 @@ func BenchmarkSendDDPRead(b *testing.B) {
 					perOp{"writechunks/op", func(m *Metrics) uint64 { return m.WriteChunks }})
 			})
 		}
+	}
+}
+
+// TestSendDDPGroupReplyCredits: results that would go as groups of 11
+// Sends, for calls that reserved nothing (no Call.ReplyPayload), many at
+// once on a requester of 4 credits (20 receives): the responder sends a
+// group only while the requester's credits cover it, the others in
+// responder-provided Read chunks; every call gets its result intact and
+// the connection stays up.
+func TestSendDDPGroupReplyCredits(t *testing.T) {
+	ts := startGroupServer(t, ServerOptions{Credits: 32, Inline: SDDPInline, SendDDP: true})
+	c, cm := newClient(t, ts, ClientOptions{Credits: 4, Inline: SDDPInline, SendDDP: true, SendDDPGroups: true})
+	ctx := tctx(t, 60*time.Second)
+	if _, _, err := call(ctx, c, pGive, nil, false, 100, nil, 512); err != nil {
+		t.Fatal(err)
+	}
+	const n = 128 << 10
+	errs := make(chan error, 8)
+	for range 8 {
+		go func() {
+			for range 5 {
+				got, _, err := call(ctx, c, pGive, nil, false, n, nil, 512)
+				if err == nil && !bytes.Equal(got, givePattern[:n]) {
+					err = errors.New("result not intact")
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range 8 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	m := cm.Metrics()
+	if m.SendDDPGroups == 0 || m.ReplyReadChunks == 0 || m.SendDDPGroups+m.ReplyReadChunks < 40 {
+		t.Fatalf("groups %d, reply Read chunks %d", m.SendDDPGroups, m.ReplyReadChunks)
 	}
 }
