@@ -465,3 +465,54 @@ func TestSendDDPGroupReplyCredits(t *testing.T) {
 		t.Fatalf("groups %d, reply Read chunks %d", m.SendDDPGroups, m.ReplyReadChunks)
 	}
 }
+
+// TestSendDDPGroupNoAllocs: in the steady state a call whose argument,
+// or whose result, goes as a transmission group allocates nothing on
+// either side (the handler takes the argument's pieces).
+func TestSendDDPGroupNoAllocs(t *testing.T) {
+	const credits = 8
+	ts := startServer(t, ServerOptions{Credits: 32, Inline: SDDPInline, SendDDP: true})
+	c, cm := newClient(t, ts, ClientOptions{Credits: credits, Inline: SDDPInline, SendDDP: true, SendDDPGroups: true})
+	ctx := context.Background()
+	const n = 64 << 10
+	arg, res := pattern(n, 9), make([]byte, n)
+	for _, sh := range []struct {
+		name string
+		spec sunrpc.CallSpec
+	}{
+		{"argument", sunrpc.CallSpec{Prog: tProg, Vers: tVers, Proc: pSink,
+			Args:         func(b *sunrpc.Builder) { b.Payload(arg) },
+			Results:      func(d *xdr.Decoder, placed int) error { d.Uint32(); return d.Err() },
+			MaxReplySize: 256}},
+		{"result", sunrpc.CallSpec{Prog: tProg, Vers: tVers, Proc: pGive,
+			Args:         func(e *sunrpc.Builder) { e.Uint32(n) },
+			Results:      func(d *xdr.Decoder, placed int) error { return d.Err() },
+			ReplyPayload: res, MaxReplySize: 512}},
+	} {
+		t.Run(sh.name, func(t *testing.T) {
+			for range 8 * credits {
+				if err := c.Call(ctx, sh.spec); err != nil {
+					t.Fatal(err)
+				}
+			}
+			before := cm.Metrics()
+			var err error
+			allocs := testing.AllocsPerRun(40, func() {
+				if e := c.Call(ctx, sh.spec); e != nil && err == nil {
+					err = e
+				}
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if m := cm.Metrics(); m.SendDDPGroups-before.SendDDPGroups != 41 || m.Registrations != 0 {
+				t.Fatalf("%d groups in 41 calls, %d registrations", m.SendDDPGroups-before.SendDDPGroups, m.Registrations)
+			}
+			if raceEnabled {
+				t.Logf("%.1f allocations per call (race detector on: not checked)", allocs)
+			} else if allocs != 0 {
+				t.Errorf("%.1f allocations per call in the steady state, want 0", allocs)
+			}
+		})
+	}
+}
