@@ -334,7 +334,9 @@
 //     message between them), when it takes 2 to MaxContinuation (16)
 //     Sends and at most 64 segments: a call whose argument would go in a
 //     Read chunk, when the responder's last rdma_credit covers the Sends
-//     now; a reply whose call offered no Write chunk, when the
+//     now; a reply whose call offered no Write chunk (a requester with
+//     SendDDPGroups omits it; a call without Call.ReplyPayload has
+//     none) and that does not fit one Send, when the
 //     requester's last rdma_credit covers them beyond one reply per call
 //     in process (else it goes on as without the extension:
 //     responder-provided Read chunk, continuation or RDMA2_ERR_*). The
@@ -350,7 +352,9 @@
 //     segments 0..ceil(n/4096)-1 and ceil(n/12288) Sends at SDDPInline.
 //     A middle type of its own (not RDMA2_*_MIDDLE, whose rdma_remaining
 //     counts Payload stream bytes) tells the receiver on arrival that the
-//     receive holds placed data and must be kept. The requester offers
+//     receive holds placed data and must be kept; one sent to a
+//     responder that announced no structure is RDMA2_ERR_INVAL_HTYPE.
+//     The requester offers
 //     no Write chunk for a result that fits a group only when
 //     responder-provided Read chunks are in use (the responder's answer
 //     when the credits do not cover a group) and it can reserve the
