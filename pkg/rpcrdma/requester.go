@@ -280,7 +280,8 @@ type slot struct {
 	grpBad       *XmitErr
 	grpBufs      [][]byte
 	grpVec       [][]byte
-	contMR       verbs.MR // slot-owned: the Sends of a continued call
+	one          [1][]byte // a placed result handed on (Call.KeepPlaced)
+	contMR       verbs.MR  // slot-owned: the Sends of a continued call
 	contWRs      []verbs.SendWR
 	contSGEs     []verbs.SGE
 	payMR, resMR verbs.MR // caller memory registered for this call
@@ -1228,7 +1229,7 @@ func (s *slot) releaseRecv() {
 // ReleaseReply gives the reply's receive buffer back (reposted) and its
 // credit (sunrpc.Releaser).
 func (s *slot) ReleaseReply(r *sunrpc.Reply) {
-	r.Body = nil
+	r.Body, r.PlacedVec = nil, nil
 	s.releaseRecv()
 }
 

@@ -545,8 +545,9 @@ func (s *slot) dropGroupRecv() {
 }
 
 // takeSDDPGroup is takeSDDP for a reply that ended a transmission group:
-// the result, in pieces in the held receives and msg, is copied once
-// into call.ReplyPayload (Placed) or into the rebuilt body.
+// the result, in pieces in the held receives and msg, is handed on as
+// them (call.KeepPlaced), or copied once into call.ReplyPayload (Placed)
+// or into the rebuilt body.
 func (s *slot) takeSDDPGroup(call *sunrpc.Call, r *sunrpc.Reply, msg []byte, w ddpWindow) error {
 	c := s.c
 	if s.grpBad != nil {
@@ -568,6 +569,11 @@ func (s *slot) takeSDDPGroup(call *sunrpc.Call, r *sunrpc.Reply, msg []byte, w d
 	c.m.sddpMsgs.Add(1)
 	c.m.sddpBytes.Add(uint64(n))
 	c.m.sddpGroups.Add(1)
+	if call.ReplyPayload != nil && len(call.ReplyPayload) >= n && call.KeepPlaced {
+		r.Body, r.Placed, r.PlacedVec = stream, n, vec
+		c.m.sddpKept.Add(1)
+		return nil
+	}
 	if call.ReplyPayload != nil && len(call.ReplyPayload) >= n {
 		off := 0
 		for _, p := range vec {

@@ -40,6 +40,11 @@ type Call struct {
 	// with responder-provided Read chunks) prepares none; the others use
 	// MaxReplySize as usual.
 	UnboundedReply bool
+	// KeepPlaced lets a transport that received the DDP-eligible result
+	// into its own buffers (RPC-over-RDMA send-based DDP) hand them on as
+	// Reply.PlacedVec instead of copying them into ReplyPayload, which
+	// then only bounds the result's size.
+	KeepPlaced bool
 }
 
 // Releaser takes back the buffer of a Reply (see Reply.Release).
@@ -58,6 +63,11 @@ type Reply struct {
 	// Placed is the number of bytes of the DDP-eligible result placed into
 	// Call.ReplyPayload, or -1: the result (if any) is inline in Body.
 	Placed int
+	// PlacedVec, when not nil (only with Call.KeepPlaced), holds the
+	// Placed bytes instead of Call.ReplyPayload: the pieces of the
+	// transport's receive buffers where they landed, in order, valid
+	// until Release.
+	PlacedVec [][]byte
 	// Owner, when not nil, gets Body's buffer back on Release.
 	Owner Releaser
 }

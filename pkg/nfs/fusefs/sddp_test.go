@@ -2,11 +2,13 @@ package fusefs
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"io"
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -14,6 +16,7 @@ import (
 	"github.com/nfsrdma/nfsrdma-csi/internal/testenv"
 	nfsserver "github.com/nfsrdma/nfsrdma-csi/pkg/nfs/server"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/rpcrdma"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/verbs/siw"
 )
 
@@ -37,7 +40,27 @@ func TestSendDDPWriteRead(t *testing.T) {
 			if extra == "sddpgroups" {
 				limit = maxGroup
 			}
-			dir, _ := srv.mount(t, "rdma", extra)
+			var mu sync.Mutex
+			var conns []*rpcrdma.Client
+			kept := func() (n uint64) {
+				mu.Lock()
+				defer mu.Unlock()
+				for _, c := range conns {
+					n = max(n, c.Metrics().SendDDPKept) // shared by a mount's connections
+				}
+				return n
+			}
+			dir, _ := srv.mountWith(t, "rdma", extra, func(dial sunrpc.DialFunc) sunrpc.DialFunc {
+				return func(ctx context.Context) (sunrpc.ClientTransport, error) {
+					tr, err := dial(ctx)
+					if c, ok := tr.(*rpcrdma.Client); ok {
+						mu.Lock()
+						conns = append(conns, c)
+						mu.Unlock()
+					}
+					return tr, err
+				}
+			})
 			for _, n := range []int{4096, 10001, rpcrdma.SDDPInline - rpcrdma.PageSize, 20000, 64 << 10, 128<<10 + 5, 200 << 10} {
 				data := make([]byte, n)
 				for i := range data {
@@ -59,6 +82,7 @@ func TestSendDDPWriteRead(t *testing.T) {
 				if err := os.WriteFile(filepath.Join(srv.root, rname), data, 0o644); err != nil {
 					t.Fatal(err)
 				}
+				keptBefore := kept()
 				got, err = os.ReadFile(filepath.Join(dir, rname))
 				if err != nil || !bytes.Equal(got, data) {
 					t.Fatalf("%d bytes read: %d, equal %v, %v", n, len(got), bytes.Equal(got, data), err)
@@ -73,6 +97,31 @@ func TestSendDDPWriteRead(t *testing.T) {
 					t.Fatalf("%s: %d of %d WRITE bytes and %d READ bytes by send-based DDP", extra, wb, n, rb)
 				case n > limit && (wb != 0 || rb != 0):
 					t.Fatalf("%s: %d of %d WRITE bytes and %d READ bytes by send-based DDP", extra, wb, n, rb)
+				case rb != 0 && kept() == keptBefore:
+					// The READ data went to the kernel from the receive
+					// buffers, not copied (client.ReadPlaced).
+					t.Fatalf("%s: %d bytes: READ data by send-based DDP copied, not handed to FUSE", extra, n)
+				}
+			}
+			// More reads than the mount has credits (16): the receive
+			// buffers handed to FUSE come back once it wrote them.
+			data := bytes.Repeat([]byte{0x3c}, 10000)
+			if err := os.WriteFile(filepath.Join(srv.root, "again"), data, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			buf := make([]byte, 64<<10)
+			for i := range 48 {
+				f, err := os.Open(filepath.Join(dir, "again"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED); err != nil {
+					t.Fatal(err)
+				}
+				k, err := io.ReadFull(f, buf)
+				f.Close()
+				if !errors.Is(err, io.ErrUnexpectedEOF) || !bytes.Equal(buf[:k], data) {
+					t.Fatalf("read %d: %d bytes, %v", i, k, err)
 				}
 			}
 		})
