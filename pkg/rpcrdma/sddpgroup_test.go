@@ -516,3 +516,71 @@ func TestSendDDPGroupNoAllocs(t *testing.T) {
 		})
 	}
 }
+
+// TestSendDDPKeepPlaced: with Call.KeepPlaced (sunrpc.CallSpec.TakePlaced)
+// a result received by send-based DDP, in one Send or a group, is handed
+// on as the pieces of the receive buffers where it landed: intact,
+// Call.ReplyPayload not written, counted as kept; the receives come back
+// when the taker releases them (more calls than credits). A result in a
+// Write chunk is in ReplyPayload as before, nothing to take.
+func TestSendDDPKeepPlaced(t *testing.T) {
+	ts := startGroupServer(t, ServerOptions{Credits: 32, Inline: SDDPInline, SendDDP: true})
+	ctx := tctx(t, 60*time.Second)
+	cm := &ClientMetrics{}
+	tr, err := Dial(ctx, newDev(), ts.srv.Addr().String(), ClientOptions{Credits: 8, Inline: SDDPInline, SendDDP: true, SendDDPGroups: true, Metrics: cm})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	c, err := sunrpc.NewClient(func(context.Context) (sunrpc.ClientTransport, error) { return tr, nil }, sunrpc.ClientOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, _, err := call(ctx, c, pGive, nil, false, 100, nil, 512); err != nil {
+		t.Fatal(err)
+	}
+	recv := tr.recvMR.Bytes()
+	for _, k := range []struct {
+		n      int
+		pieces int // 0: not handed on
+	}{{5001, 1}, {SDDPInline - PageSize, 1}, {64<<10 + 100, 6}, {300 << 10, 0}} {
+		for i := range 20 {
+			res := bytes.Repeat([]byte{0xee}, k.n)
+			var vec [][]byte
+			var release func()
+			before := cm.Metrics()
+			err := c.Call(ctx, sunrpc.CallSpec{Prog: tProg, Vers: tVers, Proc: pGive,
+				Args:         func(e *sunrpc.Builder) { e.Uint32(uint32(k.n)) },
+				Results:      func(d *xdr.Decoder, placed int) error { return d.Err() },
+				ReplyPayload: res, MaxReplySize: 512,
+				TakePlaced: func(v [][]byte, rel func()) { vec, release = v, rel }})
+			if err != nil {
+				t.Fatalf("%d bytes: %v", k.n, err)
+			}
+			kept := cm.Metrics().SendDDPKept - before.SendDDPKept
+			if k.pieces == 0 {
+				if vec != nil || kept != 0 || !bytes.Equal(res, givePattern[:k.n]) {
+					t.Fatalf("%d bytes: handed on %d pieces (kept %d), in ReplyPayload %v", k.n, len(vec), kept, bytes.Equal(res, givePattern[:k.n]))
+				}
+				continue
+			}
+			if len(vec) != k.pieces || kept != 1 || !bytes.Equal(res, bytes.Repeat([]byte{0xee}, k.n)) {
+				t.Fatalf("%d bytes: %d pieces (want %d), kept %d, ReplyPayload written %v", k.n, len(vec), k.pieces, kept, !bytes.Equal(res, bytes.Repeat([]byte{0xee}, k.n)))
+			}
+			if got := bytes.Join(vec, nil); !bytes.Equal(got, givePattern[:k.n]) {
+				t.Fatalf("%d bytes, call %d: the pieces hold %d bytes, equal %v", k.n, i, len(got), bytes.Equal(got, givePattern[:k.n]))
+			}
+			for _, p := range vec {
+				lo, q := uintptr(unsafe.Pointer(&recv[0])), uintptr(unsafe.Pointer(&p[0]))
+				if q < lo || q+uintptr(len(p)) > lo+uintptr(len(recv)) {
+					t.Fatalf("%d bytes: a piece outside the requester's receive buffers", k.n)
+				}
+			}
+			release()
+		}
+	}
+	if m := cm.Metrics(); m.CreditsInUse != 0 {
+		t.Fatalf("credits in use %d", m.CreditsInUse)
+	}
+}
