@@ -577,6 +577,10 @@ func TestSendDDPKeepPlaced(t *testing.T) {
 					t.Fatalf("%d bytes: a piece outside the requester's receive buffers", k.n)
 				}
 			}
+			// Held until released: the call's credit and receive.
+			if m := cm.Metrics(); m.CreditsInUse != 1 {
+				t.Fatalf("%d bytes: %d credits in use while the pieces are held", k.n, m.CreditsInUse)
+			}
 			release()
 		}
 	}
