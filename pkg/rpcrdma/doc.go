@@ -377,7 +377,10 @@
 //     writes them with pwritev. The requester copies a placed result
 //     once from its receive buffer (or the group's) into
 //     Call.ReplyPayload (sunrpc.Reply.Placed), or, without one, rebuilds
-//     the reply body with it.
+//     the reply body with it; with Call.KeepPlaced it hands the result
+//     on as the pieces where it landed (sunrpc.Reply.PlacedVec), its
+//     receives held until the reply is released: the FUSE mount writes
+//     READ data to the kernel from them (writev) and releases them then.
 //   - Errors (section 9.5). The receiver checks the placement against
 //     its own structure and answers RDMA2_XMTERR (rdma_xid and xmsi_xid
 //     the call's, xmsi_dir 0, xmsi_seq 0, no optxe_lead): OPTXERR_BADPL
@@ -407,7 +410,8 @@
 //     The requester fails the call with it.
 //   - Metrics: SendDDPMsgs and SendDDPBytes (messages sent or received
 //     with a placed item, and its bytes), SendDDPGroups (of those, as a
-//     transmission group), XmitErrors.
+//     transmission group), SendDDPKept (results handed on, not copied),
+//     XmitErrors.
 //
 // Memory of send-based DDP. The structure is the same for every receive
 // of a connection (section 7.2 has one xmrbs_buf per receiver), so the
