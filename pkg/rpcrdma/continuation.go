@@ -129,15 +129,21 @@ type reassembly struct {
 // worker.
 func (c *srvConn) reassemble(sl *srvSlot, n int) bool {
 	a := &c.asm
-	sl.assembled, sl.contErr = false, false
+	sl.assembled, sl.contErr, sl.xmtErr, sl.parts = false, false, nil, sl.parts[:0]
 	msg := c.recvMR.Bytes()[sl.idx*c.s.opts.Inline:][:n]
 	if len(msg) < Middle2Len || be.Uint32(msg[4:]) != Version2 {
 		if a.active && len(msg) >= PrefixLen {
 			a.active, sl.contErr = false, true
 		}
+		if len(msg) >= PrefixLen {
+			c.breakGroup(XmitErr{Bad: XmsID{XID: be.Uint32(msg)}, Code: XmitErrBadHMT, Expect: uint32(HTypeCallSDDP), Current: be.Uint32(msg[12:])})
+		}
 		return false
 	}
 	xid, t := be.Uint32(msg), HType(be.Uint32(msg[12:]))
+	if !a.active && (t == HTypeCallSDDPMiddle || c.grp.active || c.grp.broken) {
+		return c.groupPart(sl, msg, n)
+	}
 	switch {
 	case t == HTypeCallMiddle:
 		part := msg[Middle2Len:]
@@ -176,7 +182,8 @@ func (c *srvConn) reassemble(sl *srvSlot, n int) bool {
 // Write chunk, which must hold it. It reports false, having sent nothing,
 // when continuation cannot be used: the result does not fit the Write
 // chunk, the reply needs more than MaxContinuation Sends, or the
-// requester's credits do not cover them (its receives, less one for each
+// requester's credits do not cover them, now or when they are posted
+// (its receives, less one for each
 // reply still owed to its other calls); the caller then answers
 // RDMA2_ERR_WRITE_RESOURCE or _REPLY_RESOURCE.
 func (sl *srvSlot) replyContinued(m *sunrpc.Message, rm Message) bool {
@@ -252,10 +259,20 @@ func (sl *srvSlot) replyContinued(m *sunrpc.Message, rm Message) bool {
 	// Only the last is signaled and waited for: the Sends complete in
 	// order.
 	wrs[sends-1].Flags = verbs.SendSignaled
-	s.m.replies.Add(1)
-	s.m.continued.Add(1)
-	s.m.inlineBytes.Add(uint64(len(sl.stream)))
-	if c.finishMany(sl.idx, msgs, wrs) {
+	// Counted before they are posted (the requester may see the reply
+	// at once), taken back when they are not.
+	count := func(d uint64) {
+		s.m.replies.Add(d)
+		s.m.continued.Add(d)
+		s.m.inlineBytes.Add(d * uint64(len(sl.stream)))
+	}
+	count(1)
+	posted, covered := c.finishMany(sl.idx, msgs, wrs)
+	if !covered {
+		count(^uint64(0)) // -1
+		return false
+	}
+	if posted {
 		_ = c.wait(sl.sendDone)
 	}
 	return true
@@ -278,32 +295,35 @@ func (c *srvConn) peerCoversLocked(n int) bool {
 
 // finishMany is finish for the several Sends of a continued reply: they
 // are posted together, under the lock every reply is posted under, so
-// that no other message comes between them, each carrying the credit. It
-// reports false, posting nothing, when the requester's credit no longer
-// covers them (the connection is then closed: the reply is lost, as when
-// a Send fails).
-func (c *srvConn) finishMany(idx int, msgs [][]byte, wrs []verbs.SendWR) bool {
+// that no other message comes between them, each carrying the credit.
+// The requester's credit is checked there, with this call still counted
+// in process (its reply is among the Sends), so that replies posted since
+// the caller's peerCovers are accounted. It reports false, having
+// neither posted nor finished anything, when the credit no longer
+// covers them (covered false: the caller answers otherwise), or, with
+// covered true, when posting failed.
+func (c *srvConn) finishMany(idx int, msgs [][]byte, wrs []verbs.SendWR) (posted, covered bool) {
 	cc := &c.cred
 	cc.mu.Lock()
 	defer cc.mu.Unlock()
+	if !c.peerCoversLocked(len(wrs)) {
+		return false, false
+	}
 	cc.held--
 	cc.working.Add(-1)
 	cc.idle = append(cc.idle, idx)
+	c.releasePartsLocked(idx)
 	if !c.fillLocked() {
-		return false
-	}
-	if !c.peerCoversLocked(len(wrs)) {
-		c.qp.Close()
-		return false
+		return false, true
 	}
 	for i := range wrs {
 		be.PutUint32(msgs[i][creditOffset:], c.creditLocked())
 		cc.sent++
 		if c.qp.PostSend(&wrs[i]) != nil {
-			return false
+			return false, true
 		}
 	}
-	return true
+	return true, true
 }
 
 // replyMiddle takes an RDMA2_REPLY_MIDDLE (in the completion goroutine,

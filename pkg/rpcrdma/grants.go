@@ -266,6 +266,7 @@ func (c *srvConn) finish(idx int, msg []byte, wr *verbs.SendWR) bool {
 	cc.held--
 	cc.working.Add(-1)
 	cc.idle = append(cc.idle, idx)
+	c.releasePartsLocked(idx)
 	if !c.fillLocked() {
 		return false
 	}

@@ -85,6 +85,10 @@ func (t HType) String() string {
 		return "RDMA2_REPLY_SDDP"
 	case HTypeXmitErr:
 		return "RDMA2_XMTERR"
+	case HTypeCallSDDPMiddle:
+		return "RDMA2_CALL_SDDP_MIDDLE"
+	case HTypeReplySDDPMiddle:
+		return "RDMA2_REPLY_SDDP_MIDDLE"
 	}
 	return fmt.Sprintf("rdma_htype(%d)", uint32(t))
 }
@@ -194,6 +198,10 @@ type Header2 struct {
 	// SDDP is struct rpcrdma2_sddp of RDMA2_CALL_SDDP and
 	// RDMA2_REPLY_SDDP (sddp.go); its TBSN slice is reused.
 	SDDP SDDP
+	// XNum is rdma_xnum of RDMA2_CALL_SDDP_MIDDLE and
+	// RDMA2_REPLY_SDDP_MIDDLE (sddpgroup.go): the Send's number in its
+	// transmission group, from 0.
+	XNum uint32
 	// XmitErr is the body of RDMA2_XMTERR (sddp.go).
 	XmitErr XmitErr
 }
@@ -265,7 +273,7 @@ func (h *Header) len2() int {
 		lists(false, false)
 	case HTypeReplyExternal:
 		lists(false, true)
-	case HTypeCallMiddle, HTypeReplyMiddle:
+	case HTypeCallMiddle, HTypeReplyMiddle, HTypeCallSDDPMiddle, HTypeReplySDDPMiddle:
 		n += 4
 	case HTypeError:
 		n += 4 + h.Err.Code.armLen()
@@ -283,7 +291,7 @@ func (h *Header) len2() int {
 // check2 reports why a version 2 h must not be sent, or nil.
 func (h *Header) check2() error {
 	switch h.HType {
-	case HTypeGrant, HTypeCallMiddle, HTypeReplyMiddle, HTypeConnPropMiddle, HTypeConnPropFinal:
+	case HTypeGrant, HTypeCallMiddle, HTypeReplyMiddle, HTypeConnPropMiddle, HTypeConnPropFinal, HTypeCallSDDPMiddle, HTypeReplySDDPMiddle:
 		return nil
 	case HTypeXmitErr:
 		if e := &h.XmitErr; e.Code < XmitErrBadHMT || e.Code > XmitErrBadPL || e.Bad.Dir > 1 || e.Lead.Dir > 1 {
@@ -410,6 +418,8 @@ func (h *Header) encode2(dst []byte) ([]byte, error) {
 		dst = h.appendReplyChunk(dst)
 	case HTypeCallMiddle, HTypeReplyMiddle:
 		dst = be.AppendUint32(dst, h.Remaining)
+	case HTypeCallSDDPMiddle, HTypeReplySDDPMiddle:
+		dst = be.AppendUint32(dst, h.XNum)
 	case HTypeError:
 		e := &h.Err
 		dst = be.AppendUint32(dst, uint32(e.Code))
@@ -523,6 +533,11 @@ func (h *Header) Decode2(msg []byte, lim *Limits) (n int, err error) {
 			return 0, headerErr(ErrShort, PrefixLen, "missing rdma_remaining")
 		}
 		h.Remaining = r.d.Uint32()
+	case HTypeCallSDDPMiddle, HTypeReplySDDPMiddle:
+		if r.d.Remaining() < 4 {
+			return 0, headerErr(ErrShort, PrefixLen, "missing rdma_xnum")
+		}
+		h.XNum = r.d.Uint32()
 	case HTypeGrant:
 	case HTypeError:
 		err = h.decodeError2(&r.d)

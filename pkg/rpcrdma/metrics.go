@@ -67,6 +67,12 @@ type Metrics struct {
 	// RDMA2_XMTERR Transmit Errors sent (responder) or received
 	// (requester).
 	SendDDPMsgs, SendDDPBytes, XmitErrors uint64
+	// SendDDPGroups: of SendDDPMsgs, those sent or received as a
+	// transmission group of several Sends (sddpgroup.go).
+	SendDDPGroups uint64
+	// SendDDPKept: of the results received by send-based DDP, those
+	// handed on in the receive buffers, not copied (Call.KeepPlaced).
+	SendDDPKept uint64
 
 	// Registrations is a gauge of per-call memory registrations (caller
 	// memory registered for a chunk) alive now; 0 when no call is in flight.
@@ -90,6 +96,7 @@ type metrics struct {
 	grants, continued                                             atomic.Uint64
 	replyReads, replyReadBytes, dones, donesDropped               atomic.Uint64
 	sddpMsgs, sddpBytes, xmitErrs                                 atomic.Uint64
+	sddpGroups, sddpKept                                          atomic.Uint64
 	readChunkTimeouts                                             atomic.Uint64
 	registrations, registeredBytes                                atomic.Int64
 }
@@ -109,7 +116,7 @@ func (m *metrics) snapshot() Metrics {
 		Errors2: m.errors2Snapshot(), Grants: m.grants.Load(), Continued: m.continued.Load(),
 		ReplyReadChunks: m.replyReads.Load(), ReplyReadBytes: m.replyReadBytes.Load(),
 		PullDone: m.dones.Load(), PullDoneDropped: m.donesDropped.Load(), ReadChunkTimeouts: m.readChunkTimeouts.Load(),
-		SendDDPMsgs: m.sddpMsgs.Load(), SendDDPBytes: m.sddpBytes.Load(), XmitErrors: m.xmitErrs.Load(),
+		SendDDPMsgs: m.sddpMsgs.Load(), SendDDPBytes: m.sddpBytes.Load(), XmitErrors: m.xmitErrs.Load(), SendDDPGroups: m.sddpGroups.Load(), SendDDPKept: m.sddpKept.Load(),
 	}
 }
 

@@ -24,6 +24,10 @@ type ClientOptions struct {
 	Credits int
 	// Inline is our send and receive size, in bytes, advertised in RFC 8797
 	// private data [OurInline, 4096]; 1024..262144, a multiple of 1024.
+	// With SendDDP it applies to version 2 only: a connection in version
+	// 1 (MaxVersion 1, a responder Versions knows as version 1, or one
+	// that answers the negotiation with ERR_VERS, which is then dialed
+	// again) uses at most OurInline.
 	Inline int
 	// MaxReply is the largest reply, in bytes, without a DDP-eligible
 	// result, assumed for a call whose MaxReplySize is 0: the size of the
@@ -53,6 +57,14 @@ type ClientOptions struct {
 	// with DDP-targetable segments the call fits (sddp.go); off by
 	// default [false].
 	SendDDP bool
+	// SendDDPGroups, with SendDDP, also sends a DDP-eligible argument
+	// larger than the responder's DDP-targetable window as a
+	// transmission group of Sends (sddpgroup.go) rather than in a Read
+	// chunk, and offers no Write chunk for a result larger than ours,
+	// when they fit MaxContinuation Sends and the credits allow; off by
+	// default [false]: on software iWARP a group costs more than the
+	// chunk it replaces (the package doc's "Send-based DDP").
+	SendDDPGroups bool
 	// Limits bound the reply headers we decode.
 	Limits Limits
 	// MaxVersion is the highest RPC-over-RDMA version to speak: 2 (the
@@ -175,8 +187,10 @@ type Client struct {
 	sddpLimit  int
 	peerRBS    RecvBufStruct
 	peerHasRBS bool
-	mangleSDDP func(*SDDP) // tests: alters the placement sent
-	pullPosted func()      // tests: called once an RDMA Read of a pull is posted
+	mangleSDDP func(*SDDP)      // tests: alters the placement sent
+	mangleXNum func(int) uint32 // tests: the rdma_xnum of a group's i-th Send
+	dropPart   int              // tests: the group's Send left out (from 1; 0 none)
+	pullPosted func()           // tests: called once an RDMA Read of a pull is posted
 	dq         doneQueue
 	orphan     Header
 
@@ -199,6 +213,10 @@ type Client struct {
 	// sent while sent < limit (modulo 2^32).
 	sent, limit uint32
 	byXID       map[uint32]int // outstanding calls
+	// grpReserved is the receives beyond the credits that calls expecting
+	// a send-based DDP transmission group as reply reserved
+	// (sddpgroup.go), at most MaxContinuation.
+	grpReserved int
 	dead        bool
 	freed       bool // release ran: free slots give back their buffers at once
 
@@ -254,10 +272,19 @@ type slot struct {
 	asm                   []byte
 	stream                []byte   // a continued call's Payload stream
 	tbsn                  []uint32 // a send-based DDP call's segment numbers
-	contMR                verbs.MR // slot-owned: the Sends of a continued call
-	contWRs               []verbs.SendWR
-	contSGEs              []verbs.SGE
-	payMR, resMR          verbs.MR // caller memory registered for this call
+	// A reply by send-based DDP across Sends (sddpgroup.go): receives
+	// reserved (grpExtra) and held (grpRecv, completion goroutine), a
+	// Send that broke the group (grpBad), the pieces located.
+	grpExtra     int
+	grpRecv      []heldPart
+	grpBad       *XmitErr
+	grpBufs      [][]byte
+	grpVec       [][]byte
+	one          [1][]byte // a placed result handed on (Call.KeepPlaced)
+	contMR       verbs.MR  // slot-owned: the Sends of a continued call
+	contWRs      []verbs.SendWR
+	contSGEs     []verbs.SGE
+	payMR, resMR verbs.MR // caller memory registered for this call
 	// A reply in a responder-provided Read chunk (rprcpull.go): pulled
 	// into pullMR (slot-owned, local write only) by readWR; its receive
 	// buffer already reposted (recvReposted).
@@ -289,6 +316,13 @@ func Dial(ctx context.Context, dev verbs.Device, addr string, opts ClientOptions
 	if err := opts.fill(); err != nil {
 		return nil, err
 	}
+	// A responder known to speak version 1 only gets version 1's
+	// buffers: send-based DDP, for which SendDDP enlarges them, is a
+	// version 2 extension, and continued replies are version 2 too.
+	v1 := opts.MaxVersion < Version2 || opts.Versions.Version1Only(addr)
+	if v1 && opts.SendDDP {
+		opts.Inline = min(opts.Inline, OurInline)
+	}
 	c := &Client{opts: opts, m: &opts.Metrics.m, lim: opts.Limits, remInv: !opts.NoRemoteInvalidate,
 		byXID: make(map[uint32]int, opts.Credits), window: 1, done: make(chan struct{}), loopEnd: make(chan struct{})}
 	ok := false
@@ -305,7 +339,7 @@ func Dial(ctx context.Context, dev verbs.Device, addr string, opts ClientOptions
 	// Receives: one per credit, and, when version 2 may be spoken,
 	// MaxContinuation more for the parts of a continued reply.
 	nrecv := n
-	if opts.MaxVersion >= Version2 {
+	if !v1 {
 		nrecv += MaxContinuation
 	}
 	if c.cq, err = dev.CreateCQ(5*n + 16 + nrecv - n); err != nil {
@@ -353,9 +387,19 @@ func Dial(ctx context.Context, dev verbs.Device, addr string, opts ClientOptions
 	c.peer, _ = parsePrivateData(c.info.PrivateData)
 	c.inline = inlineFor(local, c.peer, 1)
 	c.vers = Version
-	if opts.MaxVersion >= Version2 && !opts.Versions.Version1Only(addr) {
+	if !v1 {
 		if err := c.negotiate(ctx, addr, local); err != nil {
 			return nil, err
+		}
+		if c.vers == Version && opts.SendDDP && opts.Inline > OurInline {
+			// The responder answered ERR_VERS (now in opts.Versions):
+			// connect again with version 1's buffers rather than keep
+			// larger receives posted for the life of the connection.
+			c.opts.Logger.Info("rpcrdma: reconnecting with version 1 buffers", "peer", addr, "inline", OurInline)
+			c.release()
+			ok = true // released
+			opts.MaxVersion = Version
+			return Dial(ctx, dev, addr, opts)
 		}
 	}
 	if _, err := planCall(Message{}, Message{}, c.inline); err != nil {
@@ -566,6 +610,14 @@ func (c *Client) handle(wc *verbs.WC) {
 		c.repost(idx)
 		return
 	}
+	if c.vers == Version2 {
+		if is, repost := c.replySDDPMiddle(idx, msg); is {
+			if repost {
+				c.repost(idx)
+			}
+			return
+		}
+	}
 	xid := be.Uint32(msg)
 	c.mu.Lock()
 	si, ok := c.byXID[xid]
@@ -614,6 +666,7 @@ func (c *Client) handle(wc *verbs.WC) {
 	}
 	s.invalidateAsync()
 	c.repost(idx)
+	s.dropGroupRecv()
 	c.mu.Lock()
 	s.state = slotFree
 	c.putSlotLocked(si)
@@ -787,6 +840,7 @@ func (c *Client) RoundTrip(ctx context.Context, call *sunrpc.Call) (*sunrpc.Repl
 	s := &c.slots[si]
 	if err := s.send(call); err != nil {
 		s.dropRegs()
+		s.dropGroupRecv()
 		if errors.Is(err, verbs.ErrQPState) {
 			// the QP failed before the completion loop noticed: that is
 			// connection loss, and the call may be retried on a new one
@@ -880,6 +934,10 @@ func (s *slot) send(call *sunrpc.Call) error {
 		return err
 	}
 	c.unboundedReply(call, &p)
+	s.grpRecv, s.grpBad = s.grpRecv[:0], nil
+	if call.ReplyPayload != nil {
+		s.replyGroupPlan(&p, len(call.ReplyPayload))
+	}
 	h := &s.hdr
 	*h = Header{XID: call.XID, Vers: c.vers, Credits: uint32(c.opts.Credits), Proc: p.Proc,
 		Reads: s.readSeg[:0], Writes: s.writes[:0], Reply: s.replySeg[:0]}
@@ -917,6 +975,17 @@ func (s *slot) send(call *sunrpc.Call) error {
 		// inline, when the call fits the responder's structure
 		// (sddpconn.go).
 		p.Call = callSDDP
+	} else if c.sddp && c.opts.SendDDPGroups && sends <= 1 && p.Call == CallReadChunk && !c.opts.NoContinuation {
+		// An argument larger than the window: a transmission group of
+		// Sends whose windows hold it (sddpgroup.go), when the
+		// responder's credits allow them now; else the Read chunk.
+		if g := s.planSDDPGroup(m, p.HeaderMax); g > 1 {
+			c.mu.Lock()
+			if c.reserveSendsLocked(g - 1) {
+				sends, s.extraSends, p.Call = g, g-1, callSDDPGroup
+			}
+			c.mu.Unlock()
+		}
 	}
 	switch p.Call {
 	case CallReadChunk:
@@ -965,6 +1034,9 @@ func (s *slot) send(call *sunrpc.Call) error {
 			return err
 		}
 		c.m.calls.Add(1)
+		if p.Call == callSDDPGroup {
+			return s.sendSDDPGroup(m, h, sends)
+		}
 		return s.sendContinued(m, h, sends, mid)
 	}
 	buf := c.sendMR.Bytes()[s.idx*c.opts.Inline:][:c.opts.Inline]
@@ -1147,6 +1219,7 @@ func (s *slot) releaseRecv() {
 	if !s.recvReposted {
 		c.repost(s.recvIdx)
 	}
+	s.dropGroupRecv()
 	c.mu.Lock()
 	s.state = slotFree
 	c.putSlotLocked(s.idx)
@@ -1156,7 +1229,7 @@ func (s *slot) releaseRecv() {
 // ReleaseReply gives the reply's receive buffer back (reposted) and its
 // credit (sunrpc.Releaser).
 func (s *slot) ReleaseReply(r *sunrpc.Reply) {
-	r.Body = nil
+	r.Body, r.PlacedVec = nil, nil
 	s.releaseRecv()
 }
 

@@ -137,6 +137,8 @@ type Server struct {
 	forceRPRC bool
 	// mangleReplySDDP (tests) alters the placement of RDMA2_REPLY_SDDP.
 	mangleReplySDDP atomic.Pointer[func(*SDDP)]
+	// replyXNum (tests) gives the rdma_xnum of a reply group's i-th Send.
+	replyXNum atomic.Pointer[func(int) uint32]
 	// forceXmitErr (tests) replaces the body of the RDMA2_XMTERR sent.
 	forceXmitErr atomic.Pointer[XmitErr]
 }
@@ -293,6 +295,7 @@ type srvConn struct {
 	peerProps []Prop     // accumulated from RDMA2_CONNPROP_MIDDLE
 	recvSeq   uint32     // receives completed, counted by the completion goroutine
 	asm       reassembly // a continued call being received (completion goroutine)
+	grp       group      // a send-based DDP transmission group being received (completion goroutine)
 	// RDMA2_GRANT: its buffer, and whether no GRANT is in flight.
 	grantMR   verbs.MR
 	grantSGE  [1]verbs.SGE
@@ -328,6 +331,14 @@ type srvSlot struct {
 	assembled bool
 	contErr   bool
 	asmLast   uint32 // the last RDMA2_CALL_MIDDLE's rdma_remaining
+	// A send-based DDP transmission group (sddpgroup.go), set by
+	// groupPart: the receives held for the Sends before this one
+	// (released by finish), the argument's pieces, or the Transmit Error
+	// this message is answered with.
+	parts  []heldPart
+	sends  [][]byte // the held receives' bytes
+	vec    [][]byte
+	xmtErr *XmitErr
 	// A continued reply: its Payload stream, and its Sends in a
 	// slot-owned region.
 	stream   []byte
@@ -607,8 +618,11 @@ func (sl *srvSlot) serve(ctx context.Context, d sunrpc.Dispatcher, msg []byte, h
 		s.m.continued.Add(1)
 	}
 	var raw, arg []byte
+	var vec [][]byte
 	var err error
-	if sl.hdr.Vers == Version2 && sl.hdr.HType == HTypeCallSDDP && !sl.assembled {
+	if sl.hdr.Vers == Version2 && sl.hdr.HType == HTypeCallSDDP && !sl.assembled && len(sl.parts) > 0 {
+		raw, vec, err = sl.locateGroup(msg, hl)
+	} else if sl.hdr.Vers == Version2 && sl.hdr.HType == HTypeCallSDDP && !sl.assembled {
 		raw, arg, err = sl.locateSDDP(msg, hl)
 	} else {
 		raw, arg, err = sl.pull(inline)
@@ -621,6 +635,7 @@ func (sl *srvSlot) serve(ctx context.Context, d sunrpc.Dispatcher, msg []byte, h
 		return
 	}
 	sl.req.Reset(raw, arg, c.addr, "rdma")
+	sl.req.ArgPayloadVec = vec
 	sl.b.Reset(sl.bbuf[:0])
 	ok := d.Dispatch(ctx, &sl.req, &sl.b)
 	c.learnMachine(&sl.req)
@@ -765,6 +780,11 @@ func (sl *srvSlot) reply(msg []byte) {
 	rm := Message{Head: len(m.Head), Tail: len(m.Tail)}
 	if m.HasPayload {
 		rm.Payload, rm.DDP = len(m.Payload), true
+	}
+	if sl.hdr.Vers == Version2 && rm.Payload > c.sddpWin.Size && rm.Len()+MinReply2Len > int(c.inline.Load()) && sl.replySDDPGroup(&m, rm) {
+		// Larger than one Send, and no Write chunk offered: a
+		// transmission group (sddpgroup.go), before planReply's error.
+		return
 	}
 	p, err := planReply(rm, &sl.hdr, int(c.inline.Load()))
 	if err != nil {

@@ -39,6 +39,10 @@ func (sl *srvSlot) handle2(ctx context.Context, d sunrpc.Dispatcher, msg []byte)
 		sl.sendError(msg, fmt.Errorf("%w: message %d breaks the continuation in progress", ErrCont, sl.seq))
 		return
 	}
+	if sl.xmtErr != nil && len(msg) >= PrefixLen {
+		sl.sendError(msg, sl.xmtErr)
+		return
+	}
 	hl, err := h.Decode2(msg, &s.opts.Limits)
 	if err != nil {
 		switch {
@@ -76,6 +80,10 @@ func (sl *srvSlot) handle2(ctx context.Context, d sunrpc.Dispatcher, msg []byte)
 			return
 		}
 		sl.serve(ctx, d, msg, hl)
+	case HTypeCallSDDPMiddle:
+		// groupPart holds those of a group; this one comes to a
+		// responder that announced no structure.
+		sl.sendError(msg, headerErr(ErrHType, 12, "RDMA2_CALL_SDDP_MIDDLE without RDMA2_PROPID_RBSTRUCT announced"))
 	case HTypeConnPropMiddle, HTypeConnPropFinal:
 		sl.connProp()
 	case HTypeDone:

@@ -87,6 +87,14 @@ const (
 	// (section 9.5): a transmission whose placement did not match the
 	// receiver's announced structure (Header2.XmitErr).
 	HTypeXmitErr HType = 20
+	// HTypeCallSDDPMiddle (RDMA2_CALL_SDDP_MIDDLE) is a Send of a
+	// transmission group before its RDMA2_CALL_SDDP: it carries the part
+	// of the placed argument its DDP-targetable segments hold, and no
+	// Payload stream (Header2.XNum; sddpgroup.go).
+	HTypeCallSDDPMiddle HType = 21
+	// HTypeReplySDDPMiddle (RDMA2_REPLY_SDDP_MIDDLE) is the same before
+	// an RDMA2_REPLY_SDDP.
+	HTypeReplySDDPMiddle HType = 22
 )
 
 // RBSegDDP is XMRSFLAG_DDP: the segment may be targeted by send-based

@@ -17,6 +17,8 @@ func sddpWire() [][]byte {
 		{XID: 9, Vers: Version2, Credits: 1, Header2: Header2{HType: HTypeXmitErr, XmitErr: XmitErr{Bad: XmsID{XID: 9}, Code: XmitErrBadTBSN, Value: 20, Max: 14}}},
 		{XID: 9, Vers: Version2, Credits: 1, Header2: Header2{HType: HTypeXmitErr, XmitErr: XmitErr{Bad: XmsID{XID: 9, Dir: 1, Seq: 2}, HasLead: true, Lead: XmsID{XID: 9, Seq: 1}, Code: XmitErrBadSeq, Expect: 1, Current: 2}}},
 		{XID: 9, Vers: Version2, Credits: 1, Header2: Header2{HType: HTypeXmitErr, XmitErr: XmitErr{Code: XmitErrBadCont}}},
+		{XID: 10, Vers: Version2, Credits: 4, Header2: Header2{HType: HTypeCallSDDPMiddle, XNum: 3}},
+		{XID: 11, Vers: Version2, Credits: 4, Header2: Header2{HType: HTypeReplySDDPMiddle}},
 	} {
 		b, err := h.Encode(nil)
 		if err != nil {
@@ -38,6 +40,8 @@ func FuzzDecodeSDDPHeader(f *testing.F) {
 	f.Add(words(1, 2, 1, 18, 0, 0, 0, 0, 0, 2))
 	f.Add(words(1, 2, 1, 18, 0, 0, 0, 0, 16, 1, 0, 8, 2, 0, 0xffffffff))
 	f.Add(words(1, 2, 1, 20, 1, 2, 0, 0, 9))
+	f.Add(words(1, 2, 1, 21))
+	f.Add(words(1, 2, 1, 22, 0xffffffff, 7))
 	f.Fuzz(func(t *testing.T, msg []byte) {
 		var h Header
 		n, err := h.Decode2(msg, nil)
@@ -56,7 +60,8 @@ func FuzzDecodeSDDPHeader(f *testing.F) {
 		}
 		b, err := h.Encode(nil)
 		if err != nil {
-			if h.HType == HTypeCallSDDP || h.HType == HTypeReplySDDP || h.HType == HTypeXmitErr {
+			switch h.HType {
+			case HTypeCallSDDP, HTypeReplySDDP, HTypeXmitErr, HTypeCallSDDPMiddle, HTypeReplySDDPMiddle:
 				t.Fatalf("%v decodes but does not encode: %v", h.HType, err)
 			}
 			return
@@ -195,6 +200,77 @@ func FuzzPlanRBStruct(f *testing.F) {
 		gotStream, gotItem, xe := w.locate(msg, hdr, &s, XmsID{})
 		if xe != nil || !bytes.Equal(gotStream, stream) || !bytes.Equal(gotItem, item) {
 			t.Fatalf("located %d and %d bytes, %v", len(gotStream), len(gotItem), xe)
+		}
+	})
+}
+
+// FuzzLocateSDDPGroup: whatever rpcrdma2_sddp ends a transmission group
+// of 1 to 17 Sends of any lengths, the receiver either answers a
+// Transmit Error about one of its Sends or returns pieces that lie each
+// in one Send's DDP-targetable window (never over the final Send's
+// header and stream, never past what a Send brought), whose lengths add
+// up to the item's; nothing panics.
+func FuzzLocateSDDPGroup(f *testing.F) {
+	f.Add(uint32(100), uint32(4), uint32(40000), uint32(0), uint32(0), uint32(10), uint8(3), uint16(16384), 8000)
+	f.Add(uint32(100), uint32(4), uint32(8), uint32(4092), uint32(2), uint32(2), uint8(1), uint16(4100), 4200)
+	f.Add(uint32(0xffffffff), uint32(0), uint32(0xffffffff), uint32(0), uint32(0xffffffff), uint32(64), uint8(16), uint16(0xffff), 16384)
+	f.Add(uint32(8), uint32(8), uint32(24576), uint32(0), uint32(0), uint32(6), uint8(1), uint16(10), 16384)
+	rb, _ := ourRBStruct(SDDPInline)
+	w, _ := rb.window()
+	bufs := make([][]byte, 17)
+	for i := range bufs {
+		bufs[i] = make([]byte, SDDPInline)
+	}
+	f.Fuzz(func(t *testing.T, pslen, disp, length, offset, first, segs uint32, mids uint8, midLen uint16, n int) {
+		if n < 48 || n > SDDPInline {
+			return
+		}
+		k := int(mids % 17)
+		ml := min(int(midLen), SDDPInline)
+		parts := make([][]byte, k)
+		for i := range parts {
+			parts[i] = bufs[i][:ml]
+		}
+		msg := bufs[16][:n]
+		s := SDDP{PSLen: pslen, Items: 1, Disp: disp, Length: length, Offset: offset}
+		for i := range segs % (MaxTBSN + 1) {
+			s.TBSN = append(s.TBSN, first+i)
+		}
+		stream, vec, xe := w.locateGroup(parts, msg, 48, &s, XmsID{XID: 5}, nil)
+		if xe != nil {
+			if xe.Code != XmitErrBadCont && (xe.Code < XmitErrBadOff || xe.Code > XmitErrBadPL) || xe.Bad.Seq > uint32(k) || xe.Bad.XID != 5 {
+				t.Fatalf("Transmit Error %+v", xe)
+			}
+			return
+		}
+		if len(stream) != int(pslen) || cap(stream) != len(stream) {
+			t.Fatalf("stream %d/%d", len(stream), cap(stream))
+		}
+		total := 0
+		for _, p := range vec {
+			total += len(p)
+			if cap(p) != len(p) || len(p) == 0 {
+				t.Fatalf("piece %d/%d", len(p), cap(p))
+			}
+			in := false
+			for j, b := range append(parts, msg) {
+				lo := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+				q := uintptr(unsafe.Pointer(&p[0]))
+				if q < lo || q+uintptr(len(p)) > lo+uintptr(len(b)) {
+					continue
+				}
+				off := int(q - lo)
+				if off < w.Start || off+len(p) > w.Start+w.Size || j == k && off < 48+int(pslen) {
+					t.Fatalf("piece at %d of Send %d, %d bytes: outside the window or over the stream", off, j, len(p))
+				}
+				in = true
+			}
+			if !in {
+				t.Fatal("a piece outside the Sends received")
+			}
+		}
+		if total != int(length) {
+			t.Fatalf("pieces of %d bytes, item of %d", total, length)
 		}
 	})
 }

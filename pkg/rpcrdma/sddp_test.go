@@ -110,18 +110,19 @@ func placedCall(ctx context.Context, t *testing.T, c *sunrpc.Client, arg []byte)
 // receive buffer (RDMA2_CALL_SDDP, counted on both sides, no Read chunk)
 // and reaches the handler from there, intact; larger ones take the Read
 // chunk as before; responder-provided Read chunks work beside it; an
-// argument and a DDP-eligible result of the same call (Write chunk) too.
+// argument and a DDP-eligible result of the same call too.
 func TestSendDDPCalls(t *testing.T) {
 	const in = 64 << 10
 	ts, _ := startSDDPServer(t, ServerOptions{Credits: 8, Inline: in, SendDDP: true})
-	c, cm := newClient(t, ts, ClientOptions{Credits: 8, Inline: in, SendDDP: true})
+	c, cm := newClient(t, ts, ClientOptions{Credits: 8, Inline: in, SendDDP: true, SendDDPGroups: true})
 	ctx := tctx(t, 30*time.Second)
 	for _, k := range []struct {
 		n          int
 		sddp, read bool
 	}{{4096, true, false}, {5001, true, false}, {16<<10 + 3, true, false}, {in - PageSize, true, false},
 		{in - PageSize + 1, false, false}, // larger than the window, fits inline: inline
-		{100 << 10, false, true}, {300 << 10, false, true}} {
+		{100 << 10, false, false},         // a transmission group of 2 Sends (sddpgroup_test.go)
+		{300 << 10, false, true}} {
 		arg := pattern(k.n, k.n)
 		before, sb := cm.Metrics(), ts.srv.Metrics()
 		aligned, inRecv, err := placedCall(ctx, t, c, arg)
@@ -135,6 +136,10 @@ func TestSendDDPCalls(t *testing.T) {
 			if sent != 1 || got != 1 || reads != 0 || !aligned || !inRecv ||
 				m.SendDDPBytes-before.SendDDPBytes != uint64(k.n) || sm.SendDDPBytes-sb.SendDDPBytes != uint64(k.n) {
 				t.Fatalf("%d bytes: send-based DDP sent %d received %d, Read chunks %d, aligned %v, in the receive buffer %v", k.n, sent, got, reads, aligned, inRecv)
+			}
+		} else if !k.read && k.n > in {
+			if sent != 1 || got != 1 || reads != 0 || m.SendDDPGroups-before.SendDDPGroups != 1 {
+				t.Fatalf("%d bytes: send-based DDP sent %d received %d, Read chunks %d, groups %d", k.n, sent, got, reads, m.SendDDPGroups-before.SendDDPGroups)
 			}
 		} else if sent != 0 || got != 0 || (reads == 1) != k.read || inRecv == k.read {
 			t.Fatalf("%d bytes: send-based DDP sent %d received %d, Read chunks %d (want %v), in the receive buffer %v", k.n, sent, got, reads, k.read, inRecv)
@@ -163,8 +168,9 @@ func TestSendDDPCalls(t *testing.T) {
 	if err != nil || placed != len(res) || argOK != 1 || !bytes.Equal(res, givePattern[:len(res)]) {
 		t.Fatalf("DDP both ways: placed %d, argument right %d, %v", placed, argOK, err)
 	}
-	if m := cm.Metrics(); m.SendDDPMsgs != before.SendDDPMsgs+1 || m.WriteChunks != before.WriteChunks+1 || m.ReadChunks != before.ReadChunks {
-		t.Fatalf("DDP echo: send-based DDP %d, Write chunks %d, Read chunks %d", m.SendDDPMsgs-before.SendDDPMsgs, m.WriteChunks-before.WriteChunks, m.ReadChunks-before.ReadChunks)
+	// The result (4 of the requester's windows) as a transmission group.
+	if m := cm.Metrics(); m.SendDDPMsgs != before.SendDDPMsgs+2 || m.SendDDPGroups != before.SendDDPGroups+1 || m.WriteChunks != before.WriteChunks || m.ReadChunks != before.ReadChunks {
+		t.Fatalf("DDP echo: send-based DDP %d (groups %d), Write chunks %d, Read chunks %d", m.SendDDPMsgs-before.SendDDPMsgs, m.SendDDPGroups-before.SendDDPGroups, m.WriteChunks-before.WriteChunks, m.ReadChunks-before.ReadChunks)
 	}
 }
 
@@ -329,24 +335,29 @@ func TestRecvBufStruct(t *testing.T) {
 }
 
 // BenchmarkSendDDPWrite: WRITE-like calls (a DDP-eligible argument of 4
-// KiB, 12 KiB, 60 KiB and 1 MiB, a 4-byte result), one outstanding, on
-// version 2: "send-ddp" as our peers run by default (SDDPInline buffers:
-// the argument in the Send, page-aligned in the responder's receive
-// buffer, up to 12 KiB; larger ones take the Read chunk), "send-ddp-64k"
-// (64 KiB buffers, up to 60 KiB by Send), "read-chunk" as with nosddp
-// (4 KiB buffers: the argument in a Read chunk the responder pulls by
-// RDMA Read), "inline-16k" (SDDPInline buffers without send-based DDP:
-// the argument inline, unaligned, up to the buffer).
+// KiB to 1 MiB, a 4-byte result, taken by the handler as the pieces the
+// transport placed, as the NFS server's WRITE does), one outstanding, on
+// version 2: "send-ddp" as our peers run by default (SDDPInline
+// buffers: the argument in the Send, page-aligned in the responder's
+// receive buffer, up to 12 KiB; larger ones take the Read chunk),
+// "send-ddp-groups" (the same with SendDDPGroups: up to 16 Sends of 12
+// KiB, 192 KiB, as a transmission group), "send-ddp-64k" (64 KiB
+// buffers, 60 KiB per Send, larger as a group), "read-chunk" as
+// with nosddp (4 KiB buffers: the argument in a Read chunk the responder
+// pulls by RDMA Read), "inline-16k" (SDDPInline buffers without
+// send-based DDP: the argument inline, unaligned, up to the buffer).
 func BenchmarkSendDDPWrite(b *testing.B) {
 	for _, mode := range []struct {
 		name   string
 		inline int
 		sddp   bool
-	}{{"send-ddp", SDDPInline, true}, {"send-ddp-64k", 64 << 10, true}, {"read-chunk", 0, false}, {"inline-16k", SDDPInline, false}} {
+		groups bool
+	}{{"send-ddp", SDDPInline, true, false}, {"send-ddp-groups", SDDPInline, true, true}, {"send-ddp-64k", 64 << 10, true, true},
+		{"read-chunk", 0, false, false}, {"inline-16k", SDDPInline, false, false}} {
 		ts := startServer(b, ServerOptions{Credits: 32, Inline: mode.inline, SendDDP: mode.sddp})
-		c, cm := newClient(b, ts, ClientOptions{Credits: 32, Inline: mode.inline, SendDDP: mode.sddp, Versions: &VersionCache{}})
+		c, cm := newClient(b, ts, ClientOptions{Credits: 32, Inline: mode.inline, SendDDP: mode.sddp, SendDDPGroups: mode.groups, Versions: &VersionCache{}})
 		warmUp(b, c, 200)
-		for _, n := range []int{4 << 10, 12 << 10, 60 << 10, 1 << 20} {
+		for _, n := range []int{4 << 10, 12 << 10, 32 << 10, 64 << 10, 128 << 10, 1 << 20} {
 			arg := pattern(n, 1)
 			spec := sunrpc.CallSpec{Prog: tProg, Vers: tVers, Proc: pSink,
 				Args:         func(e *sunrpc.Builder) { e.Payload(arg) },
@@ -355,8 +366,12 @@ func BenchmarkSendDDPWrite(b *testing.B) {
 			b.Run(fmt.Sprintf("%s/%dKiB", mode.name, n>>10), func(b *testing.B) {
 				benchCalls(b, c, cm, spec, n,
 					perOp{"sddp/op", func(m *Metrics) uint64 { return m.SendDDPMsgs }},
+					perOp{"groups/op", func(m *Metrics) uint64 { return m.SendDDPGroups }},
 					perOp{"readchunks/op", func(m *Metrics) uint64 { return m.ReadChunks }})
 			})
+		}
+		if m := cm.Metrics(); m.RegisteredBytes > 0 {
+			b.Logf("%s: %d bytes registered by the requester", mode.name, m.RegisteredBytes)
 		}
 	}
 }
@@ -382,7 +397,7 @@ func TestSendDDPReplies(t *testing.T) {
 				sddp, buf  bool
 				writeChunk bool
 			}{{4096, true, true, false}, {5001, true, true, false}, {in - PageSize, true, true, false}, {5001, true, false, false},
-				{100, false, true, false}, {200 << 10, false, true, true}} {
+				{100, false, true, false}, {1 << 20, false, true, true}} { // 1 MiB: past a transmission group (sddpgroup_test.go)
 				var res []byte
 				if k.buf {
 					res = make([]byte, k.n)

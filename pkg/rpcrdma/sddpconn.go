@@ -182,8 +182,9 @@ func (sl *srvSlot) replySDDP(m *sunrpc.Message, buf []byte) []byte {
 // takeSDDP fills r from the RDMA2_REPLY_SDDP of slot s: Body is the
 // Payload stream in the receive buffer; the result is copied once from
 // where it landed into call.ReplyPayload when the caller gave one large
-// enough (Placed), else the stream is rebuilt with the result in it (in
-// the slot's reassembly buffer). A placement that does not match our
+// enough (Placed), or, with call.KeepPlaced, handed on where it landed
+// (r.PlacedVec, until the reply is released), else the stream is rebuilt
+// with the result in it (in the slot's reassembly buffer). A placement that does not match our
 // structure fails the call with the *XmitErr the rtrext draft's section
 // 9.5 names (we do not send it: replies are not answered).
 func (s *slot) takeSDDP(call *sunrpc.Call, r *sunrpc.Reply) error {
@@ -191,6 +192,9 @@ func (s *slot) takeSDDP(call *sunrpc.Call, r *sunrpc.Reply) error {
 	msg := c.recvMR.Bytes()[s.recvIdx*c.opts.Inline:][:s.recvLen]
 	rb, _ := ourRBStruct(c.opts.Inline)
 	w, _ := rb.window()
+	if len(s.grpRecv) > 0 || s.grpBad != nil {
+		return s.takeSDDPGroup(call, r, msg, w)
+	}
 	stream, item, xe := w.locate(msg, s.hdrLen, &s.rep.SDDP, XmsID{XID: s.xid, Dir: 1})
 	if xe != nil {
 		c.m.badReplies.Add(1)
@@ -203,8 +207,15 @@ func (s *slot) takeSDDP(call *sunrpc.Call, r *sunrpc.Reply) error {
 	c.m.sddpMsgs.Add(1)
 	c.m.sddpBytes.Add(uint64(len(item)))
 	if call.ReplyPayload != nil && len(call.ReplyPayload) >= len(item) {
-		copy(call.ReplyPayload, item)
 		r.Body, r.Placed = stream, len(item)
+		if call.KeepPlaced {
+			// Handed on where it landed, until the reply is released.
+			s.one[0] = item
+			r.PlacedVec = s.one[:]
+			c.m.sddpKept.Add(1)
+			return nil
+		}
+		copy(call.ReplyPayload, item)
 		return nil
 	}
 	d := s.rep.SDDP.Disp

@@ -107,6 +107,13 @@ type CallSpec struct {
 	LocateReplyPayload func(results []byte) int
 	MaxReplySize       int
 	UnboundedReply     bool
+	// TakePlaced, when not nil, takes a DDP-eligible result the transport
+	// left in its receive buffers (Reply.PlacedVec, Call.KeepPlaced) after
+	// Results succeeded: ReplyPayload was not written, vec holds the
+	// placed bytes, and the reply is the taker's until it calls release
+	// (exactly once). Without such a result the reply is released by
+	// Call as usual.
+	TakePlaced func(vec [][]byte, release func())
 	// Cred, when not nil, is this call's credential instead of the
 	// client's (RFC 5531 section 8.2): how a client serving several users
 	// (a FUSE mount) makes each call as the user it is for.
@@ -216,7 +223,8 @@ func (c *Client) do(ctx context.Context, s *CallSpec, cred OpaqueAuth, oneShot b
 	if s.Args != nil {
 		s.Args(&cc.b)
 	}
-	cc.call = Call{XID: xid, Msg: cc.b.Message(), ReplyPayload: s.ReplyPayload, LocateReplyPayload: s.LocateReplyPayload, MaxReplySize: s.MaxReplySize, UnboundedReply: s.UnboundedReply}
+	cc.call = Call{XID: xid, Msg: cc.b.Message(), ReplyPayload: s.ReplyPayload, LocateReplyPayload: s.LocateReplyPayload, MaxReplySize: s.MaxReplySize, UnboundedReply: s.UnboundedReply,
+		KeepPlaced: s.TakePlaced != nil && s.ReplyPayload != nil}
 	defer func() { cc.call = Call{}; cc.b.payload = nil; cc.dec.Reset(nil) }()
 	c.calls.Add(1)
 
@@ -224,7 +232,12 @@ func (c *Client) do(ctx context.Context, s *CallSpec, cred OpaqueAuth, oneShot b
 	if err != nil {
 		return fmt.Errorf("sunrpc: call prog %d vers %d proc %d xid %#x: %w", s.Prog, s.Vers, s.Proc, xid, err)
 	}
-	defer r.Release()
+	kept := false
+	defer func() {
+		if !kept {
+			r.Release()
+		}
+	}()
 	cc.dec.Reset(r.Body)
 	rh, err := DecodeReplyHeader(&cc.dec)
 	if err == nil && rh.XID != xid {
@@ -235,6 +248,10 @@ func (c *Client) do(ctx context.Context, s *CallSpec, cred OpaqueAuth, oneShot b
 	}
 	if err == nil && s.Results != nil {
 		err = s.Results(&cc.dec, r.Placed)
+	}
+	if err == nil && r.PlacedVec != nil && s.TakePlaced != nil {
+		kept = true
+		s.TakePlaced(r.PlacedVec, r.Release)
 	}
 	if err != nil {
 		return fmt.Errorf("sunrpc: call prog %d vers %d proc %d xid %#x: %w", s.Prog, s.Vers, s.Proc, xid, err)

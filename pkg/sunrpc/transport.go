@@ -40,6 +40,11 @@ type Call struct {
 	// with responder-provided Read chunks) prepares none; the others use
 	// MaxReplySize as usual.
 	UnboundedReply bool
+	// KeepPlaced lets a transport that received the DDP-eligible result
+	// into its own buffers (RPC-over-RDMA send-based DDP) hand them on as
+	// Reply.PlacedVec instead of copying them into ReplyPayload, which
+	// then only bounds the result's size.
+	KeepPlaced bool
 }
 
 // Releaser takes back the buffer of a Reply (see Reply.Release).
@@ -58,6 +63,11 @@ type Reply struct {
 	// Placed is the number of bytes of the DDP-eligible result placed into
 	// Call.ReplyPayload, or -1: the result (if any) is inline in Body.
 	Placed int
+	// PlacedVec, when not nil (only with Call.KeepPlaced), holds the
+	// Placed bytes instead of Call.ReplyPayload: the pieces of the
+	// transport's receive buffers where they landed, in order, valid
+	// until Release.
+	PlacedVec [][]byte
 	// Owner, when not nil, gets Body's buffer back on Release.
 	Owner Releaser
 }
@@ -107,12 +117,19 @@ type Request struct {
 	Args []byte
 
 	// Filled by the transport.
-	Raw        []byte   // the whole call message (header and inline arguments)
-	ArgPayload []byte   // a DDP-eligible argument the transport already pulled (RFC 8166 Read chunk), or nil when inline
-	Peer       net.Addr // the caller's address
-	Transport  string   // "tcp", "rdma", ...
+	Raw        []byte // the whole call message (header and inline arguments)
+	ArgPayload []byte // a DDP-eligible argument the transport already pulled (RFC 8166 Read chunk), or nil when inline
+	// ArgPayloadVec, when not nil, is a DDP-eligible argument the
+	// transport placed in pieces (send-based DDP across several receive
+	// buffers): its bytes are the pieces in order, valid until the reply
+	// is sent; ArgPayload is then nil. PayloadVec hands the pieces on,
+	// Payload a copy of them joined.
+	ArgPayloadVec [][]byte
+	Peer          net.Addr // the caller's address
+	Transport     string   // "tcp", "rdma", ...
 
 	dec xdr.Decoder
+	one [1][]byte // PayloadVec's vector of one piece
 }
 
 // Reset prepares r for a new call received by a transport, keeping r's
@@ -122,6 +139,61 @@ func (r *Request) Reset(raw, argPayload []byte, peer net.Addr, transport string)
 	r.Cred.Flavor, r.Cred.Body = AuthNone, nil
 	r.Args = nil
 	r.Raw, r.ArgPayload, r.Peer, r.Transport = raw, argPayload, peer, transport
+	r.ArgPayloadVec = nil
+}
+
+// Placed tells whether the transport took the DDP-eligible argument out
+// of Args (ArgPayload or ArgPayloadVec).
+func (r *Request) Placed() bool { return r.ArgPayload != nil || r.ArgPayloadVec != nil }
+
+// ArgPayloadLen is the bytes of the placed DDP-eligible argument (0 when
+// none was placed).
+func (r *Request) ArgPayloadLen() int {
+	if r.ArgPayloadVec == nil {
+		return len(r.ArgPayload)
+	}
+	n := 0
+	for _, p := range r.ArgPayloadVec {
+		n += len(p)
+	}
+	return n
+}
+
+// PayloadVec is Payload without joining pieces: the argument as the
+// transport placed it, one piece or several (ArgPayloadVec), or inline.
+// The vector is owned by r (reused by the next call); nil, with the
+// error recorded in d, as Payload.
+func (r *Request) PayloadVec(d *xdr.Decoder, max int) [][]byte {
+	if r.ArgPayloadVec == nil {
+		p := r.Payload(d, max)
+		if d.Err() != nil {
+			return nil
+		}
+		r.one[0] = p
+		return r.one[:]
+	}
+	if !r.checkPlacedLen(d, max, r.ArgPayloadLen()) {
+		return nil
+	}
+	return r.ArgPayloadVec
+}
+
+// checkPlacedLen reads the placed argument's length word from d and
+// checks it against max and the n bytes placed.
+func (r *Request) checkPlacedLen(d *xdr.Decoder, max, n int) bool {
+	w := d.Uint32()
+	if d.Err() != nil {
+		return false
+	}
+	if uint64(w) > uint64(max) {
+		d.SetErr(fmt.Errorf("%w: %d > %d", xdr.ErrTooLong, w, max))
+		return false
+	}
+	if int(w) != n {
+		d.SetErr(fmt.Errorf("%w: DDP argument length word %d, %d bytes placed", ErrMalformed, w, n))
+		return false
+	}
+	return true
 }
 
 // ArgsDecoder returns a decoder over Args, from its start. It is owned by r.
@@ -133,22 +205,24 @@ func (r *Request) ArgsDecoder() *xdr.Decoder {
 // Payload reads the DDP-eligible variable-length opaque argument (e.g. NFS
 // WRITE data) of at most max bytes at d's position: when the transport
 // pulled it (ArgPayload != nil) it reads the length word from d and returns
-// ArgPayload, checking the lengths agree; otherwise it reads the item inline.
+// ArgPayload, checking the lengths agree (placed in pieces, ArgPayloadVec:
+// a copy of them joined); otherwise it reads the item inline.
 // Errors are recorded in d (xdr.ErrTooLong, ErrMalformed).
 func (r *Request) Payload(d *xdr.Decoder, max int) []byte {
+	if r.ArgPayloadVec != nil {
+		if !r.checkPlacedLen(d, max, r.ArgPayloadLen()) {
+			return nil
+		}
+		b := make([]byte, 0, r.ArgPayloadLen())
+		for _, p := range r.ArgPayloadVec {
+			b = append(b, p...)
+		}
+		return b
+	}
 	if r.ArgPayload == nil {
 		return d.Opaque(max)
 	}
-	n := d.Uint32()
-	if d.Err() != nil {
-		return nil
-	}
-	if uint64(n) > uint64(max) {
-		d.SetErr(fmt.Errorf("%w: %d > %d", xdr.ErrTooLong, n, max))
-		return nil
-	}
-	if int(n) != len(r.ArgPayload) {
-		d.SetErr(fmt.Errorf("%w: DDP argument length word %d, %d bytes placed", ErrMalformed, n, len(r.ArgPayload)))
+	if !r.checkPlacedLen(d, max, len(r.ArgPayload)) {
 		return nil
 	}
 	return r.ArgPayload

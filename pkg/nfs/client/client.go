@@ -276,12 +276,26 @@ func unboundedReply(proc uint32) bool {
 // procedure name; JUKEBOX is retried after the delay until ctx ends.
 func (c *Client) call(ctx context.Context, proc uint32, maxRes int, replyPayload []byte,
 	args func(b *sunrpc.Builder), results func(d *xdr.Decoder, placed int) (nfs3.Status, error)) error {
+	return c.callTake(ctx, proc, maxRes, replyPayload, nil, args, results)
+}
+
+// callTake is call whose DDP-eligible result the transport may leave in
+// its receive buffers (sunrpc.CallSpec.TakePlaced): take gets them, and
+// the release of the reply, when the call succeeded with NFS3_OK.
+func (c *Client) callTake(ctx context.Context, proc uint32, maxRes int, replyPayload []byte, take func(vec [][]byte, release func()),
+	args func(b *sunrpc.Builder), results func(d *xdr.Decoder, placed int) (nfs3.Status, error)) error {
 	var locate func([]byte) int
 	if replyPayload != nil {
 		locate = nfs3.LocateDDPResult(proc)
 	}
 	for {
 		var st nfs3.Status
+		var kept [][]byte
+		var release func()
+		var takePlaced func([][]byte, func())
+		if take != nil {
+			takePlaced = func(vec [][]byte, rel func()) { kept, release = vec, rel }
+		}
 		err := c.nfs.pick().Call(ctx, sunrpc.CallSpec{
 			Prog: nfs3.Program, Vers: nfs3.Version, Proc: proc,
 			Args: args,
@@ -294,12 +308,19 @@ func (c *Client) call(ctx context.Context, proc uint32, maxRes int, replyPayload
 			LocateReplyPayload: locate,
 			MaxReplySize:       replyHeaderMax + maxRes,
 			UnboundedReply:     unboundedReply(proc),
+			TakePlaced:         takePlaced,
 			Cred:               credOf(ctx),
 		})
+		if release != nil && (err != nil || st != nfs3.OK) {
+			release()
+		}
 		if err != nil {
 			return fmt.Errorf("nfs3 %s: %w", nfs3.ProcName(proc), err)
 		}
 		if st == nfs3.OK {
+			if release != nil {
+				take(kept, release)
+			}
 			return nil
 		}
 		if st == nfs3.ErrJukebox {

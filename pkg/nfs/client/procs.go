@@ -97,9 +97,16 @@ func (c *Client) Readlink(ctx context.Context, fh nfs3.FH) (string, nfs3.PostOpA
 // from the TCP stream into p), else it is copied once from the reply. A
 // short count without eof is legal.
 func (c *Client) Read(ctx context.Context, fh nfs3.FH, off uint64, p []byte) (n int, eof bool, attr nfs3.PostOpAttr, err error) {
+	return c.read(ctx, fh, off, p, nil)
+}
+
+// read is Read; with take, a result the transport left in its receive
+// buffers is handed to take (its pieces and the release of the reply)
+// instead of being copied into p, which then only sizes the READ.
+func (c *Client) read(ctx context.Context, fh nfs3.FH, off uint64, p []byte, take func(vec [][]byte, release func())) (n int, eof bool, attr nfs3.PostOpAttr, err error) {
 	args := nfs3.ReadArgs{File: fh, Offset: off, Count: uint32(len(p))}
 	var res nfs3.ReadRes
-	err = c.call(ctx, nfs3.ProcRead, args.MaxResultSize(), p,
+	err = c.callTake(ctx, nfs3.ProcRead, args.MaxResultSize(), p, take,
 		func(b *sunrpc.Builder) { args.Encode(&b.Encoder) },
 		func(d *xdr.Decoder, placed int) (nfs3.Status, error) {
 			pl := placed >= 0

@@ -116,3 +116,43 @@ func (c *Client) readFull(ctx context.Context, fh nfs3.FH, off uint64, p []byte)
 }
 
 func isCanceled(err error) bool { return errors.Is(err, context.Canceled) }
+
+// ReadPlaced is ReadAt for a FUSE read: when one READ covers p (at most
+// RSize bytes) and the transport received its data into its own buffers
+// (RPC-over-RDMA send-based DDP), the data is returned as those buffers'
+// pieces, vec, not copied into p, and release must be called once they
+// are no longer used (it gives the receive buffers back to the
+// transport). Otherwise vec and release are nil and the data is in
+// p[:n], as ReadAt leaves it. n and the error are ReadAt's: n < len(p)
+// only with an error, io.EOF when the file ends first.
+func (c *Client) ReadPlaced(ctx context.Context, fh nfs3.FH, p []byte, off int64) (vec [][]byte, n int, release func(), err error) {
+	if off < 0 || len(p) == 0 || len(p) > c.rsize {
+		n, err = c.ReadAt(ctx, fh, p, off)
+		return nil, n, nil, err
+	}
+	var kept [][]byte
+	n, eof, _, err := c.read(ctx, fh, uint64(off), p, func(v [][]byte, rel func()) { kept, release = v, rel })
+	if err != nil {
+		return nil, n, nil, err
+	}
+	switch {
+	case n == len(p):
+		return kept, n, release, nil
+	case eof || n == 0:
+		return kept, n, release, io.EOF
+	}
+	// A short READ without eof: the rest by READs into p, as ReadAt.
+	if kept != nil {
+		at := 0
+		for _, b := range kept {
+			at += copy(p[at:], b)
+		}
+		release()
+	}
+	m, _, err := c.readFull(ctx, fh, uint64(off)+uint64(n), p[n:])
+	n += m
+	if err == nil && n < len(p) {
+		err = io.EOF
+	}
+	return nil, n, nil, err
+}

@@ -93,6 +93,12 @@ type Options struct {
 	// announces it too (the connection's buffers become
 	// rpcrdma.SDDPInline bytes, 16 KiB, instead of 4 KiB).
 	SendDDP bool
+	// SendDDPGroups (ours: sddpgroups, off by default; nosddpgroups
+	// undoes it; needs send-based DDP) also sends WRITE data and asks for
+	// READ data of more than 12 KiB, up to 192 KiB, by send-based DDP
+	// across several Sends (rpcrdma.ClientOptions.SendDDPGroups) instead
+	// of a chunk; on software iWARP it costs more than the chunk.
+	SendDDPGroups bool
 	// RDMADevice chooses the verbs provider for proto=rdma (ours):
 	// "auto" (default: a kernel RDMA device that reaches the server when
 	// the driver is built with the ibverbs tag, else software iWARP),
@@ -262,6 +268,10 @@ func Parse(s string) (Options, error) {
 			o.SendDDP, sddpSet, err = true, true, flag()
 		case "nosddp":
 			o.SendDDP, sddpSet, err = false, true, flag()
+		case "sddpgroups":
+			o.SendDDPGroups, err = true, flag()
+		case "nosddpgroups":
+			o.SendDDPGroups, err = false, flag()
 		case "read_ahead_kb":
 			o.ReadAheadKB, err = num(0, MaxReadAheadKB)
 		case "mpacrc":
@@ -318,6 +328,9 @@ func Parse(s string) (Options, error) {
 	}
 	if !sddpSet {
 		o.SendDDP = o.Proto == ProtoRDMA && o.RDMAVers != 1
+	}
+	if o.SendDDPGroups && !o.SendDDP {
+		return Options{}, fmt.Errorf("%w: sddpgroups needs send-based DDP (proto=rdma, sddp)", ErrBadOption)
 	}
 	if o.Credits != 0 && o.Proto != ProtoRDMA {
 		return Options{}, fmt.Errorf("%w: credits=%d needs proto=rdma", ErrBadOption, o.Credits)

@@ -33,6 +33,8 @@ func TestParse(t *testing.T) {
 		{in: "proto=rdma,norprc,rprc", want: with(func(o *Options) { o.Proto, o.SendDDP = ProtoRDMA, true })},
 		{in: "proto=rdma,sddp", want: with(func(o *Options) { o.Proto, o.SendDDP = ProtoRDMA, true })},
 		{in: "proto=rdma,sddp,nosddp", want: with(func(o *Options) { o.Proto = ProtoRDMA })},
+		{in: "proto=rdma,sddpgroups", want: with(func(o *Options) { o.Proto, o.SendDDP, o.SendDDPGroups = ProtoRDMA, true, true })},
+		{in: "proto=rdma,sddpgroups,nosddpgroups", want: with(func(o *Options) { o.Proto, o.SendDDP = ProtoRDMA, true })},
 		{in: "proto=rdma,nompacrc", want: with(func(o *Options) { o.Proto, o.NoMPACRC, o.SendDDP = ProtoRDMA, true, true })},
 		{in: "proto=rdma,nompacrc,mpacrc", want: with(func(o *Options) { o.Proto, o.SendDDP = ProtoRDMA, true })},
 		{in: "rsize=65536,wsize=1048576", want: with(func(o *Options) { o.RSize, o.WSize = 65536, 1<<20 })},
@@ -76,7 +78,9 @@ func TestParse(t *testing.T) {
 		{in: "rsize=abc", bad: true},
 		{in: "timeo=0", bad: true},
 		{in: "ro=1", bad: true},
-		{in: "credits=8", bad: true},               // needs proto=rdma
+		{in: "credits=8", bad: true},  // needs proto=rdma
+		{in: "sddpgroups", bad: true}, // needs proto=rdma
+		{in: "proto=rdma,nosddp,sddpgroups", bad: true},
 		{in: "rdmavers=1", bad: true},              // needs proto=rdma
 		{in: "norprc", bad: true},                  // needs proto=rdma
 		{in: "sddp", bad: true},                    // needs proto=rdma

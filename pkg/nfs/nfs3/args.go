@@ -157,6 +157,33 @@ func (a *WriteArgs) DecodeMax(d *xdr.Decoder, payload []byte, placed bool, max i
 	return d.Err()
 }
 
+// DecodeVec reads a whose data the transport placed in pieces (vec, in
+// order, sunrpc.Request.ArgPayloadVec), of at most max bytes: the
+// length word and count must both be the pieces' total. Data stays nil;
+// the data is vec, not copied (the caller writes it with pwritev).
+func (a *WriteArgs) DecodeVec(d *xdr.Decoder, vec [][]byte, max int) error {
+	a.File.Decode(d)
+	a.Offset = d.Uint64()
+	count := d.Uint32()
+	a.Stable = decodeStableHow(d)
+	n := d.Uint32()
+	total := 0
+	for _, p := range vec {
+		total += len(p)
+	}
+	switch {
+	case d.Err() != nil:
+	case uint64(n) > uint64(max):
+		d.SetErr(fmt.Errorf("%w: WRITE data of %d bytes, maximum %d", xdr.ErrTooLong, n, max))
+	case uint64(n) != uint64(total):
+		d.SetErr(fmt.Errorf("%w: placed WRITE data has %d bytes, its length word says %d", xdr.ErrShort, total, n))
+	case count != n:
+		d.SetErr(fmt.Errorf("%w: WRITE count %d, data %d bytes", ErrCountMismatch, count, n))
+	}
+	a.Data = nil
+	return d.Err()
+}
+
 // CreateArgs is CREATE3args (RFC 1813 section 3.3.8), 20..392 bytes.
 type CreateArgs struct {
 	Where DirOpArgs

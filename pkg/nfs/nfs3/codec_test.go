@@ -401,3 +401,28 @@ func TestProcName(t *testing.T) {
 		t.Fatal("DDP eligibility")
 	}
 }
+
+// TestWriteArgsDecodeVec: WRITE data placed in pieces is taken as them
+// (Data nil), and a length word or count that disagrees with the pieces'
+// total, or data over the maximum, is refused.
+func TestWriteArgsDecodeVec(t *testing.T) {
+	w := WriteArgs{File: fh(8, 3), Offset: 1 << 33, Stable: DataSync, Data: bytesOf(20000, 2)}
+	head, item := encodeSplit(&w)
+	var a WriteArgs
+	if err := a.DecodeVec(xdr.NewDecoder(head), [][]byte{item[:8192], item[8192:]}, DefaultMaxData); err != nil || a.Data != nil || a.Offset != w.Offset || a.Stable != w.Stable || a.File != w.File {
+		t.Fatalf("%+v, %v", a, err)
+	}
+	for name, vec := range map[string][][]byte{"short": {item[:8192]}, "long": {item, {1, 2, 3, 4}}} {
+		if err := a.DecodeVec(xdr.NewDecoder(head), vec, DefaultMaxData); !errors.Is(err, xdr.ErrShort) {
+			t.Fatalf("%s: %v", name, err)
+		}
+	}
+	if err := a.DecodeVec(xdr.NewDecoder(head), [][]byte{item}, 1000); !errors.Is(err, xdr.ErrTooLong) {
+		t.Fatalf("over the maximum: %v", err)
+	}
+	b := append([]byte(nil), head...)
+	b[len(b)-9] ^= 1 // count, before stable_how and the length word
+	if err := a.DecodeVec(xdr.NewDecoder(b), [][]byte{item}, DefaultMaxData); !errors.Is(err, ErrCountMismatch) {
+		t.Fatalf("count: %v", err)
+	}
+}

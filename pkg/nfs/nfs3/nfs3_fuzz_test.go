@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"reflect"
 	"testing"
+
+	"github.com/nfsrdma/nfsrdma-csi/pkg/xdr"
 )
 
 // fuzzDecode decodes msg (and payload, when placed) as a value from mk; if
@@ -62,5 +64,34 @@ func FuzzResults(f *testing.F) {
 	f.Fuzz(func(t *testing.T, proc uint8, placed bool, msg, payload []byte) {
 		checkLocate(t, uint32(proc)%NumProcs, msg)
 		fuzzDecode(t, newRes(uint32(proc)%NumProcs), msg, payload, placed)
+	})
+}
+
+// FuzzWriteArgsVec decodes WRITE arguments whose data the transport
+// placed in pieces (WriteArgs.DecodeVec): a success has Data nil, the
+// length word and count equal to the pieces' total, and the same file,
+// offset and stable_how as the inline decoding of the joined bytes.
+func FuzzWriteArgsVec(f *testing.F) {
+	w := WriteArgs{File: fh(8, 3), Offset: 4096, Stable: FileSync, Data: bytesOf(12289, 5)}
+	head, item := encodeSplit(&w)
+	f.Add(head, item, uint16(4096))
+	f.Add(head, item[:100], uint16(7))
+	f.Add([]byte{0, 0, 0, 1}, []byte(nil), uint16(0))
+	f.Fuzz(func(t *testing.T, msg, payload []byte, cut uint16) {
+		c := min(int(cut), len(payload))
+		vec := [][]byte{payload[:c], payload[c:]}
+		var a WriteArgs
+		if err := a.DecodeVec(xdr.NewDecoder(msg), vec, DefaultMaxData); err != nil {
+			return
+		}
+		if a.Data != nil {
+			t.Fatal("Data set")
+		}
+		var b WriteArgs
+		if err := b.Decode(xdr.NewDecoder(msg), payload, true); err != nil || len(b.Data) != len(payload) || !bytes.Equal(b.File.Bytes(), a.File.Bytes()) || b.Offset != a.Offset || b.Stable != a.Stable {
+			// DecodeVec accepts exactly what Decode accepts of the
+			// joined pieces.
+			t.Fatalf("vector decoding %+v, joined %+v, %v", a, b, err)
+		}
 	})
 }

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"encoding/binary"
 
 	"golang.org/x/sys/unix"
@@ -184,7 +185,11 @@ func (c *call) mkdir(d *xdr.Decoder, b *sunrpc.Builder) error {
 // is stored verbatim; the mode of a symlink is ignored, as on Linux.
 func (c *call) symlink(d *xdr.Decoder, b *sunrpc.Builder) error {
 	var a nfs3.SymlinkArgs
-	if err := a.Decode(d, c.req.ArgPayload, c.req.ArgPayload != nil); err != nil {
+	payload := c.req.ArgPayload
+	if v := c.req.ArgPayloadVec; v != nil {
+		payload = bytes.Join(v, nil) // placed in pieces: a path is short
+	}
+	if err := a.Decode(d, payload, c.req.Placed()); err != nil {
 		return garbage(err)
 	}
 	sa := a.Attr

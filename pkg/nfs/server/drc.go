@@ -318,6 +318,14 @@ func (c *replyCache) key(req *sunrpc.Request) drcKey {
 		h.Write(p[:min(len(p), drcCsumLen)])
 		n += xdr.RoundUp(len(p))
 	}
+	if v := req.ArgPayloadVec; v != nil {
+		left := drcCsumLen
+		for _, p := range v {
+			h.Write(p[:min(len(p), left)])
+			left -= min(len(p), left)
+		}
+		n += xdr.RoundUp(req.ArgPayloadLen())
+	}
 	return drcKey{
 		addr: peerAddr(req.Peer), transport: req.Transport,
 		xid: req.XID, vers: req.Vers, proc: req.Proc,

@@ -144,10 +144,21 @@ func (c *call) read(d *xdr.Decoder, b *sunrpc.Builder) error {
 // a local write(2) without CAP_FSETID would.
 func (c *call) write(d *xdr.Decoder, b *sunrpc.Builder) error {
 	var a nfs3.WriteArgs
-	if err := a.DecodeMax(d, c.req.ArgPayload, c.req.ArgPayload != nil, MaxIO); err != nil {
+	var err error
+	vec := c.req.ArgPayloadVec // placed in several receive buffers: written with pwritev
+	if vec != nil {
+		err = a.DecodeVec(d, vec, MaxIO)
+	} else {
+		err = a.DecodeMax(d, c.req.ArgPayload, c.req.ArgPayload != nil, MaxIO)
+	}
+	if err != nil {
 		return garbage(err)
 	}
 	fh, off, stable, data := a.File, a.Offset, a.Stable, a.Data
+	size := len(data)
+	if vec != nil {
+		size = c.req.ArgPayloadLen()
+	}
 	var r nfs3.WriteRes
 	o, st := c.open(&fh)
 	if st == nfs3.OK {
@@ -161,14 +172,14 @@ func (c *call) write(d *xdr.Decoder, b *sunrpc.Builder) error {
 			st = nfs3.ErrInval
 		case o.st.Uid != c.id.uid && !c.id.may(&o.st, mayWrite):
 			st = nfs3.ErrAccess
-		case off > 1<<63-1-uint64(len(data)):
+		case off > 1<<63-1-uint64(size):
 			st = nfs3.ErrFBig
 		}
 	}
 	if st == nfs3.OK {
 		fd, err := o.reopen(unix.O_WRONLY)
 		if err == nil {
-			if mode, drop := c.id.setIDAfterWrite(&o.st); drop && len(data) > 0 {
+			if mode, drop := c.id.setIDAfterWrite(&o.st); drop && size > 0 {
 				if err = unix.Fchmod(fd, mode); err != nil {
 					unix.Close(fd)
 				}
@@ -178,8 +189,12 @@ func (c *call) write(d *xdr.Decoder, b *sunrpc.Builder) error {
 			st = statusOf(err)
 		} else {
 			n := 0
-			overQuota, err := c.quotaWrite(&o, fd, int64(off), int64(len(data)), stable, func() error {
+			overQuota, err := c.quotaWrite(&o, fd, int64(off), int64(size), stable, func() error {
 				var err error
+				if vec != nil {
+					n, err = pwritevAll(fd, vec, int64(off))
+					return err
+				}
 				for n < len(data) && err == nil {
 					var m int
 					m, err = unix.Pwrite(fd, data[n:], int64(off)+int64(n))
@@ -238,4 +253,33 @@ func (c *call) commit(d *xdr.Decoder, b *sunrpc.Builder) error {
 	r.Status, r.Verf = st, c.s.wverf
 	r.Encode(&b.Encoder)
 	return nil
+}
+
+// pwritevAll writes the pieces of vec, in order, at off of fd with
+// pwritev(2), again after a short write or EINTR, and returns the bytes
+// written: the WRITE data a transport placed in several receive buffers
+// goes to the file from where it landed.
+func pwritevAll(fd int, vec [][]byte, off int64) (int, error) {
+	n := 0
+	for len(vec) > 0 {
+		m, err := unix.Pwritev(fd, vec, off+int64(n))
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return n, err
+		}
+		if m == 0 {
+			return n, unix.EIO
+		}
+		n += m
+		for len(vec) > 0 && m >= len(vec[0]) {
+			m -= len(vec[0])
+			vec = vec[1:]
+		}
+		if m > 0 {
+			vec = append([][]byte{vec[0][m:]}, vec[1:]...)
+		}
+	}
+	return n, nil
 }

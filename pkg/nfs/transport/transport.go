@@ -65,7 +65,7 @@ func ForMount(server string, o mountopts.Options, metrics *rpcrdma.ClientMetrics
 		inline = rpcrdma.SDDPInline
 	}
 	dial := rpcrdma.Dialer(dev, addr, rpcrdma.ClientOptions{Credits: ConnCredits(o), Metrics: metrics, MaxVersion: o.RDMAVers, NoResponderReadChunks: o.NoRPRC,
-		SendDDP: o.SendDDP, Inline: inline,
+		SendDDP: o.SendDDP, SendDDPGroups: o.SendDDPGroups, Inline: inline,
 		Logger: slog.New(logr.ToSlogHandler(klog.Background()))}) // logs each connection's version
 	return NFS{Dial: dial, Name: "rdma/" + choice.Provider, Device: choice}, nil
 }
