@@ -54,6 +54,8 @@ func TransportStats(m rpcrdma.Metrics) metrics.TransportStats {
 		SendDDPMsgs:        m.SendDDPMsgs,
 		SendDDPBytes:       m.SendDDPBytes,
 		XmitErrors:         m.XmitErrors,
+		SendDDPGroups:      m.SendDDPGroups,
+		SendDDPKept:        m.SendDDPKept,
 	}
 	if len(m.Errors2) > 0 {
 		s.Errors2 = make(map[string]uint64, len(m.Errors2))

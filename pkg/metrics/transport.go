@@ -63,6 +63,11 @@ type TransportStats struct {
 	// (SendDDPBytes); XmitErrors, Transmit Errors
 	// (RDMA2_XMTERR) sent (responder) or received (requester).
 	SendDDPMsgs, SendDDPBytes, XmitErrors uint64
+	// SendDDPGroups: of SendDDPMsgs, those sent or received as a
+	// transmission group of several Sends; SendDDPKept: results received
+	// by send-based DDP and handed on in the receive buffers (the FUSE
+	// READ reply written from them), not copied.
+	SendDDPGroups, SendDDPKept uint64
 	// Registrations (gauge): per-call memory registrations alive now;
 	// RegisteredBytes (gauge): all memory registered, in bytes.
 	Registrations, RegisteredBytes int64
@@ -103,6 +108,10 @@ const Err2VersName = "RDMA2_ERR_VERS"
 //     nfsrdma_rpcrdma_version1_fallbacks_total: connections that fell
 //     back to version 1; nfsrdma_rpcrdma_grants_total: RDMA2_GRANT
 //     messages received;
+//   - nfsrdma_rpcrdma_send_ddp_groups_total: of the send_ddp messages,
+//     those sent or received as a transmission group of several Sends;
+//     nfsrdma_rpcrdma_send_ddp_kept_total: requester: results received by
+//     send-based DDP and handed on from the receive buffers, not copied;
 //   - nfsrdma_rpcrdma_send_with_invalidate_total: replies sent or received
 //     with Send With Invalidate;
 //   - nfsrdma_rpcrdma_registrations: per-call memory registrations alive
@@ -115,6 +124,7 @@ type TransportCollector struct {
 	calls, replies, retransmits, dropped, chunks, bytes, errors, sendInv      *prometheus.Desc
 	version, fallbacks, grants                                                *prometheus.Desc
 	pullDone, readChunkTimeouts                                               *prometheus.Desc
+	sddpGroups, sddpKept                                                      *prometheus.Desc
 }
 
 // NewTransportCollector returns a collector of the snapshots metrics
@@ -150,6 +160,8 @@ func NewTransportCollector(role string, metrics func() TransportStats, constLabe
 		grants:            d("grants_total", "RDMA2_GRANT messages received (requester) or sent (responder)."),
 		pullDone:          d("pull_done_total", "Pull completion notifications of responder-provided Read chunks: sent (requester), or received and matched or dropped (responder).", "outcome"),
 		readChunkTimeouts: d("read_chunk_timeouts_total", "Responder: Read chunks of replies invalidated after the timeout with no pull completion notification."),
+		sddpGroups:        d("send_ddp_groups_total", "Calls and replies placed by send-based DDP as a transmission group of several Sends (of chunks_total{kind=\"send_ddp\"})."),
+		sddpKept:          d("send_ddp_kept_total", "Requester: results received by send-based DDP and handed on from the receive buffers, not copied."),
 	}
 }
 
@@ -157,7 +169,7 @@ func NewTransportCollector(role string, metrics func() TransportStats, constLabe
 func (c *TransportCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.connections, c.calls, c.replies, c.retransmits, c.dropped,
 		c.creditsGranted, c.creditsInUse, c.chunks, c.bytes, c.errors, c.sendInv, c.registrations, c.registeredBytes,
-		c.version, c.fallbacks, c.grants, c.pullDone, c.readChunkTimeouts} {
+		c.version, c.fallbacks, c.grants, c.pullDone, c.readChunkTimeouts, c.sddpGroups, c.sddpKept} {
 		ch <- d
 	}
 }
@@ -193,6 +205,8 @@ func (c *TransportCollector) Collect(ch chan<- prometheus.Metric) {
 	n(c.bytes, m.ReplyReadBytes, "reply_read")
 	n(c.bytes, m.SendDDPBytes, "send_ddp")
 	n(c.errors, m.XmitErrors, "RDMA2_XMTERR")
+	n(c.sddpGroups, m.SendDDPGroups)
+	n(c.sddpKept, m.SendDDPKept)
 	n(c.errors, m.ErrVers, "ERR_VERS")
 	n(c.errors, m.ErrChunk, "ERR_CHUNK")
 	for code, v := range m.Errors2 {
