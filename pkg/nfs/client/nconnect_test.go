@@ -325,15 +325,41 @@ func TestNConnectConnectionLossTCP(t *testing.T) {
 	}
 	nl.refuse.Store(true)
 	nl.accepted()[1].Close() // the server ends the second connection
+	// while it cannot reconnect (its probes refused for at least three
+	// probe intervals), files keep being verified over the other three,
+	// however slow the machine
 	before := done.Load()
-	time.Sleep(1500 * time.Millisecond)
+	var ioErr error
+	ended := false
+	refused := time.After(3 * probeInterval)
+	for stuck := time.After(30 * time.Second); (done.Load()-before < 4 || refused != nil) && !ended; {
+		select {
+		case ioErr = <-res:
+			ended = true
+		case <-stuck:
+			t.Fatalf("%d files verified in 30 s while one connection could not reconnect, want 4: calls did not move to the live connections", done.Load()-before)
+		case <-refused:
+			refused = nil
+		case <-time.After(time.Millisecond):
+		}
+	}
 	during := done.Load() - before
 	nl.refuse.Store(false)
-	if err := <-res; err != nil {
-		t.Fatal(err)
+	if !ended {
+		ioErr = <-res
+	}
+	if ioErr != nil {
+		t.Fatal(ioErr)
 	}
 	if during < 4 {
 		t.Errorf("%d files verified while one connection could not reconnect, want at least 4: calls did not move to the live connections", during)
+	}
+	// calls after the refusal ends probe the dead connection and dial it
+	// again, if the I/O did not run long enough to
+	for deadline := time.Now().Add(10 * time.Second); len(nl.accepted()) < 5 && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if _, err := c.Getattr(ctx, c.Root()); err != nil {
+			t.Fatal("GETATTR after the refusal:", err)
+		}
 	}
 	if n := len(nl.accepted()); n < 5 {
 		t.Errorf("%d NFS connections accepted, want a reconnect (at least 5)", n)
