@@ -7,6 +7,8 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -17,16 +19,34 @@ import (
 // fuse_uring_req_header, then the struct iovec[2] of its REGISTER.
 const entrySlot = 4096
 
+// wakeTag is the user_data of the queue's READ of its eventfd.
+const wakeTag = ^uint64(0)
+
 // queue is one ring queue (qid): an io_uring whose URING_CMDs hold the
-// queue's entries. The kernel queues a caller's request on the queue of
-// the CPU it runs on (fs/fuse/dev_uring.c, fuse_uring_task_to_queue).
+// queue's entries, owned by one OS thread. The kernel queues a caller's
+// request on the queue of the CPU it runs on (fs/fuse/dev_uring.c,
+// fuse_uring_task_to_queue) and copies it into an entry in task work of
+// the thread that submitted the entry's last command; that thread must
+// never wait for an answer from this server (a caller of the mount in
+// this process would wait for itself), so the queue's thread is locked
+// to it and only serves requests.
 type queue struct {
 	s    *Server
 	qid  uint16
 	r    *ring
-	file *os.File // the io_uring fd, in Go's poller: readable when CQEs wait
-	mem  []byte   // the entries' header and payload buffers
+	mem  []byte // a control page (the eventfd's buffer), then the entries
 	ents []entry
+	efd  int // eventfd: requests answered by goroutines, or stop
+
+	mu       sync.Mutex
+	done     []answered // guarded by mu
+	notified atomic.Bool
+}
+
+// answered is an entry whose reply a goroutine wrote.
+type answered struct {
+	idx      int
+	commitID uint64
 }
 
 // entry is one ring entry: the buffers the kernel copies a request into
@@ -70,9 +90,9 @@ func payloadSize(maxWrite int) int {
 	return max(8192, (maxWrite+page-1)/page*page)
 }
 
-// startRing sets up one queue per possible CPU and registers their
-// entries; the kernel moves requests to the ring once every queue has
-// one.
+// startRing starts one queue per possible CPU, each registering its
+// entries from its own thread; the kernel moves requests to the ring
+// once every queue has one. An error stops the queues started.
 func (s *Server) startRing() error {
 	n := possibleCPUs()
 	if n > 1<<16 {
@@ -81,177 +101,237 @@ func (s *Server) startRing() error {
 	for qid := range n {
 		q, err := s.newQueue(uint16(qid))
 		if err != nil {
-			s.closeQueues()
+			s.stopQueues()
 			return err
 		}
-		s.queues = append(s.queues, q)
-	}
-	for _, q := range s.queues {
-		for i := range q.ents {
-			e := &q.ents[i]
-			iov := (*[2]unix.Iovec)(unsafe.Pointer(&q.mem[i*q.slot()+headerSize]))
-			iov[0].Base, iov[0].Len = &e.hdr[0], uint64(len(e.hdr))
-			iov[1].Base, iov[1].Len = &e.payload[0], uint64(len(e.payload))
-			c := cmd{op: cmdRegister, fd: s.fd, addr: uint64(uintptr(unsafe.Pointer(iov))), len: 2, userData: uint64(i), qid: q.qid}
-			if err := q.r.submit(c); err != nil {
-				s.closeQueues()
-				return fmt.Errorf("register entry %d of queue %d: %w", i, q.qid, err)
-			}
-		}
-	}
-	// A REGISTER the kernel refused completes at once with its error.
-	for _, q := range s.queues {
-		cs := q.r.reap(nil)
-		for _, c := range cs {
-			if c.res < 0 {
-				s.closeQueues()
-				return fmt.Errorf("register entry %d of queue %d: %w", c.userData, q.qid, unix.Errno(-c.res))
-			}
-		}
-		q.dispatch(cs)
-	}
-	for _, q := range s.queues {
+		ready := make(chan error, 1)
 		s.loops.Add(1)
-		go q.reapLoop()
+		go q.run(ready)
+		if err := <-ready; err != nil {
+			q.release()
+			s.stopQueues()
+			return fmt.Errorf("queue %d: %w", qid, err)
+		}
+		s.queues = append(s.queues, q)
 	}
 	return nil
 }
 
-// closeQueues releases the queues of a ring that failed to set up.
-func (s *Server) closeQueues() {
+// stopQueues ends the queues of a ring that failed to set up.
+func (s *Server) stopQueues() {
 	for _, q := range s.queues {
-		q.close()
+		q.wake()
+	}
+	s.loops.Wait()
+	for _, q := range s.queues {
+		q.release()
 	}
 	s.queues = nil
 }
 
 func (q *queue) slot() int { return entrySlot + payloadSize(q.s.opts.MaxWrite) }
 
-// newQueue maps the entries' buffers and sets up the queue's io_uring.
+// newQueue maps the entries' buffers and opens the queue's eventfd.
 func (s *Server) newQueue(qid uint16) (*queue, error) {
-	q := &queue{s: s, qid: qid}
-	r, err := newRing(uint32(s.cfg.Entries))
-	if err != nil {
-		return nil, err
-	}
-	q.r = r
-	if err := unix.SetNonblock(r.fd, true); err != nil {
-		r.close()
-		return nil, err
-	}
-	q.file = os.NewFile(uintptr(r.fd), "io_uring")
+	q := &queue{s: s, qid: qid, efd: -1}
 	slot := q.slot()
-	q.mem, err = unix.Mmap(-1, 0, slot*s.cfg.Entries, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	var err error
+	q.mem, err = unix.Mmap(-1, 0, entrySlot+slot*s.cfg.Entries, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
 	if err != nil {
-		q.close()
 		return nil, fmt.Errorf("mmap ring entries: %w", err)
+	}
+	if q.efd, err = unix.Eventfd(0, unix.EFD_CLOEXEC); err != nil {
+		q.release()
+		return nil, fmt.Errorf("eventfd: %w", err)
 	}
 	q.ents = make([]entry, s.cfg.Entries)
 	for i := range q.ents {
-		base := i * slot
+		base := entrySlot + i*slot
 		q.ents[i] = entry{idx: i, hdr: q.mem[base : base+headerSize], payload: q.mem[base+entrySlot : base+slot]}
 	}
 	return q, nil
 }
 
-// close releases the io_uring (cancelling its commands) and the buffers.
-func (q *queue) close() {
-	if q.file != nil {
-		_ = q.file.Close()
-		q.r.fd = -1 // closed with the file
+// release closes the eventfd and unmaps the buffers, once the queue's
+// thread ended and no goroutine answers a request of the queue.
+func (q *queue) release() {
+	if q.efd >= 0 {
+		_ = unix.Close(q.efd)
+		q.efd = -1
 	}
-	q.r.close()
 	if q.mem != nil {
 		_ = unix.Munmap(q.mem)
 		q.mem = nil
 	}
 }
 
-// reapLoop waits in Go's poller for completions (a request in an entry)
-// and serves each in a goroutine, until the server stops.
-func (q *queue) reapLoop() {
+// wake makes the queue's thread look at its answered entries and at the
+// server's stop (eventfd write).
+func (q *queue) wake() {
+	var one [8]byte
+	one[0] = 1
+	_, _ = unix.Write(q.efd, one[:])
+}
+
+// run is the queue's thread: it sets up the io_uring, registers the
+// entries, reports on ready, then serves until the server stops. The
+// thread is never unlocked, so it ends with the goroutine: no other code
+// ever runs on a thread that task work of the ring may target.
+func (q *queue) run(ready chan<- error) {
 	defer q.s.loops.Done()
-	rc, err := q.file.SyscallConn()
+	runtime.LockOSThread()
+	var cpus unix.CPUSet
+	cpus.Set(int(q.qid))
+	_ = unix.SchedSetaffinity(0, &cpus) // near the callers the kernel queues here; best effort
+	r, err := newRing(uint32(len(q.ents) + 1))
 	if err != nil {
-		q.s.opts.Logger.Printf("fuseuring: queue %d: %v", q.qid, err)
+		ready <- err
 		return
 	}
-	var cs []completion
-	for {
-		cs = cs[:0]
-		err := rc.Read(func(uintptr) bool {
-			cs = q.r.reap(cs)
-			return len(cs) > 0
-		})
-		if err != nil {
-			select {
-			case <-q.s.stopped:
-			default:
-				q.s.opts.Logger.Printf("fuseuring: queue %d: %v", q.qid, err)
-			}
+	q.r = r
+	defer r.close()
+	for i := range q.ents {
+		e := &q.ents[i]
+		iov := (*[2]unix.Iovec)(unsafe.Pointer(&q.mem[entrySlot+i*q.slot()+headerSize]))
+		iov[0].Base, iov[0].Len = &e.hdr[0], uint64(len(e.hdr))
+		iov[1].Base, iov[1].Len = &e.payload[0], uint64(len(e.payload))
+		r.push(cmd{opcode: opURingCmd, op: cmdRegister, fd: q.s.fd, addr: uint64(uintptr(unsafe.Pointer(iov))), len: 2, userData: uint64(i), qid: q.qid})
+	}
+	q.armWake()
+	if err := r.enter(false); err != nil {
+		ready <- err
+		return
+	}
+	// A REGISTER the kernel refused completes at once with its error.
+	cs := r.reap(nil)
+	for _, c := range cs {
+		if c.userData != wakeTag && c.res < 0 {
+			ready <- fmt.Errorf("register entry %d: %w", c.userData, unix.Errno(-c.res))
 			return
 		}
-		q.dispatch(cs)
 	}
+	ready <- nil
+	q.loop(cs)
 }
 
-// dispatch starts a goroutine for each entry that holds a request. An
-// entry completed with an error left the ring (ENOTCONN: the connection
-// ended or the thread that fetched it exited).
-func (q *queue) dispatch(cs []completion) {
-	for _, c := range cs {
-		if c.userData >= uint64(len(q.ents)) {
-			continue
-		}
-		if c.res < 0 {
-			select {
-			case <-q.s.stopped:
-			default:
-				if c.res != -int32(unix.ENOTCONN) {
-					q.s.opts.Logger.Printf("fuseuring: queue %d entry %d: %v", q.qid, c.userData, unix.Errno(-c.res))
-				}
+// armWake queues the READ of the eventfd.
+func (q *queue) armWake() {
+	q.r.push(cmd{opcode: opRead, fd: q.efd, addr: uint64(uintptr(unsafe.Pointer(&q.mem[0]))), len: 8, userData: wakeTag})
+}
+
+// loop serves completions: a request in an entry is answered on this
+// thread, then committed with the next wait in one io_uring_enter,
+// unless it may take long (offload) or more requests came with it; those
+// are answered by goroutines, which hand their entries back through the
+// eventfd for the COMMIT.
+func (q *queue) loop(cs []completion) {
+	for {
+		last := -1
+		for i, c := range cs {
+			if c.userData != wakeTag && c.res >= 0 && c.userData < uint64(len(q.ents)) {
+				last = i
 			}
-			continue
 		}
-		e := &q.ents[c.userData]
-		q.s.serving.Add(1)
-		go q.serve(e)
+		stop := false
+		for i, c := range cs {
+			switch {
+			case c.userData == wakeTag:
+				select {
+				case <-q.s.stopped:
+					stop = true
+				default:
+					q.armWake()
+				}
+				q.commitAnswered()
+			case c.userData >= uint64(len(q.ents)):
+			case c.res < 0:
+				// the entry left the ring: the connection ended
+				// (ENOTCONN) or the ring was torn down
+			default:
+				e := &q.ents[c.userData]
+				if i != last || offload(binary.LittleEndian.Uint32(e.hdr[4:])) {
+					q.s.serving.Add(1)
+					go q.serveAsync(e)
+					continue
+				}
+				q.commit(e, q.s.answer(e))
+			}
+		}
+		if stop {
+			_ = q.r.enter(false)
+			return
+		}
+		if err := q.r.enter(true); err != nil {
+			q.s.opts.Logger.Printf("fuseuring: queue %d: %v", q.qid, err)
+			return
+		}
+		cs = q.r.reap(cs[:0])
 	}
 }
 
-// serve answers the request in e with go-fuse's ProtocolServer and
-// commits the reply from this goroutine (COMMIT_AND_FETCH), which also
-// gives the entry back for the next request.
-func (q *queue) serve(e *entry) {
+// offload reports whether requests of opcode go to a goroutine: those
+// that may wait long (data, flushes, lock waits), so that the queue's
+// thread serves the short ones meanwhile.
+func offload(opcode uint32) bool {
+	switch opcode {
+	case 15, 16, 18, 20, 25, 30, 33, 43, 47: // READ, WRITE, RELEASE, FSYNC, FLUSH, FSYNCDIR, SETLKW, FALLOCATE, COPY_FILE_RANGE
+		return true
+	}
+	return false
+}
+
+// commit queues e's COMMIT_AND_FETCH.
+func (q *queue) commit(e *entry, commitID uint64) {
+	q.r.push(cmd{opcode: opURingCmd, op: cmdCommitAndFetch, fd: q.s.fd, userData: uint64(e.idx), commitID: commitID, qid: q.qid})
+}
+
+// commitAnswered commits the entries goroutines answered.
+func (q *queue) commitAnswered() {
+	q.notified.Store(false)
+	q.mu.Lock()
+	done := q.done
+	q.done = nil
+	q.mu.Unlock()
+	for _, a := range done {
+		q.commit(&q.ents[a.idx], a.commitID)
+	}
+}
+
+// serveAsync answers e in a goroutine and hands it back to the queue's
+// thread.
+func (q *queue) serveAsync(e *entry) {
 	defer q.s.serving.Done()
-	q.s.ringReqs.Add(1)
+	id := q.s.answer(e)
+	q.mu.Lock()
+	q.done = append(q.done, answered{idx: e.idx, commitID: id})
+	q.mu.Unlock()
+	if q.notified.CompareAndSwap(false, true) {
+		q.wake()
+	}
+}
+
+// answer answers the request in e with go-fuse's ProtocolServer, writing
+// the reply into e, and returns the commit ID.
+func (s *Server) answer(e *entry) uint64 {
+	s.ringReqs.Add(1)
 	req, err := parseEntry(e.hdr, len(e.payload))
 	if err != nil {
-		q.s.opts.Logger.Printf("fuseuring: queue %d entry %d: %v", q.qid, e.idx, err)
-		unique := binary.LittleEndian.Uint64(e.hdr[8:])
-		putErrorReply(e.hdr, unique, int32(unix.EIO))
-		req.commitID = binary.LittleEndian.Uint64(e.hdr[entInOutOff+8:])
-	} else {
-		in := [][]byte{e.hdr[:inHeaderSize], e.hdr[inOutSize : inOutSize+req.opLen], e.payload[:req.payloadLen]}
-		out := [][]byte{e.hdr[:outHdrSize], e.payload}
-		n, st := q.s.ps.HandleRequest(in, out)
-		switch {
-		case !st.Ok():
-			putErrorReply(e.hdr, req.unique, int32(st))
-		case n < outHdrSize:
-			// go-fuse answers nothing (FORGET, INTERRUPT), which the
-			// ring never carries; the entry still needs its commit
-			putErrorReply(e.hdr, req.unique, int32(fuse.ENOSYS))
-		default:
-			putReplySize(e.hdr, n-outHdrSize)
-		}
+		s.opts.Logger.Printf("fuseuring: entry %d: %v", e.idx, err)
+		putErrorReply(e.hdr, binary.LittleEndian.Uint64(e.hdr[8:]), int32(unix.EIO))
+		return binary.LittleEndian.Uint64(e.hdr[entInOutOff+8:])
 	}
-	c := cmd{op: cmdCommitAndFetch, fd: q.s.fd, userData: uint64(e.idx), commitID: req.commitID, qid: q.qid}
-	if err := q.r.submit(c); err != nil {
-		select {
-		case <-q.s.stopped:
-		default:
-			q.s.opts.Logger.Printf("fuseuring: queue %d entry %d: commit: %v", q.qid, e.idx, err)
-		}
+	in := [][]byte{e.hdr[:inHeaderSize], e.hdr[inOutSize : inOutSize+req.opLen], e.payload[:req.payloadLen]}
+	out := [][]byte{e.hdr[:outHdrSize], e.payload}
+	n, st := s.ps.HandleRequest(in, out)
+	switch {
+	case !st.Ok():
+		putErrorReply(e.hdr, req.unique, int32(st))
+	case n < outHdrSize:
+		// go-fuse answers nothing (FORGET, INTERRUPT), which the ring
+		// never carries; the entry still needs its commit
+		putErrorReply(e.hdr, req.unique, int32(fuse.ENOSYS))
+	default:
+		putReplySize(e.hdr, n-outHdrSize)
 	}
+	return req.commitID
 }

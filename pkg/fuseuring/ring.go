@@ -2,7 +2,6 @@ package fuseuring
 
 import (
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"unsafe"
 
@@ -11,17 +10,22 @@ import (
 
 // io_uring constants of include/uapi/linux/io_uring.h.
 const (
-	setupSQE128     = 1 << 10    // IORING_SETUP_SQE128: 128-byte SQEs (80-byte command area)
-	featSingleMmap  = 1 << 0     // IORING_FEAT_SINGLE_MMAP
-	offSQRing       = 0          // IORING_OFF_SQ_RING
-	offCQRing       = 0x8000000  // IORING_OFF_CQ_RING
-	offSQEs         = 0x10000000 // IORING_OFF_SQES
-	opURingCmd      = 46         // IORING_OP_URING_CMD
-	sqeSize         = 128        // with IORING_SETUP_SQE128
-	cqeSize         = 16         // struct io_uring_cqe without IORING_SETUP_CQE32
-	sqeCmdOffset    = 48         // offset of the command area (sqe->cmd) in an SQE
-	sysIOURingSetup = 425
-	sysIOURingEnter = 426
+	setupSubmitAll    = 1 << 7     // IORING_SETUP_SUBMIT_ALL: submit every SQE even after an error
+	setupSQE128       = 1 << 10    // IORING_SETUP_SQE128: 128-byte SQEs (80-byte command area)
+	setupSingleIssuer = 1 << 12    // IORING_SETUP_SINGLE_ISSUER: one thread submits
+	setupDeferTaskrun = 1 << 13    // IORING_SETUP_DEFER_TASKRUN: task work runs when that thread waits
+	enterGetEvents    = 1          // IORING_ENTER_GETEVENTS
+	opRead            = 22         // IORING_OP_READ
+	featSingleMmap    = 1 << 0     // IORING_FEAT_SINGLE_MMAP
+	offSQRing         = 0          // IORING_OFF_SQ_RING
+	offCQRing         = 0x8000000  // IORING_OFF_CQ_RING
+	offSQEs           = 0x10000000 // IORING_OFF_SQES
+	opURingCmd        = 46         // IORING_OP_URING_CMD
+	sqeSize           = 128        // with IORING_SETUP_SQE128
+	cqeSize           = 16         // struct io_uring_cqe without IORING_SETUP_CQE32
+	sqeCmdOffset      = 48         // offset of the command area (sqe->cmd) in an SQE
+	sysIOURingSetup   = 425
+	sysIOURingEnter   = 426
 )
 
 // sqringOffsets is struct io_sqring_offsets.
@@ -44,18 +48,18 @@ type params struct {
 	cqOff                                                                  cqringOffsets
 }
 
-// ring is one io_uring instance with 128-byte SQEs: its submission
-// queue (filled under sqMu) and completion queue (drained under cqMu).
+// ring is one io_uring instance with 128-byte SQEs, used by one thread
+// (IORING_SETUP_SINGLE_ISSUER): it fills the submission queue and drains
+// the completion queue.
 type ring struct {
 	fd      int
 	ringMem []byte // SQ and CQ rings (one mapping, IORING_FEAT_SINGLE_MMAP)
 	cqMem   []byte // CQ ring when the kernel maps it apart
 	sqes    []byte
 
-	sqMu                   sync.Mutex
 	sqHead, sqTail, sqMask *uint32
 	sqEntries              uint32
-	cqMu                   sync.Mutex
+	pending                uint32 // pushed, not yet submitted
 	cqHead, cqTail, cqMask *uint32
 	cqes                   unsafe.Pointer
 }
@@ -65,7 +69,7 @@ type ring struct {
 // io_uring; EPERM: io_uring disabled by sysctl).
 func newRing(entries uint32) (*ring, error) {
 	var p params
-	p.flags = setupSQE128
+	p.flags = setupSQE128 | setupSingleIssuer | setupDeferTaskrun | setupSubmitAll
 	fd, _, errno := unix.Syscall(sysIOURingSetup, uintptr(entries), uintptr(unsafe.Pointer(&p)), 0)
 	if errno != 0 {
 		return nil, fmt.Errorf("io_uring_setup: %w", errno)
@@ -121,51 +125,64 @@ func (r *ring) close() {
 	}
 }
 
-// cmd is a FUSE command for the 80-byte area of an IORING_OP_URING_CMD SQE
-// (struct fuse_uring_cmd_req), with the SQE fields it uses.
+// cmd is an SQE: a FUSE command for the 80-byte area of an
+// IORING_OP_URING_CMD (struct fuse_uring_cmd_req), or a READ.
 type cmd struct {
+	opcode   uint8  // IORING_OP_URING_CMD or IORING_OP_READ
 	op       uint32 // enum fuse_uring_cmd
-	fd       int    // the /dev/fuse fd
-	addr     uint64 // REGISTER: the struct iovec[2] of the entry
-	len      uint32 // REGISTER: 2
+	fd       int    // the /dev/fuse fd; the fd to read
+	addr     uint64 // REGISTER: the struct iovec[2] of the entry; READ: the buffer
+	len      uint32 // REGISTER: 2; READ: the buffer's length
 	userData uint64 // returned in the CQE
 	commitID uint64
 	qid      uint16
 }
 
-// submit queues c and submits it (io_uring_enter(2) without waiting),
-// under the SQ lock: the command runs in the calling thread (a COMMIT
-// commits the reply and wakes its caller there). Errors are
-// io_uring_enter's.
-func (r *ring) submit(c cmd) error {
-	r.sqMu.Lock()
-	defer r.sqMu.Unlock()
+// push queues c in the SQ; io_uring_enter submits it. The ring's one
+// thread calls it (IORING_SETUP_SINGLE_ISSUER). It reports false if the
+// SQ is full.
+func (r *ring) push(c cmd) bool {
 	tail := *r.sqTail
 	if tail-atomic.LoadUint32(r.sqHead) >= r.sqEntries {
-		return fmt.Errorf("io_uring: submission queue full")
+		return false
 	}
 	idx := tail & *r.sqMask
 	sqe := r.sqes[idx*sqeSize : (idx+1)*sqeSize]
 	clear(sqe)
-	sqe[0] = opURingCmd
+	sqe[0] = c.opcode
 	*(*int32)(unsafe.Pointer(&sqe[4])) = int32(c.fd)
 	*(*uint32)(unsafe.Pointer(&sqe[8])) = c.op
 	*(*uint64)(unsafe.Pointer(&sqe[16])) = c.addr
 	*(*uint32)(unsafe.Pointer(&sqe[24])) = c.len
 	*(*uint64)(unsafe.Pointer(&sqe[32])) = c.userData
-	putCmdReq(sqe[sqeCmdOffset:], 0, c.commitID, c.qid)
-	atomic.StoreUint32(r.sqTail, tail+1)
-	for {
-		_, _, errno := unix.Syscall6(sysIOURingEnter, uintptr(r.fd), 1, 0, 0, 0, 0)
-		switch errno {
-		case 0:
-			return nil
-		case unix.EINTR, unix.EAGAIN, unix.EBUSY:
-			continue
-		default:
-			return fmt.Errorf("io_uring_enter: %w", errno)
-		}
+	if c.opcode == opURingCmd {
+		putCmdReq(sqe[sqeCmdOffset:], 0, c.commitID, c.qid)
 	}
+	atomic.StoreUint32(r.sqTail, tail+1)
+	r.pending++
+	return true
+}
+
+// enter submits the pushed SQEs and, with wait, waits for a completion
+// (io_uring_enter(2) with IORING_ENTER_GETEVENTS, which also runs the
+// ring's deferred task work: the kernel's copies of requests into ring
+// entries). EINTR is not an error.
+func (r *ring) enter(wait bool) error {
+	var minComplete, flags uintptr
+	if wait {
+		minComplete, flags = 1, enterGetEvents
+	}
+	n, _, errno := unix.Syscall6(sysIOURingEnter, uintptr(r.fd), uintptr(r.pending), minComplete, flags, 0, 0)
+	if errno == 0 || errno == unix.EINTR {
+		if errno == 0 {
+			r.pending -= uint32(n)
+		}
+		return nil
+	}
+	if errno == unix.EAGAIN || errno == unix.EBUSY {
+		return nil // no room for completions: the caller reaps, then retries
+	}
+	return fmt.Errorf("io_uring_enter: %w", errno)
 }
 
 // completion is one CQE.
@@ -176,8 +193,6 @@ type completion struct {
 
 // reap appends the completions in the CQ to dst and consumes them.
 func (r *ring) reap(dst []completion) []completion {
-	r.cqMu.Lock()
-	defer r.cqMu.Unlock()
 	head := *r.cqHead
 	tail := atomic.LoadUint32(r.cqTail)
 	mask := *r.cqMask

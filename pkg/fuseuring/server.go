@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
-	"time"
 	"unsafe"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -74,7 +73,7 @@ type Server struct {
 
 	ringReqs, devReqs atomic.Uint64
 
-	loops   sync.WaitGroup // the /dev/fuse reader and the queues' reapers
+	loops   sync.WaitGroup // the /dev/fuse reader and the queues' threads
 	serving sync.WaitGroup // request goroutines
 	stopped chan struct{}
 }
@@ -248,11 +247,11 @@ func (s *Server) serveDev(b *[]byte, n int) {
 	}
 }
 
-// stop ends the queues' reapers once the connection is gone.
+// stop ends the queues' threads once the connection is gone.
 func (s *Server) stop() {
 	close(s.stopped)
 	for _, q := range s.queues {
-		_ = q.file.SetReadDeadline(time.Now())
+		q.wake()
 	}
 }
 
@@ -264,7 +263,7 @@ func (s *Server) Wait() {
 	go func() {
 		s.serving.Wait()
 		for _, q := range s.queues {
-			q.close()
+			q.release()
 		}
 		_ = unix.Close(s.fd)
 		s.fs.OnUnmount()
