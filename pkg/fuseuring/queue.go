@@ -269,15 +269,15 @@ func (q *queue) loop(cs []completion) {
 	}
 }
 
-// offload reports whether requests of opcode go to a goroutine: those
-// that may wait long (data, flushes, lock waits), so that the queue's
-// thread serves the short ones meanwhile.
+// offload reports whether requests of opcode go to a goroutine: lock
+// waits (SETLKW), which last until another caller unlocks, perhaps
+// through this very queue. Every other request is answered on the
+// queue's thread when it is the last of its batch: a hand-back to the
+// thread costs an eventfd write and a wake-up, which made FLUSH and
+// RELEASE served by goroutines cost create+close a third more than over
+// /dev/fuse (BenchmarkFUSEMetadata).
 func offload(opcode uint32) bool {
-	switch opcode {
-	case 15, 16, 18, 20, 25, 30, 33, 43, 47: // READ, WRITE, RELEASE, FSYNC, FLUSH, FSYNCDIR, SETLKW, FALLOCATE, COPY_FILE_RANGE
-		return true
-	}
-	return false
+	return opcode == opSetLkW
 }
 
 // commit queues e's COMMIT_AND_FETCH.

@@ -23,6 +23,7 @@ const (
 	opInit        = 26
 	opInterrupt   = 36
 	opBatchForget = 42
+	opSetLkW      = 33
 )
 
 // Transport names, for logs and metrics.

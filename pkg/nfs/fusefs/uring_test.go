@@ -21,7 +21,7 @@ var enableMu sync.Mutex
 
 // setEnableURing sets the fuse module's enable_uring for the test and
 // restores it after; it skips without it.
-func setEnableURing(t *testing.T, on bool) {
+func setEnableURing(t testing.TB, on bool) {
 	t.Helper()
 	old, err := os.ReadFile(fuseuring.EnableParam)
 	if err != nil {
