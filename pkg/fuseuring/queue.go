@@ -41,6 +41,7 @@ type queue struct {
 	mu       sync.Mutex
 	done     []answered // guarded by mu
 	notified atomic.Bool
+	quit     atomic.Bool // set before the wake that ends the thread
 }
 
 // answered is an entry whose reply a goroutine wrote.
@@ -105,28 +106,34 @@ func (s *Server) startRing() error {
 			return err
 		}
 		ready := make(chan error, 1)
-		s.loops.Add(1)
+		s.threads.Add(1)
 		go q.run(ready)
 		if err := <-ready; err != nil {
 			q.release()
 			s.stopQueues()
 			return fmt.Errorf("queue %d: %w", qid, err)
 		}
+		s.qmu.Lock()
 		s.queues = append(s.queues, q)
+		s.qmu.Unlock()
 	}
 	return nil
 }
 
 // stopQueues ends the queues of a ring that failed to set up.
 func (s *Server) stopQueues() {
-	for _, q := range s.queues {
+	s.qmu.Lock()
+	qs := s.queues
+	s.queues = nil
+	s.qmu.Unlock()
+	for _, q := range qs {
+		q.quit.Store(true)
 		q.wake()
 	}
-	s.loops.Wait()
-	for _, q := range s.queues {
+	s.threads.Wait()
+	for _, q := range qs {
 		q.release()
 	}
-	s.queues = nil
 }
 
 func (q *queue) slot() int { return entrySlot + payloadSize(q.s.opts.MaxWrite) }
@@ -178,7 +185,7 @@ func (q *queue) wake() {
 // thread is never unlocked, so it ends with the goroutine: no other code
 // ever runs on a thread that task work of the ring may target.
 func (q *queue) run(ready chan<- error) {
-	defer q.s.loops.Done()
+	defer q.s.threads.Done()
 	runtime.LockOSThread()
 	var cpus unix.CPUSet
 	cpus.Set(int(q.qid))
@@ -236,10 +243,7 @@ func (q *queue) loop(cs []completion) {
 		for i, c := range cs {
 			switch {
 			case c.userData == wakeTag:
-				select {
-				case <-q.s.stopped:
-					stop = true
-				default:
+				if stop = q.quit.Load(); !stop {
 					q.armWake()
 				}
 				q.commitAnswered()

@@ -69,12 +69,14 @@ type Server struct {
 
 	bufSize int       // /dev/fuse read and reply buffers
 	bufs    sync.Pool // *[]byte of bufSize
-	queues  []*queue
+	qmu     sync.Mutex
+	queues  []*queue // guarded by qmu
 	ringErr error
 
 	ringReqs, devReqs atomic.Uint64
 
-	loops   sync.WaitGroup // the /dev/fuse reader and the queues' threads
+	loops   sync.WaitGroup // the /dev/fuse reader
+	threads sync.WaitGroup // the queues' threads
 	serving sync.WaitGroup // request goroutines
 	stopped chan struct{}
 }
@@ -158,6 +160,8 @@ func (s *Server) RingError() error { return s.ringErr }
 // Stats returns the transport and request counts.
 func (s *Server) Stats() Stats {
 	st := Stats{Transport: TransportDevFUSE, RingRequests: s.ringReqs.Load(), DevRequests: s.devReqs.Load()}
+	s.qmu.Lock()
+	defer s.qmu.Unlock()
 	if len(s.queues) > 0 {
 		st.Transport, st.Queues, st.Entries = TransportIOURing, len(s.queues), s.cfg.Entries
 	}
@@ -251,18 +255,25 @@ func (s *Server) serveDev(b *[]byte, n int) {
 // stop ends the queues' threads once the connection is gone.
 func (s *Server) stop() {
 	close(s.stopped)
+	s.qmu.Lock()
+	defer s.qmu.Unlock()
 	for _, q := range s.queues {
+		q.quit.Store(true)
 		q.wake()
 	}
 }
 
 // Wait blocks until the connection ends (unmount or abort), then releases
 // the ring and /dev/fuse in the background once the requests in flight
-// are answered, and calls the file system's OnUnmount.
+// are answered (a queue's thread may be answering one), and calls the
+// file system's OnUnmount.
 func (s *Server) Wait() {
 	s.loops.Wait()
 	go func() {
+		s.threads.Wait()
 		s.serving.Wait()
+		s.qmu.Lock()
+		defer s.qmu.Unlock()
 		for _, q := range s.queues {
 			q.release()
 		}
