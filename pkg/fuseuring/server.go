@@ -150,7 +150,27 @@ func (s *Server) Start(fs fuse.RawFileSystem) error {
 	} else if s.cfg.Ring {
 		s.ringErr = errors.New("fuseuring: the kernel did not offer FUSE_OVER_IO_URING in INIT")
 	}
+	if err := s.pollHack(); err != nil {
+		s.opts.Logger.Printf("fuseuring: POLL not switched off on %s: %v", s.dir, err)
+	}
 	return nil
+}
+
+// pollHack makes the kernel send one POLL, which go-fuse answers ENOSYS
+// (its ".go-fuse-epoll-hack" file), so that it sends no more: Go
+// registers every file it opens with its epoll, and an epoll_ctl(2) on a
+// file of this mount from this process would otherwise wait for a POLL
+// answer while holding one of the runtime's Ps, which can stop every
+// goroutine at the next garbage collection, this server's included (as
+// go-fuse's Server.WaitMount does).
+func (s *Server) pollHack() error {
+	fd, err := unix.Open(s.dir+"/.go-fuse-epoll-hack", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	_, err = unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN | unix.POLLPRI | unix.POLLOUT}}, 0)
+	return err
 }
 
 // RingError says why a server configured for the ring serves over
