@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -237,7 +238,10 @@ func (s *Server) readLoop() {
 		s.devReqs.Add(1)
 		if n >= inHeaderSize {
 			switch binary.LittleEndian.Uint32((*b)[4:]) {
-			case opForget, opBatchForget, opInterrupt:
+			case opInterrupt:
+				s.serveInterrupt(b, n)
+				continue
+			case opForget, opBatchForget:
 				s.serveDev(b, n)
 				continue
 			}
@@ -248,6 +252,53 @@ func (s *Server) readLoop() {
 			s.serveDev(b, n)
 		}()
 	}
+}
+
+// interruptRetries and interruptRetryDelay bound how long an INTERRUPT
+// that names no request in flight is tried again: 2 s.
+const (
+	interruptRetries    = 2000
+	interruptRetryDelay = time.Millisecond
+)
+
+// serveInterrupt passes the INTERRUPT in (*b)[:n] to go-fuse, which
+// cancels the request it names. The kernel sends it once the request has
+// reached the server (FR_SENT), which for a ring request is when the
+// request is copied into its entry, before the queue hands it to go-fuse:
+// an INTERRUPT found no request in flight is tried again every
+// millisecond in a goroutine until it finds it or for 2 s. (Answering
+// EAGAIN, as go-fuse's Server does, makes the kernel send it again only
+// for requests read from /dev/fuse: fs/fuse/dev.c looks the request up
+// among those.)
+func (s *Server) serveInterrupt(b *[]byte, n int) {
+	in := append([]byte(nil), (*b)[:n]...)
+	s.putBuf(b)
+	if s.interrupt(in) {
+		return
+	}
+	s.serving.Add(1)
+	go func() {
+		defer s.serving.Done()
+		for range interruptRetries {
+			time.Sleep(interruptRetryDelay)
+			select {
+			case <-s.stopped:
+				return
+			default:
+			}
+			if s.interrupt(in) {
+				return
+			}
+		}
+	}()
+}
+
+// interrupt passes an INTERRUPT to go-fuse; it reports whether go-fuse
+// found the request (no reply: EAGAIN is its answer otherwise).
+func (s *Server) interrupt(in []byte) bool {
+	var out [outHdrSize + 64]byte
+	m, st := s.ps.HandleRequest([][]byte{in}, [][]byte{out[:]})
+	return st.Ok() && m == 0
 }
 
 // serveDev answers the request in (*b)[:n] read from /dev/fuse.
