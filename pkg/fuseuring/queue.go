@@ -253,7 +253,7 @@ func (q *queue) loop(cs []completion) {
 				// (ENOTCONN) or the ring was torn down
 			default:
 				e := &q.ents[c.userData]
-				if i != last || offload(binary.LittleEndian.Uint32(e.hdr[4:])) {
+				if i != last || q.offload(binary.LittleEndian.Uint32(e.hdr[4:])) {
 					q.s.serving.Add(1)
 					go q.serveAsync(e)
 					continue
@@ -273,15 +273,15 @@ func (q *queue) loop(cs []completion) {
 	}
 }
 
-// offload reports whether requests of opcode go to a goroutine: lock
+// offload reports whether a request of opcode goes to a goroutine: lock
 // waits (SETLKW), which last until another caller unlocks, perhaps
-// through this very queue. Every other request is answered on the
-// queue's thread when it is the last of its batch: a hand-back to the
-// thread costs an eventfd write and a wake-up, which made FLUSH and
-// RELEASE served by goroutines cost create+close a third more than over
-// /dev/fuse (BenchmarkFUSEMetadata).
-func offload(opcode uint32) bool {
-	return opcode == opSetLkW
+// through this very queue, and whatever Config.Inline does not take. A
+// hand-off to a goroutine and back costs a goroutine start, an eventfd
+// write and a wake-up of the queue's thread: with FLUSH and RELEASE
+// handed off, create+close took a third longer than over /dev/fuse
+// (BenchmarkFUSEMetadata in pkg/nfs/fusefs).
+func (q *queue) offload(opcode uint32) bool {
+	return opcode == opSetLkW || q.s.cfg.Inline == nil || !q.s.cfg.Inline(opcode)
 }
 
 // commit queues e's COMMIT_AND_FETCH.

@@ -42,6 +42,13 @@ type Config struct {
 	Ring bool
 	// Entries is the ring entries per queue; 0 means DefaultEntries.
 	Entries int
+	// Inline reports whether the file system answers requests of opcode
+	// (enum fuse_opcode) without waiting for another request of this
+	// mount (a RELEASE, an unlock): those are answered on the queue's
+	// thread, which saves a hand-off to a goroutine and back (the fastest
+	// path), but holds the queue's other requests meanwhile. nil: none is.
+	// SETLKW is never answered there.
+	Inline func(opcode uint32) bool
 }
 
 // Stats count what a Server served.
