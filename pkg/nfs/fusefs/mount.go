@@ -294,7 +294,7 @@ func serveRing(dir string, fd int, fsopts *fs.Options, wrap func(fuse.RawFileSys
 			return nil, err
 		}
 	}
-	rs := fuseuring.NewServer(fd, dir, &fsopts.MountOptions, fuseuring.Config{Ring: true})
+	rs := fuseuring.NewServer(fd, dir, &fsopts.MountOptions, fuseuring.Config{Ring: true, Inline: answersAlone})
 	o := *fsopts
 	o.ServerCallbacks = rs
 	fail := func(err error) (*fuseuring.Server, error) {
@@ -312,6 +312,18 @@ func serveRing(dir string, fd int, fsopts *fs.Options, wrap func(fuse.RawFileSys
 		klog.InfoS("fusefs: FUSE over io_uring did not come up, serving /dev/fuse", "dir", dir, "reason", err.Error())
 	}
 	return rs, nil
+}
+
+// answersAlone reports whether the file system answers FUSE requests of
+// opcode without waiting for another request of the mount
+// (fuseuring.Config.Inline): all but UNLINK, RENAME and RENAME2, which
+// wait for the RELEASE of a file just closed (awaitRelease), and SETLKW.
+func answersAlone(opcode uint32) bool {
+	switch opcode {
+	case 10, 12, 45, 33: // FUSE_UNLINK, FUSE_RENAME, FUSE_RENAME2, FUSE_SETLKW
+		return false
+	}
+	return true
 }
 
 // FUSETransport says how the mount gets the kernel's requests
