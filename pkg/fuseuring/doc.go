@@ -27,8 +27,13 @@
 //     delivers the reply and gives the entry back for the next request.
 //   - FORGET, BATCH_FORGET and INTERRUPT still come over /dev/fuse, read
 //     by one goroutine; an INTERRUPT reaches the request it names through
-//     the shared ProtocolServer. Notifications (fs.ServerCallbacks) are
-//     written to /dev/fuse.
+//     the shared ProtocolServer, tried again while that request is still
+//     on its way from the ring to go-fuse. Notifications
+//     (fs.ServerCallbacks) are written to /dev/fuse.
+//   - After INIT the server opens go-fuse's ".go-fuse-epoll-hack" file
+//     and polls it, so that the kernel learns POLL is ENOSYS: Go's epoll
+//     registration of a file of the mount from this process would
+//     otherwise wait for a POLL answer holding a runtime P.
 //
 // # Threads
 //
@@ -41,11 +46,13 @@
 // (any Go thread of a process that uses its own mount) to submit, the
 // task work for a request could wait on that very thread, blocked in the
 // kernel on the request: a process stuck in D state that only a reboot
-// ends. The queue's thread answers a request itself and submits its
-// COMMIT_AND_FETCH with the next wait, one io_uring_enter per request;
-// lock waits (SETLKW), and all but the last of requests that completed
-// together, go to goroutines, which hand their entries back through an
-// eventfd the thread reads on the ring.
+// ends. The queue's thread answers the requests Config.Inline takes
+// itself and submits their COMMIT_AND_FETCH with its next wait, one
+// io_uring_enter per request; the others (always SETLKW), and all but
+// the last of requests that completed together, go to goroutines, which
+// hand their entries back through an eventfd the thread reads on the
+// ring. A request Config.Inline takes must not wait for another request
+// of the mount: the queue's other requests wait behind it.
 //
 // # Shutdown
 //
