@@ -230,7 +230,7 @@ func checkNode(t *testing.T, objs []object) {
 	wantArgs := []string{"node", "--endpoint=unix:///csi/csi.sock", "--nodeid=$(NODE_NAME)", "--node-address=$(NODE_IP)",
 		"--mounter-socket=/var/lib/nfsrdma/mounter.sock", "--namespace=" + namespace, "--device-plugin=true",
 		"--device-plugin-dir=/var/lib/kubelet/device-plugins", "--resource-name=nfsrdma.csi.dev/hca",
-		"--metrics-address=:9811", "--v=2"}
+		"--metrics-address=:9811", "--enable-fuse-uring=true", "--v=2"}
 	if !reflect.DeepEqual(drv.Args, wantArgs) {
 		t.Errorf("driver args %v, want %v", drv.Args, wantArgs)
 	}
@@ -781,7 +781,7 @@ func checkBuiltinRegistration(t *testing.T) {
 	wantArgs := []string{"node", "--endpoint=unix:///csi/csi.sock", "--nodeid=$(NODE_NAME)", "--node-address=$(NODE_IP)",
 		"--mounter-socket=/var/lib/nfsrdma/mounter.sock", "--namespace=" + namespace, "--device-plugin=true",
 		"--device-plugin-dir=/var/lib/kubelet/device-plugins", "--resource-name=nfsrdma.csi.dev/hca",
-		"--metrics-address=:9811", "--register-with-kubelet",
+		"--metrics-address=:9811", "--enable-fuse-uring=true", "--register-with-kubelet",
 		"--kubelet-registration-path=/var/lib/kubelet/plugins/" + driverName + "/csi.sock",
 		"--plugin-registration-dir=/registration", "--health-address=:29753", "--v=2"}
 	if !reflect.DeepEqual(drv.Args, wantArgs) {

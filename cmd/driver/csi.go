@@ -96,6 +96,7 @@ of the node-driver-registrar sidecar, and exits when kubelet rejects it;
 	f.StringVar(&cfg.DevicePluginOptions.PluginDir, "device-plugin-dir", deviceplugin.DefaultPluginDir, "kubelet's device-plugin directory")
 	f.StringVar(&cfg.DevicePluginOptions.ResourceName, "resource-name", deviceplugin.DefaultResourceName, "extended resource name of the RDMA devices")
 	f.StringVar(&cfg.MetricsAddress, "metrics-address", "", "HOST:PORT of the Prometheus /metrics endpoint, with each pod's mount metrics (empty: off)")
+	f.BoolVar(&cfg.EnableFUSEURing, "enable-fuse-uring", false, "turn on FUSE over io_uring in the kernel (/sys/module/fuse/parameters/enable_uring; needs a privileged container) for mounts with fuse_uring=auto or on")
 	_ = cmd.MarkFlagRequired("nodeid")
 	return cmd
 }

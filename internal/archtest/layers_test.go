@@ -45,6 +45,12 @@ var layers = []struct {
 		forbidden: []string{module + "/pkg/nfs/fusefs", module + "/pkg/nfs/fusemount", "github.com/hanwen/go-fuse"},
 	},
 	{
+		// The FUSE over io_uring transport is go-fuse's, not ours: it
+		// could move into go-fuse as it is.
+		pkgs:      []string{"./pkg/fuseuring"},
+		forbidden: []string{module},
+	},
+	{
 		// Mount options are plain values.
 		pkgs:      []string{"./pkg/nfs/mountopts"},
 		forbidden: []string{module},

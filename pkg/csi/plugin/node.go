@@ -39,6 +39,10 @@ type NodeConfig struct {
 	// Registration registers the plugin with kubelet's plugin watcher,
 	// in place of the node-driver-registrar sidecar.
 	Registration Registration
+	// EnableFUSEURing turns on FUSE over io_uring in the kernel (the fuse
+	// module's enable_uring, which needs a privileged container), so that
+	// mounts with fuse_uring=auto or on can use it; a failure is logged.
+	EnableFUSEURing bool
 	// MetricsAddress (with each pod's mount metrics) and HealthAddress
 	// are HOST:PORT of /metrics and /healthz ("": off).
 	MetricsAddress, HealthAddress string
@@ -87,6 +91,13 @@ func RunNode(ctx context.Context, cfg NodeConfig) error {
 			klog.InfoS("node: no Kubernetes API: mounts use the StorageClass credits, not the ledger's", "err", err)
 		} else {
 			c.Kube, c.LedgerNamespace, c.LedgerName = k, cfg.Kube.Namespace, credits.DefaultName
+		}
+	}
+	if cfg.EnableFUSEURing {
+		if err := enableFUSEURing(fuseURingParam); err != nil {
+			klog.InfoS("node: FUSE over io_uring not enabled: mounts with fuse_uring=auto use /dev/fuse, fuse_uring=on fails", "err", err)
+		} else {
+			klog.InfoS("node: FUSE over io_uring enabled", "param", fuseURingParam)
 		}
 	}
 	cm := metrics.NewCSI(nil)

@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nfsrdma/nfsrdma-csi/internal/testenv"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/fuseuring"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/mountopts"
 	nfsserver "github.com/nfsrdma/nfsrdma-csi/pkg/nfs/server"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/rpcrdma"
@@ -132,6 +133,25 @@ var benchMounts = []namedMount{
 	{"loopback", mountLoopback},
 	{"rdma", func(b *testing.B) benchMount { return mountOurs(b, mountopts.ProtoRDMA, false) }},
 	{"tcp", func(b *testing.B) benchMount { return mountOurs(b, mountopts.ProtoTCP, false) }},
+	{"tcp-uring", func(b *testing.B) benchMount { return mountOursURing(b, mountopts.ProtoTCP) }},
+}
+
+// mountOursURing is mountOurs with fuse_uring=on (the kernel's
+// enable_uring set for the sub-benchmark); it checks that the ring served
+// the requests.
+func mountOursURing(b *testing.B, proto string) benchMount {
+	setEnableURing(b, true)
+	bm, m := mountOursOpts(b, proto, false, 0, "fuse_uring=on")
+	check := bm.check
+	bm.check = func(b *testing.B) {
+		if st := m.FUSETransport(); st.Transport != fuseuring.TransportIOURing || st.RingRequests == 0 {
+			b.Fatalf("FUSE over io_uring not used: %+v", st)
+		} else {
+			b.ReportMetric(float64(st.RingRequests), "ring-requests")
+		}
+		check(b)
+	}
+	return bm
 }
 
 // seqMounts are the mounts of the sequential benchmarks: benchMounts and
@@ -155,6 +175,13 @@ var seqReadMounts = append(slices.Clip(seqMounts),
 // mountOursMap is mountOurs with the server's READ mappings bounded by
 // readMap bytes (nfsserver.Options.ReadMapBytes; 0: READ copies).
 func mountOursMap(b *testing.B, proto string, noCRC bool, readMap int64) benchMount {
+	bm, _ := mountOursOpts(b, proto, noCRC, readMap, "")
+	return bm
+}
+
+// mountOursOpts is mountOursMap with more mount options extra, returning
+// the mount too.
+func mountOursOpts(b *testing.B, proto string, noCRC bool, readMap int64, extra string) (benchMount, *Mount) {
 	srv := startServerOptions(b, siw.Config{RTRDelay: -1, NoCRC: noCRC},
 		nfsserver.Options{Exports: []nfsserver.Export{{Path: "/"}}, ReadMapBytes: readMap},
 		rpcrdma.ServerOptions{SendDDP: true, Inline: rpcrdma.SDDPInline}) // as driver server runs by default
@@ -165,7 +192,10 @@ func mountOursMap(b *testing.B, proto string, noCRC bool, readMap int64) benchMo
 	if *benchOpts != "" {
 		o += "," + *benchOpts
 	}
-	dir, _ := srv.mount(b, proto, o)
+	if extra != "" {
+		o += "," + extra
+	}
+	dir, mnt := srv.mount(b, proto, o)
 	return benchMount{mnt: dir, backing: srv.root, check: func(b *testing.B) {
 		m := srv.rdma.Metrics()
 		if proto == mountopts.ProtoRDMA && m.Calls == 0 {
@@ -178,7 +208,7 @@ func mountOursMap(b *testing.B, proto string, noCRC bool, readMap int64) benchMo
 				b.Fatalf("connection %s: %v, want CRC %v", c.Peer, c.Verbs, !noCRC)
 			}
 		}
-	}}
+	}}, mnt
 }
 
 // mountLoopback mounts go-fuse's loopback file system over a temp

@@ -12,6 +12,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"k8s.io/klog/v2"
 
+	"github.com/nfsrdma/nfsrdma-csi/pkg/fuseuring"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/client"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/mountopts"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nfs3"
@@ -117,11 +118,19 @@ func nameMax(ctx context.Context, c *client.Client) int {
 	return int(res.NameMax)
 }
 
+// fuseServer serves the FUSE connection of a mount: go-fuse's
+// *fuse.Server over /dev/fuse, or *fuseuring.Server.
+type fuseServer interface {
+	Wait()
+	Unmount() error
+}
+
 // Mount is a mounted file system.
 type Mount struct {
 	Client *client.Client
 	sys    *fsys
-	server *fuse.Server
+	server fuseServer
+	ring   *fuseuring.Server // nil when go-fuse's server reads /dev/fuse
 	dir    string
 	cancel context.CancelFunc
 	byFD   bool // mounted by another process (Config.FD): unmount dir ourselves
@@ -208,12 +217,32 @@ func Serve(ctx context.Context, c *client.Client, dir string, cfg Config) (*Moun
 		fsopts.MountOptions.DirectMount = false
 		fsopts.MountOptions.DirectMountStrict = false
 	}
-	// fs.Mount, with the lock owners of FLUSH and RELEASE passed on
-	sys.owners = &lockOwners{RawFileSystem: fs.NewNodeFS(root, fsopts)}
-	srv, err := fuse.NewServer(sys.owners, mountPoint, &fsopts.MountOptions)
-	if err == nil {
-		go srv.Serve()
-		err = srv.WaitMount()
+	ring, ringErr := wantRing(o.FuseURing, cfg.FD)
+	if ringErr != nil {
+		if o.FuseURing == mountopts.FuseURingOn {
+			cancel()
+			return nil, fmt.Errorf("fusefs: fuse_uring=on: %w", ringErr)
+		}
+		klog.InfoS("fusefs: FUSE over io_uring unavailable, serving /dev/fuse", "dir", dir, "reason", ringErr.Error())
+	}
+	var srv fuseServer
+	var urs *fuseuring.Server
+	if ring {
+		urs, err = serveRing(dir, cfg.FD, fsopts, func(raw fuse.RawFileSystem) fuse.RawFileSystem {
+			sys.owners = &lockOwners{RawFileSystem: raw}
+			return sys.owners
+		}, root, o.FuseURing == mountopts.FuseURingOn)
+		srv = urs
+	} else {
+		// fs.Mount, with the lock owners of FLUSH and RELEASE passed on
+		sys.owners = &lockOwners{RawFileSystem: fs.NewNodeFS(root, fsopts)}
+		var gs *fuse.Server
+		gs, err = fuse.NewServer(sys.owners, mountPoint, &fsopts.MountOptions)
+		if err == nil {
+			go gs.Serve()
+			err = gs.WaitMount()
+		}
+		srv = gs
 	}
 	if err != nil {
 		cancel()
@@ -226,10 +255,92 @@ func Serve(ctx context.Context, c *client.Client, dir string, cfg Config) (*Moun
 			klog.ErrorS(err, "fusefs: read-ahead left at the kernel's default", "dir", dir, "read_ahead_kb", o.ReadAheadKB)
 		}
 	}
-	klog.InfoS("fusefs: mounted", "source", cfg.Source, "dir", dir, "proto", o.Proto,
+	transport := fuseuring.TransportDevFUSE
+	if urs != nil {
+		transport = urs.Stats().Transport
+	}
+	klog.InfoS("fusefs: mounted", "source", cfg.Source, "dir", dir, "proto", o.Proto, "fuse_transport", transport,
 		"rsize", c.RSize(), "wsize", c.WSize(), "noac", o.NoAC, "read_ahead_kb", o.ReadAheadKB,
 		"local_lock", o.LocalLock, "lockport", o.LockPort)
-	return &Mount{Client: c, sys: sys, server: srv, dir: dir, cancel: cancel, byFD: cfg.FD > 0}, nil
+	return &Mount{Client: c, sys: sys, server: srv, ring: urs, dir: dir, cancel: cancel, byFD: cfg.FD > 0}, nil
+}
+
+// wantRing says whether a mount with fuse_uring=mode serves FUSE over
+// io_uring: never with off; with auto and on where the kernel offers it
+// (fuseuring.Available) and this process can mount (root) or was handed
+// a mounted fd. The error says why not (auto logs it, on fails).
+func wantRing(mode string, fd int) (bool, error) {
+	if mode != mountopts.FuseURingAuto && mode != mountopts.FuseURingOn {
+		return false, nil
+	}
+	if err := fuseuring.Available(); err != nil {
+		return false, err
+	}
+	if fd <= 0 && os.Geteuid() != 0 {
+		return false, fmt.Errorf("%w: mounting /dev/fuse needs root", fuseuring.ErrUnavailable)
+	}
+	return true, nil
+}
+
+// serveRing mounts dir (unless fd is a mounted /dev/fuse already) and
+// serves it with a fuseuring.Server over the node tree of root, whose raw
+// file system wrap wraps. With required, a ring that does not come up
+// fails the mount (aborted and unmounted); otherwise the server stays on
+// /dev/fuse, logged.
+func serveRing(dir string, fd int, fsopts *fs.Options, wrap func(fuse.RawFileSystem) fuse.RawFileSystem, root fs.InodeEmbedder, required bool) (*fuseuring.Server, error) {
+	if fd <= 0 {
+		var err error
+		if fd, err = fuseuring.Mount(dir, &fsopts.MountOptions); err != nil {
+			return nil, err
+		}
+	}
+	rs := fuseuring.NewServer(fd, dir, &fsopts.MountOptions, fuseuring.Config{Ring: true, Inline: answersAlone})
+	o := *fsopts
+	o.ServerCallbacks = rs
+	fail := func(err error) (*fuseuring.Server, error) {
+		_ = fuseuring.Abort(dir)
+		_ = syscallUnmount(dir, mntDetach)
+		return nil, err
+	}
+	if err := rs.Start(wrap(fs.NewNodeFS(root, &o))); err != nil {
+		return fail(err)
+	}
+	if err := rs.RingError(); err != nil {
+		if required {
+			return fail(fmt.Errorf("fuse_uring=on: %w", err))
+		}
+		klog.InfoS("fusefs: FUSE over io_uring did not come up, serving /dev/fuse", "dir", dir, "reason", err.Error())
+	}
+	return rs, nil
+}
+
+// answersAlone reports whether the file system answers FUSE requests of
+// opcode without waiting for another request of the mount
+// (fuseuring.Config.Inline): all but UNLINK, RENAME and RENAME2, which
+// wait for the RELEASE of a file just closed (awaitRelease), and SETLKW.
+func answersAlone(opcode uint32) bool {
+	switch opcode {
+	case 10, 12, 45, 33: // FUSE_UNLINK, FUSE_RENAME, FUSE_RENAME2, FUSE_SETLKW
+		return false
+	}
+	return true
+}
+
+// FUSETransport says how the mount gets the kernel's requests
+// (fuseuring.TransportIOURing or TransportDevFUSE) and, over io_uring,
+// how many it answered over the ring and over /dev/fuse.
+func (m *Mount) FUSETransport() fuseuring.Stats {
+	if m.ring == nil {
+		return fuseuring.Stats{Transport: fuseuring.TransportDevFUSE}
+	}
+	return m.ring.Stats()
+}
+
+// Abort aborts the mount's FUSE connection (fusectl): every request in
+// flight or to come fails with ENOTCONN and the server stops. For a hung
+// mount that unmount cannot end.
+func (m *Mount) Abort() error {
+	return fuseuring.Abort(m.dir)
 }
 
 // Wait blocks until the file system is unmounted (by Unmount, umount(8)
@@ -264,6 +375,9 @@ func (m *Mount) Unmount(timeout time.Duration) error {
 		if time.Now().After(deadline) {
 			klog.InfoS("fusefs: unmount failed, detaching lazily", "dir", m.dir, "err", err)
 			if derr := syscallUnmount(m.dir, mntDetach); derr != nil {
+				if aerr := m.Abort(); aerr != nil {
+					return errors.Join(err, derr, aerr)
+				}
 				return errors.Join(err, derr)
 			}
 			return nil

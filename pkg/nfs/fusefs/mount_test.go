@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/nfsrdma/nfsrdma-csi/internal/testenv"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/fuseuring"
 
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/mountopts"
 	nfsserver "github.com/nfsrdma/nfsrdma-csi/pkg/nfs/server"
@@ -151,6 +152,9 @@ func (s *testServer) mountWith(t testing.TB, proto, extra string, wrap func(sunr
 	if extra != "" {
 		o += "," + extra
 	}
+	if u := os.Getenv("NFSRDMA_TEST_FUSE_URING"); u != "" && !strings.Contains(o, "fuse_uring=") {
+		o += ",fuse_uring=" + u // the suite over FUSE over io_uring (uring_test.go)
+	}
 	mo, err := mountopts.Parse(o)
 	if err != nil {
 		t.Fatal(err)
@@ -196,6 +200,7 @@ func cleanupMount(t testing.TB, dir string, m *Mount) {
 	}
 	done := make(chan error, 1)
 	go func() { done <- m.Wait() }()
+	watchdog(t, st.Dev)
 	t.Cleanup(func() {
 		if err := m.Unmount(5 * time.Second); err != nil {
 			t.Error("unmount:", err)
@@ -214,6 +219,26 @@ func cleanupMount(t testing.TB, dir string, m *Mount) {
 			t.Errorf("%s still mounted", dir)
 		}
 	})
+}
+
+// watchdog aborts the FUSE connection of device dev 20 s before the
+// test binary's deadline (-timeout; after 5 minutes without one), so that
+// a request this process hangs on becomes ENOTCONN and a failed test,
+// never a caller of this process waiting in the kernel for an answer
+// only this process can give (a thread stuck in request_wait_answer
+// keeps the process, and its /dev/fuse fd, alive).
+func watchdog(t testing.TB, dev uint64) {
+	d := 5 * time.Minute
+	if tt, ok := t.(*testing.T); ok {
+		if dl, ok := tt.Deadline(); ok {
+			d = time.Until(dl) - 20*time.Second
+		}
+	}
+	minor := (dev & 0xff) | ((dev >> 12) & 0xfff00)
+	timer := time.AfterFunc(max(d, time.Second), func() {
+		_ = fuseuring.AbortConnection(minor)
+	})
+	t.Cleanup(func() { timer.Stop() })
 }
 
 // abortFUSE aborts the FUSE connection of device dev through fusectl.

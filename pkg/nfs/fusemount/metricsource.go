@@ -1,6 +1,7 @@
 package fusemount
 
 import (
+	"github.com/nfsrdma/nfsrdma-csi/pkg/fuseuring"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/metrics"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/fusefs"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/verbs/devselect"
@@ -30,4 +31,16 @@ func devices() []metrics.DeviceCount {
 		out[i] = metrics.DeviceCount{Provider: c.Provider, Device: c.Device, Transport: c.Transport, N: c.N}
 	}
 	return out
+}
+
+// fuseTransport reads how a FUSE mount gets the kernel's requests
+// (fusefs.Mount.FUSETransport) for metrics.NewFUSETransportCollector; a
+// mount served by go-fuse's /dev/fuse server (no ring asked for) counts
+// no requests.
+func fuseTransport(read func() fuseuring.Stats) func() metrics.FUSETransport {
+	return func() metrics.FUSETransport {
+		s := read()
+		counted := s.RingRequests+s.DevRequests > 0
+		return metrics.FUSETransport{Transport: s.Transport, Counted: counted, RingRequests: s.RingRequests, DevRequests: s.DevRequests}
+	}
 }

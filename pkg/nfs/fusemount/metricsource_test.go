@@ -4,6 +4,8 @@ import (
 	"testing"
 
 	"github.com/nfsrdma/nfsrdma-csi/internal/fieldtest"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/fuseuring"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/metrics"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/client"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/fusefs"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/verbs/devselect"
@@ -20,6 +22,19 @@ func TestMountMemory(t *testing.T) {
 	fieldtest.Same(t, m, got, "Write")
 	if got.VerifierChanges != 100 || got.ResentBytes != 200 || got.WriteBehindLimit != fusefs.MountWriteBehindBytes || got.UncommittedLimit != fusefs.MountDirtyBytes {
 		t.Errorf("%+v", got)
+	}
+}
+
+// The FUSE transport of a mount reaches metrics.FUSETransport, counted
+// only when its server counts (fuse_uring=auto or on).
+func TestFUSETransport(t *testing.T) {
+	ring := fuseuring.Stats{Transport: fuseuring.TransportIOURing, Queues: 2, Entries: 8, RingRequests: 10, DevRequests: 3}
+	if got := fuseTransport(func() fuseuring.Stats { return ring })(); got != (metrics.FUSETransport{Transport: "io_uring", Counted: true, RingRequests: 10, DevRequests: 3}) {
+		t.Errorf("ring: %+v", got)
+	}
+	dev := fuseuring.Stats{Transport: fuseuring.TransportDevFUSE}
+	if got := fuseTransport(func() fuseuring.Stats { return dev })(); got != (metrics.FUSETransport{Transport: "dev_fuse"}) {
+		t.Errorf("go-fuse's /dev/fuse: %+v", got)
 	}
 }
 

@@ -72,7 +72,7 @@ func Run(ctx context.Context, cfg Config) error {
 		// only nfsrdma_* metrics: the node gathers nothing else from mounts
 		reg := prometheus.NewRegistry()
 		reg.MustRegister(mm.rpc, metrics.NewClientCollector(m.Client.Stats, nil), metrics.NewDeviceCollector(devices, nil),
-			metrics.NewMountMemoryCollector(mountMemory(m.Memory), nil))
+			metrics.NewMountMemoryCollector(mountMemory(m.Memory), nil), metrics.NewFUSETransportCollector(fuseTransport(m.FUSETransport), nil))
 		if mm.proto == mountopts.ProtoRDMA {
 			reg.MustRegister(metrics.NewTransportCollector(metrics.RoleRequester, metricsource.Transport(mm.rdma.Metrics), nil))
 		}

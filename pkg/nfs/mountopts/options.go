@@ -133,7 +133,20 @@ type Options struct {
 	// LockPort is the TCP port of the server's NLM service (nfs(5)
 	// lockport); 0 asks the server's rpcbind at the first lock.
 	LockPort int
+	// FuseURing is how the FUSE server gets the kernel's requests (ours:
+	// fuse_uring=off|auto|on): FuseURingOff reads /dev/fuse (the
+	// default); FuseURingAuto uses FUSE over io_uring where the kernel
+	// offers it (the fuse module's enable_uring), /dev/fuse elsewhere;
+	// FuseURingOn fails the mount without it.
+	FuseURing string
 }
+
+// fuse_uring values.
+const (
+	FuseURingOff  = "off"
+	FuseURingAuto = "auto"
+	FuseURingOn   = "on"
+)
 
 // local_lock values (nfs(5)).
 const (
@@ -160,7 +173,7 @@ func (o *Options) LocalPosix() bool {
 func Default() Options {
 	return Options{
 		Proto: ProtoTCP, Vers: 3, Timeo: 60 * time.Second, Retrans: 2, ReadAheadKB: DefaultReadAheadKB,
-		LocalLock: LocalLockNone, NConnect: 1,
+		LocalLock: LocalLockNone, NConnect: 1, FuseURing: FuseURingOff,
 		ACRegMin: 3 * time.Second, ACRegMax: 60 * time.Second,
 		ACDirMin: 30 * time.Second, ACDirMax: 60 * time.Second,
 	}
@@ -288,6 +301,13 @@ func Parse(s string) (Options, error) {
 				o.LocalLock = val
 			default:
 				err = fmt.Errorf("%w: local_lock=%q: want none, all, flock or posix", ErrBadOption, val)
+			}
+		case "fuse_uring":
+			switch val {
+			case FuseURingOff, FuseURingAuto, FuseURingOn:
+				o.FuseURing = val
+			default:
+				err = fmt.Errorf("%w: fuse_uring=%q: want off, auto or on", ErrBadOption, val)
 			}
 		case "nconnect":
 			o.NConnect, err = num(1, MaxNConnect)

@@ -1,0 +1,104 @@
+package fusefs
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nfsrdma/nfsrdma-csi/pkg/fuseuring"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/mountopts"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
+)
+
+// enableMu serializes the tests that set the fuse module's enable_uring.
+var enableMu sync.Mutex
+
+// setEnableURing sets the fuse module's enable_uring for the test and
+// restores it after; it skips without it.
+func setEnableURing(t testing.TB, on bool) {
+	t.Helper()
+	old, err := os.ReadFile(fuseuring.EnableParam)
+	if err != nil {
+		t.Skip("kernel without FUSE over io_uring:", err)
+	}
+	v := "0"
+	if on {
+		v = "1"
+	}
+	enableMu.Lock()
+	if err := os.WriteFile(fuseuring.EnableParam, []byte(v), 0); err != nil {
+		enableMu.Unlock()
+		t.Skip("cannot set enable_uring:", err)
+	}
+	t.Cleanup(func() {
+		prev := "0"
+		if strings.TrimSpace(string(old)) == "Y" {
+			prev = "1"
+		}
+		_ = os.WriteFile(fuseuring.EnableParam, []byte(prev), 0)
+		enableMu.Unlock()
+	})
+}
+
+// TestFUSEOverIOURing runs the core of the file system tests (files,
+// names, directories) on a mount with fuse_uring=on, counting the
+// requests answered over the ring so that the test cannot pass over
+// /dev/fuse.
+func TestFUSEOverIOURing(t *testing.T) {
+	needFUSE(t)
+	setEnableURing(t, true)
+	srv := startServer(t)
+	dir, m := srv.mount(t, mountopts.ProtoTCP, "fuse_uring=on")
+	st0 := m.FUSETransport()
+	if st0.Transport != fuseuring.TransportIOURing {
+		t.Fatalf("transport %+v, want io_uring", st0)
+	}
+	testFiles(t, dir, srv.root)
+	testNamespace(t, dir, srv.root)
+	testReaddir(t, dir, m, 300)
+	testMisc(t, dir)
+	st := m.FUSETransport()
+	if n := st.RingRequests - st0.RingRequests; n < 500 {
+		t.Errorf("%d requests over the ring, want at least 500 (%+v)", n, st)
+	}
+	t.Logf("%+v", st)
+}
+
+// TestFUSEURingFallback: with the kernel's enable_uring off, fuse_uring=auto
+// mounts over /dev/fuse and fuse_uring=on fails with ErrUnavailable.
+func TestFUSEURingFallback(t *testing.T) {
+	needFUSE(t)
+	setEnableURing(t, false)
+	srv := startServer(t)
+	dir, m := srv.mount(t, mountopts.ProtoTCP, "fuse_uring=auto")
+	if st := m.FUSETransport(); st.Transport != fuseuring.TransportDevFUSE {
+		t.Errorf("auto without the kernel's io_uring: %+v, want /dev/fuse", st)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "f"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	mo, err := mountopts.Parse("proto=tcp,fuse_uring=on,port=" + strconv.Itoa(srv.nfsPort) + ",mountport=" + strconv.Itoa(srv.mountPort))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	dir2 := t.TempDir()
+	m2, err := NewMount(ctx, dir2, Config{Source: "127.0.0.1:/", Options: mo, AuthSys: sunrpc.AuthSysParams{MachineName: "fusefs-test"}})
+	if err == nil {
+		cleanupMount(t, dir2, m2)
+		t.Fatal("fuse_uring=on mounted without the kernel's io_uring")
+	}
+	if !errors.Is(err, fuseuring.ErrUnavailable) || !strings.Contains(err.Error(), "fuse_uring=on") {
+		t.Errorf("fuse_uring=on: %v, want ErrUnavailable naming the option", err)
+	}
+	if mounted(t, dir2) {
+		t.Error("fuse_uring=on left a mount behind")
+	}
+}
