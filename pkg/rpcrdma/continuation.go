@@ -220,19 +220,10 @@ func (sl *srvSlot) replyContinued(m *sunrpc.Message, rm Message) bool {
 		s.m.writeChunkBytes.Add(uint64(rm.Payload))
 	}
 	sl.stream = appendStream(sl.stream[:0], m, !write)
-	if sl.contMR == nil || sl.contMR.Len() < sends*in {
-		s.dereg(sl.contMR)
-		var err error
-		if sl.contMR, err = s.reg(c.pd, make([]byte, MaxContinuation*s.opts.Inline), 0); err != nil {
-			c.qp.Close()
-			return true
-		}
+	wrs, sges, msgs, region, ok := sl.contBuffers(sends)
+	if !ok {
+		return true
 	}
-	if cap(sl.contWRs) < sends {
-		sl.contWRs, sl.contSGEs, sl.contMsgs = make([]verbs.SendWR, MaxContinuation), make([]verbs.SGE, MaxContinuation), make([][]byte, MaxContinuation)
-	}
-	wrs, sges, msgs := sl.contWRs[:sends], sl.contSGEs[:sends], sl.contMsgs[:sends]
-	region := sl.contMR.Bytes()
 	rest := sl.stream
 	for i := range sends {
 		buf := region[i*in : i*in : (i+1)*in]
@@ -374,4 +365,25 @@ func (s *slot) endContinued(msg []byte) {
 	}
 	s.asm = append(s.asm, msg[s.hdrLen:]...)
 	s.assembled = true
+}
+
+// contBuffers returns the slot's buffers for a reply of sends Sends (at
+// most MaxContinuation): their work requests, SGEs and messages, and the
+// registered region their bytes are built in (MaxContinuation x Inline,
+// registered once per slot). ok is false when the region cannot be
+// registered: the connection is closed.
+func (sl *srvSlot) contBuffers(sends int) (wrs []verbs.SendWR, sges []verbs.SGE, msgs [][]byte, region []byte, ok bool) {
+	c, s := sl.c, sl.c.s
+	if sl.contMR == nil || sl.contMR.Len() < sends*s.opts.Inline {
+		s.dereg(sl.contMR)
+		var err error
+		if sl.contMR, err = s.reg(c.pd, make([]byte, MaxContinuation*s.opts.Inline), 0); err != nil {
+			c.qp.Close()
+			return nil, nil, nil, nil, false
+		}
+	}
+	if cap(sl.contWRs) < sends {
+		sl.contWRs, sl.contSGEs, sl.contMsgs = make([]verbs.SendWR, MaxContinuation), make([]verbs.SGE, MaxContinuation), make([][]byte, MaxContinuation)
+	}
+	return sl.contWRs[:sends], sl.contSGEs[:sends], sl.contMsgs[:sends], sl.contMR.Bytes(), true
 }

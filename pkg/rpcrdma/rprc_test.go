@@ -708,16 +708,7 @@ func TestRPRCPullCancelled(t *testing.T) {
 	ts := startServer(t, ServerOptions{Credits: 4})
 	ctx := tctx(t, 20*time.Second)
 	cm := &ClientMetrics{}
-	tr, err := Dial(ctx, newDev(), ts.srv.Addr().String(), ClientOptions{Credits: 4, Metrics: cm})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tr.Close()
-	c, err := sunrpc.NewClient(func(context.Context) (sunrpc.ClientTransport, error) { return tr, nil }, sunrpc.ClientOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	tr, c := dialOne(ctx, t, ts, ClientOptions{Credits: 4, Metrics: cm})
 	for i, k := range []struct {
 		name  string
 		hook  func(cancel context.CancelFunc) func()

@@ -85,6 +85,21 @@ func startSDDPServer(t testing.TB, opts ServerOptions) (*testSrv, *placedSeen) {
 // placedCall sends arg as pPlaced's DDP-eligible argument and checks the
 // echo: it returns whether the responder saw it page-aligned in its
 // receive buffer.
+// swapCall makes a pSwap call with arg as its DDP-eligible argument and
+// res as the result's buffer: placed is the result's bytes placed in res
+// (sunrpc.Call.Placed), argOK 1 when the handler got arg intact.
+func swapCall(ctx context.Context, c *sunrpc.Client, arg, res []byte) (placed int, argOK uint32, err error) {
+	err = c.Call(ctx, sunrpc.CallSpec{Prog: sProg, Vers: 1, Proc: pSwap,
+		Args: func(b *sunrpc.Builder) { b.Payload(arg); b.Uint32(uint32(len(res))) },
+		Results: func(d *xdr.Decoder, pl int) error {
+			placed = pl
+			d.Uint32()
+			argOK = d.Uint32()
+			return d.Err()
+		}, ReplyPayload: res, MaxReplySize: 512})
+	return placed, argOK, err
+}
+
 func placedCall(ctx context.Context, t *testing.T, c *sunrpc.Client, arg []byte) (aligned, inRecv bool, err error) {
 	t.Helper()
 	var got []byte
@@ -155,16 +170,7 @@ func TestSendDDPCalls(t *testing.T) {
 	}
 	arg, res := pattern(20000, 7), make([]byte, 200000)
 	before = cm.Metrics()
-	var placed int
-	var argOK uint32
-	err := c.Call(ctx, sunrpc.CallSpec{Prog: sProg, Vers: 1, Proc: pSwap,
-		Args: func(b *sunrpc.Builder) { b.Payload(arg); b.Uint32(uint32(len(res))) },
-		Results: func(d *xdr.Decoder, pl int) error {
-			placed = pl
-			d.Uint32()
-			argOK = d.Uint32()
-			return d.Err()
-		}, ReplyPayload: res, MaxReplySize: 512})
+	placed, argOK, err := swapCall(ctx, c, arg, res)
 	if err != nil || placed != len(res) || argOK != 1 || !bytes.Equal(res, givePattern[:len(res)]) {
 		t.Fatalf("DDP both ways: placed %d, argument right %d, %v", placed, argOK, err)
 	}
@@ -219,16 +225,7 @@ func TestSendDDPTransmitErrors(t *testing.T) {
 	ts, seen := startSDDPServer(t, ServerOptions{Credits: 8, Inline: in, SendDDP: true})
 	ctx := tctx(t, 30*time.Second)
 	cm := &ClientMetrics{}
-	tr, err := Dial(ctx, newDev(), ts.srv.Addr().String(), ClientOptions{Credits: 8, Inline: in, SendDDP: true, Metrics: cm})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tr.Close()
-	c, err := sunrpc.NewClient(func(context.Context) (sunrpc.ClientTransport, error) { return tr, nil }, sunrpc.ClientOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	tr, c := dialOne(ctx, t, ts, ClientOptions{Credits: 8, Inline: in, SendDDP: true, Metrics: cm})
 	segs := in/PageSize - 1
 	for _, k := range badPlacements(in, segs) {
 		tr.mangleSDDP = k.mangle
@@ -484,16 +481,7 @@ func TestSendDDPTransmitErrorReception(t *testing.T) {
 	ts, _ := startSDDPServer(t, ServerOptions{Credits: 8, Inline: in, SendDDP: true})
 	ctx := tctx(t, 30*time.Second)
 	cm := &ClientMetrics{}
-	tr, err := Dial(ctx, newDev(), ts.srv.Addr().String(), ClientOptions{Credits: 8, Inline: in, SendDDP: true, Metrics: cm})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tr.Close()
-	c, err := sunrpc.NewClient(func(context.Context) (sunrpc.ClientTransport, error) { return tr, nil }, sunrpc.ClientOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	tr, c := dialOne(ctx, t, ts, ClientOptions{Credits: 8, Inline: in, SendDDP: true, Metrics: cm})
 	// A placement the responder refuses, so that it answers RDMA2_XMTERR;
 	// the body it sends is the one forced below.
 	tr.mangleSDDP = func(s *SDDP) { s.TBSN[0] = 1000 }

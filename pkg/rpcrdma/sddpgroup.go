@@ -121,11 +121,7 @@ func (s *slot) sendSDDPGroup(m *sunrpc.Message, h *Header, sends int) error {
 				xn = c.mangleXNum(i)
 			}
 			mh := Header{XID: h.XID, Vers: Version2, Credits: c.advertised(), Header2: Header2{HType: HTypeCallSDDPMiddle, XNum: xn}}
-			if b, err = mh.Encode(buf[:0]); err == nil {
-				clear(buf[len(b):w.Start])
-				copy(buf[w.Start:w.Start+w.Size], item[i*w.Size:])
-				b = buf[:w.Start+w.Size]
-			}
+			b, err = w.middle(buf, &mh, item[i*w.Size:])
 		} else {
 			h.Credits = c.advertised()
 			if b, err = h.Encode(buf[:0]); err == nil {
@@ -398,19 +394,10 @@ func (sl *srvSlot) replySDDPGroup(m *sunrpc.Message, rm Message) bool {
 	if f := s.mangleReplySDDP.Load(); f != nil {
 		(*f)(&r.SDDP)
 	}
-	if sl.contMR == nil || sl.contMR.Len() < sends*in {
-		s.dereg(sl.contMR)
-		var err error
-		if sl.contMR, err = s.reg(c.pd, make([]byte, MaxContinuation*s.opts.Inline), 0); err != nil {
-			c.qp.Close()
-			return true
-		}
+	wrs, sges, msgs, region, ok := sl.contBuffers(sends)
+	if !ok {
+		return true
 	}
-	if cap(sl.contWRs) < sends {
-		sl.contWRs, sl.contSGEs, sl.contMsgs = make([]verbs.SendWR, MaxContinuation), make([]verbs.SGE, MaxContinuation), make([][]byte, MaxContinuation)
-	}
-	wrs, sges, msgs := sl.contWRs[:sends], sl.contSGEs[:sends], sl.contMsgs[:sends]
-	region := sl.contMR.Bytes()
 	item := m.Payload
 	for i := range sends {
 		buf := region[i*in : (i+1)*in : (i+1)*in]
@@ -422,11 +409,7 @@ func (sl *srvSlot) replySDDPGroup(m *sunrpc.Message, rm Message) bool {
 				xn = (*f)(i)
 			}
 			mh := Header{XID: call.XID, Vers: Version2, Credits: 1, Header2: Header2{HType: HTypeReplySDDPMiddle, XNum: xn}}
-			if b, err = mh.Encode(buf[:0]); err == nil {
-				clear(buf[len(b):w.Start])
-				copy(buf[w.Start:w.Start+w.Size], item[i*w.Size:])
-				b = buf[:w.Start+w.Size]
-			}
+			b, err = w.middle(buf, &mh, item[i*w.Size:])
 		} else if b, err = r.Encode(buf[:0]); err == nil {
 			b = w.layout(buf, len(b), [][]byte{m.Head, m.Tail}, item[i*w.Size:], last)
 		}

@@ -131,16 +131,7 @@ func TestSendDDPGroupCalls(t *testing.T) {
 		t.Fatalf("reply in a Read chunk: %d bytes, %v", len(got), err)
 	}
 	arg, res := pattern(50000, 7), make([]byte, 200000)
-	var placed int
-	var argOK uint32
-	err := c.Call(ctx, sunrpc.CallSpec{Prog: sProg, Vers: 1, Proc: pSwap,
-		Args: func(b *sunrpc.Builder) { b.Payload(arg); b.Uint32(uint32(len(res))) },
-		Results: func(d *xdr.Decoder, pl int) error {
-			placed = pl
-			d.Uint32()
-			argOK = d.Uint32()
-			return d.Err()
-		}, ReplyPayload: res, MaxReplySize: 512})
+	placed, argOK, err := swapCall(ctx, c, arg, res)
 	if err != nil || placed != len(res) || argOK != 1 || !bytes.Equal(res, givePattern[:len(res)]) {
 		t.Fatalf("group and Write chunk: placed %d, argument right %d, %v", placed, argOK, err)
 	}
@@ -197,16 +188,7 @@ func TestSendDDPGroupTransmitErrors(t *testing.T) {
 	ts := startGroupServer(t, ServerOptions{Credits: 32, Inline: SDDPInline, SendDDP: true})
 	ctx := tctx(t, 60*time.Second)
 	cm := &ClientMetrics{}
-	tr, err := Dial(ctx, newDev(), ts.srv.Addr().String(), ClientOptions{Credits: 32, Inline: SDDPInline, SendDDP: true, SendDDPGroups: true, Metrics: cm})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tr.Close()
-	c, err := sunrpc.NewClient(func(context.Context) (sunrpc.ClientTransport, error) { return tr, nil }, sunrpc.ClientOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	tr, c := dialOne(ctx, t, ts, ClientOptions{Credits: 32, Inline: SDDPInline, SendDDP: true, SendDDPGroups: true, Metrics: cm})
 	if _, _, err := vecCall(ctx, t, c, pattern(100, 1)); err != nil {
 		t.Fatal(err)
 	}
@@ -527,16 +509,7 @@ func TestSendDDPKeepPlaced(t *testing.T) {
 	ts := startGroupServer(t, ServerOptions{Credits: 32, Inline: SDDPInline, SendDDP: true})
 	ctx := tctx(t, 60*time.Second)
 	cm := &ClientMetrics{}
-	tr, err := Dial(ctx, newDev(), ts.srv.Addr().String(), ClientOptions{Credits: 8, Inline: SDDPInline, SendDDP: true, SendDDPGroups: true, Metrics: cm})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tr.Close()
-	c, err := sunrpc.NewClient(func(context.Context) (sunrpc.ClientTransport, error) { return tr, nil }, sunrpc.ClientOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	tr, c := dialOne(ctx, t, ts, ClientOptions{Credits: 8, Inline: SDDPInline, SendDDP: true, SendDDPGroups: true, Metrics: cm})
 	if _, _, err := call(ctx, c, pGive, nil, false, 100, nil, 512); err != nil {
 		t.Fatal(err)
 	}

@@ -120,3 +120,17 @@ func pageAligned(n int) []byte {
 	off := int(-uintptr(unsafe.Pointer(unsafe.SliceData(b))) & (PageSize - 1))
 	return b[off : off+n : off+n]
 }
+
+// middle builds in buf (at least the window's end) a middle Send of a
+// transmission group: h encoded (RDMA2_*_SDDP_MIDDLE), zeros up to the
+// window, then the window's worth of piece (the item from this Send's
+// first segment on).
+func (w ddpWindow) middle(buf []byte, h *Header, piece []byte) ([]byte, error) {
+	b, err := h.Encode(buf[:0])
+	if err != nil {
+		return nil, err
+	}
+	clear(buf[len(b):w.Start])
+	copy(buf[w.Start:w.Start+w.Size], piece)
+	return buf[:w.Start+w.Size], nil
+}

@@ -152,6 +152,24 @@ func newDev() *siw.Device { return siw.NewDevice(siw.Config{RTRDelay: -1}) }
 // give options that name none (forVersions sets it).
 var pinVersion int
 
+// dialOne dials one connection to ts with opts (Dial, so that the test
+// can reach the transport's own state) and returns it with a sunrpc
+// client over it alone; both are closed at the end of t.
+func dialOne(ctx context.Context, t testing.TB, ts *testSrv, opts ClientOptions) (*Client, *sunrpc.Client) {
+	t.Helper()
+	tr, err := Dial(ctx, newDev(), ts.srv.Addr().String(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tr.Close() })
+	c, err := sunrpc.NewClient(func(context.Context) (sunrpc.ClientTransport, error) { return tr, nil }, sunrpc.ClientOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return tr, c
+}
+
 // forVersions runs f as subtests "v1" (both ends pinned to version 1) and
 // "v2" (the default: version 2 negotiated).
 func forVersions(t *testing.T, f func(t *testing.T)) {
