@@ -20,8 +20,12 @@ const DefaultRDMAPort = 20049
 // returns nil; or the listener's error. MOUNT stays on TCP (RFC 8267 section
 // 5.1), served by Serve. opts sets the credits per connection and the
 // receive budget; SetMachineGrants (set by the volume registry), the
-// grants per machine name.
+// grants per machine name. The transport logs to opts.Logger, or when nil
+// to the server's Logger.
 func (s *Server) ServeRDMA(ctx context.Context, dev verbs.Device, addr string, opts rpcrdma.ServerOptions) error {
+	if opts.Logger == nil {
+		opts.Logger = s.log
+	}
 	l, err := rpcrdma.Listen(ctx, dev, addr, opts)
 	if err != nil {
 		return fmt.Errorf("nfs server: NFS/RDMA on %s: %w", addr, err)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -41,7 +42,11 @@ func mapServerOn(t *testing.T, proto string, dev verbs.Device, limit int64) (*Se
 	t.Helper()
 	testenv.NeedRoot(t, "the export server (name_to_handle_at, open_by_handle_at)")
 	root := t.TempDir()
-	srv, err := New(Options{Root: root, Exports: []Export{{Path: "/"}}, ReadMapBytes: limit})
+	var log *slog.Logger
+	if dev != nil {
+		log = slog.New(slog.NewTextHandler(&logs, nil))
+	}
+	srv, err := New(Options{Root: root, Exports: []Export{{Path: "/"}}, ReadMapBytes: limit, Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -205,6 +210,9 @@ func TestReadMapped(t *testing.T) {
 				t.Fatalf("after REMOVE: %+v, want nothing mapped", st)
 			}
 			if dev != nil {
+				if !strings.Contains(logs.String(), "the device cannot register file mappings") {
+					t.Errorf("the server's log does not say the device cannot register file mappings:\n%s", logs.String())
+				}
 				if n := dev.refused.Load(); n != 1 {
 					t.Fatalf("%d registrations of file mappings refused, want 1 (the responder's probe at start)", n)
 				}
@@ -214,6 +222,27 @@ func TestReadMapped(t *testing.T) {
 			}
 		})
 	}
+}
+
+// logs is what mapServerOn's servers on a device of their own log.
+var logs lockedBuffer
+
+// lockedBuffer is a bytes.Buffer safe for concurrent writes.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 // pre62Device is a verbs.Device whose protection domains refuse to
