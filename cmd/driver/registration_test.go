@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -12,7 +11,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -35,32 +33,15 @@ func TestMain(m *testing.M) {
 // process is a driver subcommand running as its own process.
 type process struct {
 	cmd  *exec.Cmd
-	out  *lockedBuffer
+	out  *testenv.Buffer
 	done chan error
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // startDriver runs the driver binary with args; the test's cleanup kills
 // it if it still runs and logs its output on failure.
 func startDriver(t *testing.T, args ...string) *process {
 	t.Helper()
-	p := &process{cmd: exec.Command(testenv.Driver(t, false), args...), out: &lockedBuffer{}, done: make(chan error, 1)}
+	p := &process{cmd: exec.Command(testenv.Driver(t, false), args...), out: &testenv.Buffer{}, done: make(chan error, 1)}
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -225,25 +225,7 @@ func TestReadMapped(t *testing.T) {
 }
 
 // logs is what mapServerOn's servers on a device of their own log.
-var logs lockedBuffer
-
-// lockedBuffer is a bytes.Buffer safe for concurrent writes.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
+var logs testenv.Buffer
 
 // pre62Device is a verbs.Device whose protection domains refuse to
 // register memory of a shared file mapping without write permission
