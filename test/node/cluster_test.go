@@ -13,7 +13,7 @@ import (
 	"time"
 )
 
-// cluster is the running one-node cluster (from hack/cluster env).
+// cluster is the running cluster (from hack/cluster env).
 type cluster struct {
 	dir    string // NFSRDMA_CLUSTER_DIR: state, values.yaml, the export PV's directory
 	node   string // the node's name
@@ -124,60 +124,4 @@ func waitOut(t *testing.T, d time.Duration, what, cmd string, ok func(string) bo
 func apply(t *testing.T, manifest string) {
 	t.Helper()
 	sh(t, "kubectl apply -f - <<'EOF'\n"+strings.TrimSpace(manifest)+"\nEOF")
-}
-
-// hostMounts returns the host's FUSE mounts under kubelet's pods directory.
-func hostMounts(t *testing.T) []string {
-	t.Helper()
-	b, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []string
-	for _, l := range strings.Split(string(b), "\n") {
-		f := strings.Fields(l)
-		if len(f) < 10 || !strings.HasPrefix(f[4], "/var/lib/kubelet/pods/") {
-			continue
-		}
-		for i, x := range f {
-			if x == "-" && i+1 < len(f) && strings.HasPrefix(f[i+1], "fuse") {
-				out = append(out, f[4])
-			}
-		}
-	}
-	return out
-}
-
-// mountProcs returns the host's `driver mount` processes (pid: command line).
-func mountProcs() []string {
-	ents, _ := os.ReadDir("/proc")
-	var out []string
-	for _, e := range ents {
-		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		if err != nil || len(b) == 0 {
-			continue
-		}
-		args := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
-		if len(args) > 1 && strings.HasSuffix(args[0], "/driver") && args[1] == "mount" {
-			out = append(out, e.Name()+": "+strings.Join(args, " "))
-		}
-	}
-	return out
-}
-
-// driverProcs returns every process of the driver's image on the host.
-func driverProcs() []string {
-	ents, _ := os.ReadDir("/proc")
-	var out []string
-	for _, e := range ents {
-		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		if err != nil || len(b) == 0 {
-			continue
-		}
-		args := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
-		if args[0] == "/driver" || strings.HasPrefix(args[0], "/csi-") {
-			out = append(out, e.Name()+": "+strings.Join(args, " "))
-		}
-	}
-	return out
 }

@@ -22,12 +22,21 @@ const (
 	resource  = "nfsrdma.csi.dev/hca"
 	ledger    = "nfsrdma-credits"
 	busybox   = "localhost/busybox:1.35.0"
+	locktest  = "localhost/fcntllock:dev" // busybox and fcntllock (hack/cluster images)
 	blobMiB   = 256
 	chartPath = "deploy/helm/nfsrdma-csi"
 )
 
 // pod is a busybox pod with the claim mounted at /data.
-func pod(name, claim string) string {
+func pod(name, claim string) string { return podOn(name, claim, "", busybox) }
+
+// podOn is a pod of image with the claim mounted at /data, on node (any node
+// when empty).
+func podOn(name, claim, node, image string) string {
+	sel := ""
+	if node != "" {
+		sel = "\n  nodeSelector:\n    kubernetes.io/hostname: " + node
+	}
 	return fmt.Sprintf(`
 apiVersion: v1
 kind: Pod
@@ -35,7 +44,7 @@ metadata:
   name: %s
   namespace: %s
 spec:
-  terminationGracePeriodSeconds: 5
+  terminationGracePeriodSeconds: 5%s
   containers:
     - name: app
       image: %s
@@ -48,7 +57,7 @@ spec:
     - name: data
       persistentVolumeClaim:
         claimName: %s
-`, name, apps, busybox, claim)
+`, name, apps, sel, image, claim)
 }
 
 func pvc(name, class, size, mode, extra string) string {
@@ -94,6 +103,8 @@ func TestNode(t *testing.T) {
 
 	step("1-install", c.install)
 	step("2-rwx-two-pods", c.rwx)
+	independent("2b-lock-across-nodes", c.lockAcrossNodes)
+	independent("2c-unpublished-node-refused", c.unpublishedRefused)
 	step("3-node-plugin-restart", c.pluginRestart)
 	step("4-expand", c.expand)
 	step("5-snapshot-restore", c.snapshot)
@@ -110,51 +121,63 @@ func (c *cluster) install(t *testing.T) {
 	sh(t, "helm install "+release+" "+chartPath+" --namespace "+ns+" --create-namespace -f "+c.values+" --wait --timeout 5m")
 	sh(t, "kubectl -n "+ns+" wait --for=condition=Ready pod --all --timeout=120s")
 	sh(t, "kubectl -n "+ns+" get pods -o wide")
-	waitOut(t, time.Minute, "CSINode lists "+driver, "kubectl get csinode "+c.node+" -o jsonpath='{.spec.drivers[*].name}'",
-		func(o string) bool { return strings.Contains(o, driver) })
-	sh(t, "kubectl get csinode "+c.node+" -o yaml")
-	// the device plugin's resource: as many as the node has kernel RDMA
-	// devices (none here: the software iWARP stack needs no device)
-	waitOut(t, time.Minute, "node capacity lists "+resource, "kubectl get node "+c.node+" -o jsonpath='{.status.capacity}'",
-		func(o string) bool { return strings.Contains(o, resource) })
-	sh(t, "kubectl get node "+c.node+" -o jsonpath='{.status.capacity}' | tr , '\\n'")
+	for _, n := range c.allNodes() {
+		waitOut(t, time.Minute, "CSINode "+n+" lists "+driver, "kubectl get csinode "+n+" -o jsonpath='{.spec.drivers[*].name}'",
+			func(o string) bool { return strings.Contains(o, driver) })
+		// the device plugin's resource: as many as the node has kernel RDMA
+		// devices (none here: the software iWARP stack needs no device)
+		waitOut(t, time.Minute, "node "+n+" capacity lists "+resource, "kubectl get node "+n+" -o jsonpath='{.status.capacity}'",
+			func(o string) bool { return strings.Contains(o, resource) })
+	}
+	sh(t, "kubectl get csinode "+c.workers()[0]+" -o yaml")
+	sh(t, "kubectl get node "+c.workers()[0]+" -o jsonpath='{.status.capacity}' | tr , '\\n'")
 	sh(t, "kubectl get storageclass")
 }
 
-// 2. A ReadWriteMany claim in two pods: one writes, the other verifies; each
-// pod has its own FUSE mount and connection; the ledger shows both grants.
+// 2. A ReadWriteMany claim in two pods, on two different nodes when the cluster has
+// them: one writes, the other verifies; each pod has its own FUSE mount and RDMA
+// connection on its node; the export server sees connections from both nodes'
+// addresses; the ledger shows both grants.
 func (c *cluster) rwx(t *testing.T) {
 	sh(t, "kubectl create namespace "+apps)
 	apply(t, pvc("shared", "nfsrdma", "1Gi", "ReadWriteMany", ""))
 	waitOut(t, 2*time.Minute, "PVC shared Bound", "kubectl -n "+apps+" get pvc shared -o jsonpath='{.status.phase}'",
 		func(o string) bool { return o == "Bound" })
 	sh(t, "kubectl -n "+apps+" get pvc shared")
-	apply(t, pod("writer", "shared"))
-	apply(t, pod("reader", "shared"))
+	w := c.workers()
+	apply(t, podOn("writer", "shared", w[0], busybox))
+	apply(t, podOn("reader", "shared", w[len(w)-1], busybox))
 	sh(t, "kubectl -n "+apps+" wait --for=condition=Ready pod/writer pod/reader --timeout=180s")
 	sh(t, "kubectl -n "+apps+" get pods -o wide")
 	sh(t, fmt.Sprintf("kubectl -n %s exec writer -- sh -c 'dd if=/dev/urandom of=/data/blob bs=1M count=%d && sha256sum /data/blob > /data/blob.sha256 && cat /data/blob.sha256'", apps, blobMiB))
 	sh(t, "kubectl -n "+apps+" exec reader -- sh -c 'ls -l /data && sha256sum -c /data/blob.sha256'")
 	sh(t, "kubectl -n "+apps+" exec reader -- df -h /data")
 
-	// on the node: one FUSE mount per pod, one connection per mount
+	// on each pod's node: one FUSE mount for the pod, and its RDMA connection
 	uids := c.uids(t, "writer", "reader")
-	sh(t, "grep fuse /proc/self/mountinfo | grep /var/lib/kubelet/pods/ | cut -d' ' -f5,9-")
-	ms := hostMounts(t)
+	conns := 0
 	for p, uid := range uids {
+		node := c.podNode(t, p)
+		sh(t, c.onNode(node, "grep fuse /proc/self/mountinfo | grep /var/lib/kubelet/pods/ | cut -d' ' -f5,9-"))
 		n := 0
+		ms := c.nodeMounts(t, node)
 		for _, m := range ms {
 			if strings.Contains(m, "/pods/"+uid+"/") {
 				n++
 			}
 		}
 		if n != 1 {
-			t.Errorf("pod %s (uid %s): %d FUSE mounts on the host, want 1 (%v)", p, uid, n, ms)
+			t.Errorf("pod %s (uid %s): %d FUSE mounts on node %s, want 1 (%v)", p, uid, n, node, ms)
+		}
+		if out := strings.TrimSpace(sh(t, c.onNode(node, "ss -Htn state established '( dport = :20049 )'"))); out != "" {
+			conns += len(strings.Split(out, "\n"))
 		}
 	}
-	out := sh(t, "ss -Htn state established '( dport = :20049 )'")
-	if n := len(strings.Split(strings.TrimSpace(out), "\n")); strings.TrimSpace(out) == "" || n < 2 {
-		t.Errorf("%d RPC-over-RDMA connections (port 20049) on the host, want one per pod (2)", n)
+	if conns < 2 {
+		t.Errorf("%d RPC-over-RDMA connections (port 20049) on the pods' nodes, want one per pod (2)", conns)
+	}
+	if c.multiNode() {
+		c.serverSeesNodes(t, c.podNode(t, "writer"), c.podNode(t, "reader"))
 	}
 	c.ledgerHas(t, map[string]bool{"writer": true, "reader": true})
 }
@@ -194,10 +217,12 @@ func (c *cluster) ledgerHas(t *testing.T, want map[string]bool) {
 	sh(t, "kubectl -n "+ns+" get configmap "+ledger+" -o yaml")
 }
 
-// 3. The node plugin's pod is deleted while a pod writes: the write goes
-// on without error, the data verifies, the new node plugin adopts the mounts.
+// 3. The node plugin's pod on the writer's node is deleted while the pod writes: the
+// write goes on without error, the data verifies, the new node plugin adopts the mounts.
 func (c *cluster) pluginRestart(t *testing.T) {
-	old := strings.TrimSpace(sh(t, "kubectl -n "+ns+" get pods -l app.kubernetes.io/component=node -o jsonpath='{.items[*].metadata.name}'"))
+	node := c.podNode(t, "writer")
+	plugin := "kubectl -n " + ns + " get pods -l app.kubernetes.io/component=node --field-selector spec.nodeName=" + node + " -o jsonpath='{.items[*].metadata.name}'"
+	old := strings.TrimSpace(sh(t, plugin))
 	cmd := fmt.Sprintf("kubectl -n %s exec writer -- sh -c 'dd if=/dev/urandom of=/data/during bs=1M count=%d && sha256sum /data/during > /data/during.sha256 && cat /data/during.sha256'", apps, 2*blobMiB)
 	fmt.Printf("$ %s &\n", cmd)
 	w := exec.Command("bash", "-c", cmd)
@@ -230,7 +255,7 @@ func (c *cluster) pluginRestart(t *testing.T) {
 		t.Fatalf("the writer did not finish within 4 min of the node plugin's restart; output: %s", wout.String())
 	}
 	sh(t, "kubectl -n "+apps+" exec reader -- sh -c 'sha256sum -c /data/during.sha256 /data/blob.sha256'")
-	nw := strings.TrimSpace(sh(t, "kubectl -n "+ns+" get pods -l app.kubernetes.io/component=node -o jsonpath='{.items[*].metadata.name}'"))
+	nw := strings.TrimSpace(sh(t, plugin))
 	if nw == old {
 		t.Fatalf("node plugin pod %s was not replaced", old)
 	}
@@ -238,6 +263,9 @@ func (c *cluster) pluginRestart(t *testing.T) {
 	sh(t, "kubectl -n "+ns+" get pods -l app.kubernetes.io/component=mounter -o wide")
 	logs := sh(t, "kubectl -n "+ns+" logs "+nw+" | grep 'mount still served' || true")
 	for p, uid := range c.uids(t, "writer", "reader") {
+		if c.podNode(t, p) != node {
+			continue
+		}
 		if !strings.Contains(logs, "/pods/"+uid+"/") {
 			t.Errorf("the new node plugin pod %s does not report pod %s's mount (uid %s) as still served", nw, p, uid)
 		}
@@ -389,15 +417,17 @@ parameters:
 func (c *cluster) teardownSteps(t *testing.T) {
 	pvs := strings.Fields(sh(t, "kubectl -n "+apps+" get pvc -o jsonpath='{.items[*].spec.volumeName}'"))
 	sh(t, "kubectl -n "+apps+" delete pod --all --wait=true --timeout=120s")
-	waitFor(t, time.Minute, "no FUSE mount under /var/lib/kubelet/pods", func() (bool, string) {
-		m := hostMounts(t)
+	waitFor(t, time.Minute, "no FUSE mount under /var/lib/kubelet/pods on any node", func() (bool, string) {
+		m := c.allMounts(t)
 		return len(m) == 0, strings.Join(m, ", ")
 	})
-	waitFor(t, time.Minute, "no mount process", func() (bool, string) {
-		p := mountProcs()
+	waitFor(t, time.Minute, "no mount process on any node", func() (bool, string) {
+		p := c.allProcs(isMount)
 		return len(p) == 0, strings.Join(p, ", ")
 	})
-	sh(t, "grep -c fuse /proc/self/mountinfo || true")
+	for _, n := range c.allNodes() {
+		sh(t, c.onNode(n, "grep -c fuse /proc/self/mountinfo || true"))
+	}
 	sh(t, "ls "+filepath.Join(c.dir, "pv", "export", "export"))
 	sh(t, "kubectl -n "+apps+" delete volumesnapshot --all --wait=true --timeout=120s")
 	sh(t, "kubectl -n "+apps+" delete pvc --all --wait=true --timeout=120s")
@@ -411,8 +441,8 @@ func (c *cluster) teardownSteps(t *testing.T) {
 	sh(t, "ls "+filepath.Join(c.dir, "pv", "export", "export"))
 	sh(t, "helm uninstall "+release+" --namespace "+ns+" --wait --timeout 3m")
 	waitOut(t, 2*time.Minute, "no pod left in "+ns, "kubectl -n "+ns+" get pods -o name", func(o string) bool { return strings.TrimSpace(o) == "" })
-	waitFor(t, time.Minute, "no driver or sidecar process on the host", func() (bool, string) {
-		p := driverProcs()
+	waitFor(t, time.Minute, "no driver or sidecar process on any node", func() (bool, string) {
+		p := c.allProcs(isDriver)
 		return len(p) == 0, strings.Join(p, ", ")
 	})
 	sh(t, "kubectl get pods -A")
