@@ -47,14 +47,14 @@ type ClientOptions struct {
 	// RDMA2_DONE messages go by plain Send too.
 	NoRemoteInvalidate bool
 	// NoResponderReadChunks stops a version 2 connection from announcing
-	// responder-provided Read chunks (RPRCPull, rprcpull.go): calls with
+	// responder-provided Read chunks (RPRCPull, rprc_requester.go): calls with
 	// sunrpc.Call.UnboundedReply then get a Reply chunk of MaxReplySize,
 	// as without the extension.
 	NoResponderReadChunks bool
 	// SendDDP announces our Receive Buffer Structure and sends the
 	// DDP-eligible argument of a call that would go in a Read chunk by
 	// send-based DDP instead, when the responder announced a structure
-	// with DDP-targetable segments the call fits (sddp.go); off by
+	// with DDP-targetable segments the call fits (sddp_requester.go); off by
 	// default [false].
 	SendDDP bool
 	// SendDDPGroups, with SendDDP, also sends a DDP-eligible argument
@@ -173,13 +173,13 @@ type Client struct {
 	props     Properties
 	peerProps []Prop
 	posted    atomic.Uint32
-	// Responder-provided Read chunks (rprcpull.go): used on this
+	// Responder-provided Read chunks (rprc_requester.go): used on this
 	// connection (rprc), RDMA2_DONE by Send With Invalidate (rprcInv),
 	// RDMA Reads in flight (pullSem, ORD tokens), the RDMA2_DONE queue
 	// (dq, under mu), a reply for no call (orphan, completion goroutine).
 	rprc, rprcInv bool
 	pullSem       chan struct{}
-	// Send-based DDP (sddpconn.go): used for calls on this connection
+	// Send-based DDP (sddp_requester.go): used for calls on this connection
 	// (sddp), into the responder's DDP-targetable window sddpWin of
 	// receives of at most sddpLimit bytes.
 	sddp       bool
@@ -280,7 +280,7 @@ type slot struct {
 	contWRs      []verbs.SendWR
 	contSGEs     []verbs.SGE
 	payMR, resMR verbs.MR // caller memory registered for this call
-	// A reply in a responder-provided Read chunk (rprcpull.go): pulled
+	// A reply in a responder-provided Read chunk (rprc_requester.go): pulled
 	// into pullMR (slot-owned, local write only) by readWR; its receive
 	// buffer already reposted (recvReposted).
 	pullMR          verbs.MR
@@ -302,7 +302,7 @@ type slot struct {
 // RFC 8797 private data). Its receives are posted before the connection
 // request. Unless opts.MaxVersion is 1 or opts.Versions knows addr as
 // version 1 only, it then negotiates the version (the draft's section 4.3,
-// negotiate.go): version 2 with our responders, version 1 (after ERR_VERS)
+// requester_negotiate.go): version 2 with our responders, version 1 (after ERR_VERS)
 // with the others. Errors: the device's (ErrRejected, timeouts),
 // ErrInvalid for bad options, ErrNoVersion2 when the negotiation got no
 // answer, an *ErrorReply when it got an RDMA2_ERROR, ErrPropVal for the
@@ -854,7 +854,7 @@ func (s *slot) send(call *sunrpc.Call) error {
 	if c.sddp && sends <= 1 && (p.Call == CallReadChunk || p.Call == CallInline && len(m.Payload) >= PageSize) && s.fitsSDDP(m, p.HeaderMax) {
 		// Send-based DDP instead of the Read chunk, or of the argument
 		// inline, when the call fits the responder's structure
-		// (sddpconn.go).
+		// (sddp_requester.go).
 		p.Call = callSDDP
 	} else if c.sddp && c.opts.SendDDPGroups && sends <= 1 && p.Call == CallReadChunk && !c.opts.NoContinuation {
 		// An argument larger than the window: a transmission group of
