@@ -2,7 +2,6 @@ package metrics
 
 import (
 	"net"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -41,9 +40,7 @@ func TestCSIInterceptor(t *testing.T) {
 	hc := healthpb.NewHealthClient(conn)
 
 	reg := prometheus.NewRegistry()
-	var devices atomic.Pointer[[]DeviceCount]
-	devices.Store(&[]DeviceCount{})
-	reg.MustRegister(m, NewDeviceCollector(func() []DeviceCount { return *devices.Load() }, nil))
+	reg.MustRegister(m)
 	url := serveReg(t, reg) + "/metrics"
 
 	for range 3 {
@@ -63,19 +60,6 @@ func TestCSIInterceptor(t *testing.T) {
 	}
 	if v := mustValue(t, f, "nfsrdma_csi_operation_duration_seconds", l("method", "Check")); v != 4 {
 		t.Errorf("duration samples %v, want 4", v)
-	}
-
-	// Device choices, read at scrape time.
-	if v := value(f, "nfsrdma_transport_selections_total", l("provider", "siw")); v >= 0 {
-		t.Errorf("a selection series before any choice: %v", v)
-	}
-	devices.Store(&[]DeviceCount{{Provider: "siw", Device: "siw0", Transport: "iwarp", N: 2}, {Provider: "ibverbs", Device: "mlx5_0", Transport: "roce", N: 1}})
-	f = scrape(t, nil, url)
-	if v := mustValue(t, f, "nfsrdma_transport_selections_total", l("provider", "siw", "device", "siw0", "transport", "iwarp")); v != 2 {
-		t.Errorf("siw selections %v, want 2", v)
-	}
-	if v := mustValue(t, f, "nfsrdma_transport_selections_total", l("provider", "ibverbs", "device", "mlx5_0", "transport", "roce")); v != 1 {
-		t.Errorf("ibverbs selections %v, want 1", v)
 	}
 
 	var nilCSI *CSI

@@ -1,16 +1,17 @@
 // Package metrics holds the Prometheus metrics of the driver's processes:
 // the HTTP endpoint (Serve, ServeUnix), the export server's RPC metrics
-// (RPCServer, a sunrpc.Observer), RPC-over-RDMA transport counters
-// (TransportCollector), the NFS client's counters of a mount
+// (RPCServer, a sunrpc.Observer), the NFS client's counters of a mount
 // (ClientCollector), the export server's volumes (VolumeCollector), the
-// CSI gRPC calls (CSI) and transport choices (DeviceCollector), and the
-// node's view of its per-pod mount processes (MountCollector).
+// CSI gRPC calls (CSI), and the node's view of its per-pod mount
+// processes (MountCollector).
 //
-// Collectors read snapshots of types this package owns (TransportStats,
-// Connection, DRCStats, MountMemory, DeviceCount) through functions
-// called at scrape time, so that it imports none of the packages that
-// count (rpcrdma, the export server, fusefs, devselect); the binary wires
-// them (internal/metricsource).
+// The collectors of the data path's counters (RPC-over-RDMA transport and
+// connections, the export server's duplicate request cache and READ
+// mappings, a FUSE mount's memory and transport, RDMA device choices) are
+// in package counters below this one's directory: they read the counting
+// packages' own snapshot types, and this package imports none of those
+// packages, so that the CSI plugin, which uses it, reaches none of the
+// data path.
 //
 // Every metric is named nfsrdma_..., in base units (seconds, bytes),
 // counters ending in _total (https://prometheus.io/docs/practices/naming/).

@@ -1,7 +1,7 @@
 package metrics
 
 // The test helpers of helpers_test.go, for the external tests (package
-// metrics_test) that wire real endpoints through internal/metricsource,
+// metrics_test) that wire real endpoints through package counters,
 // which imports this package.
 var (
 	ServeReg  = serveReg

@@ -12,9 +12,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/nfsrdma/nfsrdma-csi/internal/exporttest"
-	"github.com/nfsrdma/nfsrdma-csi/internal/metricsource"
 	"github.com/nfsrdma/nfsrdma-csi/internal/testenv"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/metrics"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/metrics/counters"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/client"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nfs3"
 	nfsserver "github.com/nfsrdma/nfsrdma-csi/pkg/nfs/server"
@@ -28,7 +28,7 @@ func TestReadMapMetrics(t *testing.T) {
 	e := exporttest.Start(t, exporttest.Options{Quota: 1 << 30, ReadMapBytes: 2 * nfsserver.ReadMapWindow})
 	ctx := testenv.Context(t, 30*time.Second)
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(metrics.NewReadMapCollector(metricsource.ReadMap(e.Srv.ReadMapStats)))
+	reg.MustRegister(counters.NewReadMapCollector(e.Srv.ReadMapStats))
 	url := metrics.ServeReg(t, reg) + "/metrics"
 
 	data := bytes.Repeat([]byte("mapped page cache "), 100000)

@@ -12,9 +12,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/nfsrdma/nfsrdma-csi/internal/exporttest"
-	"github.com/nfsrdma/nfsrdma-csi/internal/metricsource"
 	"github.com/nfsrdma/nfsrdma-csi/internal/testenv"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/metrics"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/metrics/counters"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/client"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nfs3"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
@@ -31,7 +31,7 @@ func TestRPCServerAndClientMetrics(t *testing.T) {
 
 	srvReg := prometheus.NewRegistry()
 	rpcm := metrics.NewRPCServer(nil)
-	srvReg.MustRegister(rpcm, metrics.NewVolumeCollector(e.Reg.Volumes, nil), metrics.NewDRCCollector(metricsource.DRC(e.Srv.DRCStats)))
+	srvReg.MustRegister(rpcm, metrics.NewVolumeCollector(e.Reg.Volumes, nil), counters.NewDRCCollector(e.Srv.DRCStats))
 	e.Srv.Dispatcher().SetObserver(rpcm)
 	srvURL := metrics.ServeReg(t, srvReg) + "/metrics"
 

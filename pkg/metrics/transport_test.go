@@ -10,9 +10,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/nfsrdma/nfsrdma-csi/internal/metricsource"
 	"github.com/nfsrdma/nfsrdma-csi/internal/testenv"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/metrics"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/metrics/counters"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/rpcrdma"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/verbs/siw"
@@ -79,9 +79,9 @@ func TestTransportCollector(t *testing.T) {
 	// As in the processes: the export server's registry, a mount's.
 	srvReg, mountReg := prometheus.NewRegistry(), prometheus.NewRegistry()
 	mount := prometheus.Labels{"volume": "pvc-1", "pod": "uid-1"}
-	srvReg.MustRegister(metrics.NewTransportCollector(metrics.RoleResponder, metricsource.Transport(srv.Metrics), nil), rpcm,
-		metrics.NewConnectionCollector(metricsource.Connections(srv.Connections)))
-	mountReg.MustRegister(metrics.NewTransportCollector(metrics.RoleRequester, metricsource.Transport(cm.Metrics), mount), metrics.NewClientCollector(cli.Stats, mount))
+	srvReg.MustRegister(counters.NewTransportCollector(counters.RoleResponder, srv.Metrics, nil), rpcm,
+		counters.NewConnectionCollector(srv.Connections))
+	mountReg.MustRegister(counters.NewTransportCollector(counters.RoleRequester, cm.Metrics, mount), metrics.NewClientCollector(cli.Stats, mount))
 	srvURL, mountURL := metrics.ServeReg(t, srvReg)+"/metrics", metrics.ServeReg(t, mountReg)+"/metrics"
 	scrapeBoth := func() map[string]*dto.MetricFamily {
 		f := metrics.Scrape(t, nil, srvURL)

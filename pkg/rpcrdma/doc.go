@@ -4,40 +4,70 @@
 // carries ONC RPC (RFC 5531) and so NFSv3 (RFC 1813, bound by RFC 8267)
 // over RDMA.
 //
-// The codec and planners hold no connection state and perform no I/O:
+// The package keeps the header codec apart from connection state, and
+// the requester apart from the responder, as Linux keeps xprtrdma apart
+// from svcrdma over one marshaling file (roles_test.go checks that no file
+// declares methods of both roles).
 //
-//   - header.go: the transport header (RFC 8166 section 4): Header, Segment,
-//     ReadSegment, Header.Encode, Header.Decode with Limits.
-//   - header2.go, props.go: version 2 headers (Header.Decode2; Encode of a
-//     Header with Vers 2) and transport properties (the draft's sections
-//     5, 6 and 8).
-//   - errreply.go: the RDMA_ERROR a responder sends for a header it could
-//     not decode (RFC 8166 section 4.5).
-//   - privdata.go: the RDMA-CM private data of RFC 8797 (magic 0xf6ab0e18)
-//     and the negotiation of the inline thresholds.
+// The header codec (header_*.go) only encodes and decodes; it holds no
+// connection state and performs no I/O. Each decoder has a fuzz target
+// beside it:
+//
+//   - header_v1.go: the transport header (RFC 8166 section 4): Header,
+//     Segment, ReadSegment, Header.Encode, Header.Decode with Limits;
+//     header_chunklists.go: the Read list, Write list and Reply chunk.
+//   - header_v2.go, header_props.go: version 2 headers (Header.Decode2;
+//     Encode of a Header with Vers 2) and transport properties (the
+//     draft's sections 5, 6 and 8).
+//   - header_rprc.go, header_sddp.go: the header arms and properties of
+//     the rprc and rtrext drafts (RDMA2_REPLY_READ, RDMA2_DONE; the
+//     Receive Buffer Structure, rpcrdma2_sddp, Transmit Errors).
+//   - header_errors.go: HeaderError and the kinds of decoding errors;
+//     header_errreply.go: the RDMA_ERROR a responder sends for a header it
+//     could not decode (RFC 8166 section 4.5).
+//   - header_privdata.go: the RDMA-CM private data of RFC 8797 (magic
+//     0xf6ab0e18) and the negotiation of the inline thresholds.
+//
+// The planners and layouts, pure functions both roles use:
+//
 //   - callplan.go: the requester's choice of chunks for a call and its reply
 //     (modelled on Linux xprtrdma rpcrdma_marshal_req).
 //   - replyplan.go: the responder's choice of how to return a reply within the
 //     chunks the requester provided (modelled on Linux svcrdma), and the
 //     checks a requester makes on the chunks a reply returns.
+//   - continuation.go, sddpplace.go, sddpgroup.go: the sizes of a
+//     continued message and where send-based DDP places an item, in one
+//     Send or across a transmission group.
+//   - registration.go, metrics.go, drain.go: counted memory registration,
+//     Metrics (calls, credits, chunks and bytes by kind, RDMA errors,
+//     registered memory) and ErrorReply, the completion queue drain.
 //
-// The transport, over any verbs.Device (pkg/verbs), uses them:
+// The transport, over any verbs.Device (pkg/verbs), uses them. The
+// requester (requester*.go, *_requester.go):
 //
 //   - requester.go: Dial returns a Client, a sunrpc.ClientTransport: RFC
-//     8797 private data, credit window (RFC 8166 section 3.3.1), pools of
-//     pre-registered send and receive buffers (Credits x Inline bytes),
-//     per-call registration of Read, Write and Reply chunks, invalidated
-//     before RoundTrip returns (or remotely, by Send With Invalidate).
+//     8797 private data, pools of pre-registered send and receive buffers
+//     (Credits x Inline bytes), per-call registration of Read, Write and
+//     Reply chunks, invalidated before RoundTrip returns (or remotely, by
+//     Send With Invalidate); requester_registration.go its registrations;
+//     grants_requester.go the credit window (RFC 8166 section 3.3.1).
+//   - requester_negotiate.go: version 2 with fallback to version 1.
+//   - continuation_requester.go, rprc_requester.go, sddp_requester.go,
+//     sddpgroup_requester.go: its side of the version 2 features below.
+//
+// The responder (responder*.go, *_responder.go):
+//
 //   - responder.go: Listen returns a Server; Serve dispatches calls to a
 //     sunrpc.Dispatcher: receives posted before credits are granted, Read
 //     chunks pulled within the negotiated ORD, replies pushed into Write and
-//     Reply chunks, RDMA_ERROR for bad headers.
-//   - registration.go: memory registration for both roles (buffer pools,
-//     the caller's memory per call, slot-owned chunk regions).
-//   - grants.go: the responder's credit grants (a budget shared max-min
-//     fair among connections, grants per AUTH_SYS machine name).
-//   - metrics.go: Metrics (calls, credits, chunks and bytes by kind, RDMA
-//     errors, registered memory) and ErrorReply, the RDMA_ERROR a call got.
+//     Reply chunks, RDMA_ERROR for bad headers; responder_v2.go its
+//     version 2 messages; responder_registration.go,
+//     responder_payloadfault.go its registrations and the faults of
+//     file-backed payloads.
+//   - grants_responder.go: the responder's credit grants (a budget shared
+//     max-min fair among connections, grants per AUTH_SYS machine name).
+//   - continuation_responder.go, rprc_responder.go, sddp_responder.go,
+//     sddpgroup_responder.go: its side of the version 2 features below.
 //
 // In the steady state, with the siw provider, a call allocates nothing,
 // on the requester or the responder side: per-call state lives in
@@ -54,7 +84,7 @@
 // # Version 2
 //
 // Our requester and responder speak version 2 to each other and version 1
-// to everyone else (negotiate.go, responder2.go, continuation.go). Version
+// to everyone else (requester_negotiate.go, responder_v2.go, continuation*.go). Version
 // 2 shares chunks, registration, the planners and the per-machine credit
 // grants with version 1. What the draft leaves open was decided so:
 //
@@ -96,7 +126,7 @@
 //     kept posted for an RDMA2_GRANT. A sender posts while its Sends stay
 //     under the last rdma_credit received (modulo 2^32); the first message
 //     goes under the initial credit of 1. The responder posts its grant
-//     (grants.go) plus that one receive, advertises posts -
+//     (grants_responder.go) plus that one receive, advertises posts -
 //     max(1, held - grant) (so a lower grant shrinks the requester's
 //     window at once, as in version 1), and closes a connection whose
 //     requester sends past the highest credit it advertised, as a version
@@ -142,7 +172,7 @@
 // # Responder-provided Read chunks
 //
 // draft-cel-rpcrdma-responder-read-chunks ("the rprc draft") is a version
-// 2 extension (rprc.go, rprcpull.go, rprcexpose.go), used on a connection
+// 2 extension (header_rprc.go, rprc_requester.go, rprc_responder.go), used on a connection
 // only when both peers announce it. What the rprc draft leaves to the
 // transport version, or open, was decided so (the XDR first):
 //
@@ -241,8 +271,8 @@
 // # Send-based DDP
 //
 // draft-dnoveck-rpcrdma-rtrext ("the rtrext draft") sections 3, 7 and 8,
-// send-based DDP only, is a version 2 extension (sddp.go, sddpplace.go,
-// sddpconn.go, sddpgroup.go), used in a direction only when both peers
+// send-based DDP only, is a version 2 extension (header_sddp.go,
+// sddpplace.go, sddp_*.go, sddpgroup*.go), used in a direction only when both peers
 // announce it.
 // The rtrext draft was written for version 1's RDMA_OPTIONAL and leaves
 // its XDR "TBD"; it is defined so:
@@ -327,7 +357,7 @@
 //     page; only when everything fits one Send of the negotiated size
 //     and the header and stream stay before the window. Otherwise the
 //     message goes as without the extension, or as a transmission group.
-//   - Transmission groups (sections 4.2, 7.3, 9.4; sddpgroup.go). An
+//   - Transmission groups (sections 4.2, 7.3, 9.4; sddpgroup*.go). An
 //     item larger than the window goes, with ClientOptions.SendDDPGroups
 //     (off by default, see the measurements below), as RDMA2_*_SDDP_MIDDLE
 //     Sends then the final RDMA2_*_SDDP, posted together (no other

@@ -50,7 +50,7 @@ type Metrics struct {
 	// with Send With Invalidate (RFC 8797 Remote Invalidation).
 	SendWithInvalidate uint64
 
-	// Responder-provided Read chunks (rprc.go). ReplyReadChunks: replies
+	// Responder-provided Read chunks (header_rprc.go). ReplyReadChunks: replies
 	// sent (responder) or received and pulled (requester) as
 	// RDMA2_REPLY_READ; ReplyReadBytes: their Payload stream bytes in the
 	// Read chunk. PullDone: RDMA2_DONE notifications sent (requester) or
@@ -60,7 +60,7 @@ type Metrics struct {
 	// ServerOptions.ReadChunkTimeout without an RDMA2_DONE.
 	ReplyReadChunks, ReplyReadBytes              uint64
 	PullDone, PullDoneDropped, ReadChunkTimeouts uint64
-	// Send-based DDP (sddp.go). SendDDPMsgs: calls and replies sent or
+	// Send-based DDP (header_sddp.go). SendDDPMsgs: calls and replies sent or
 	// received with their DDP-eligible item placed by send-based DDP
 	// (RDMA2_CALL_SDDP, RDMA2_REPLY_SDDP); SendDDPBytes: the item bytes
 	// placed; XmitErrors:

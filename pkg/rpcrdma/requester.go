@@ -47,14 +47,14 @@ type ClientOptions struct {
 	// RDMA2_DONE messages go by plain Send too.
 	NoRemoteInvalidate bool
 	// NoResponderReadChunks stops a version 2 connection from announcing
-	// responder-provided Read chunks (RPRCPull, rprcpull.go): calls with
+	// responder-provided Read chunks (RPRCPull, rprc_requester.go): calls with
 	// sunrpc.Call.UnboundedReply then get a Reply chunk of MaxReplySize,
 	// as without the extension.
 	NoResponderReadChunks bool
 	// SendDDP announces our Receive Buffer Structure and sends the
 	// DDP-eligible argument of a call that would go in a Read chunk by
 	// send-based DDP instead, when the responder announced a structure
-	// with DDP-targetable segments the call fits (sddp.go); off by
+	// with DDP-targetable segments the call fits (sddp_requester.go); off by
 	// default [false].
 	SendDDP bool
 	// SendDDPGroups, with SendDDP, also sends a DDP-eligible argument
@@ -173,13 +173,13 @@ type Client struct {
 	props     Properties
 	peerProps []Prop
 	posted    atomic.Uint32
-	// Responder-provided Read chunks (rprcpull.go): used on this
+	// Responder-provided Read chunks (rprc_requester.go): used on this
 	// connection (rprc), RDMA2_DONE by Send With Invalidate (rprcInv),
 	// RDMA Reads in flight (pullSem, ORD tokens), the RDMA2_DONE queue
 	// (dq, under mu), a reply for no call (orphan, completion goroutine).
 	rprc, rprcInv bool
 	pullSem       chan struct{}
-	// Send-based DDP (sddpconn.go): used for calls on this connection
+	// Send-based DDP (sddp_requester.go): used for calls on this connection
 	// (sddp), into the responder's DDP-targetable window sddpWin of
 	// receives of at most sddpLimit bytes.
 	sddp       bool
@@ -224,11 +224,6 @@ type Client struct {
 	err     error // why the connection died; wraps sunrpc.ErrConnLost
 	loopEnd chan struct{}
 	cancel  context.CancelFunc
-}
-
-type creditWaiter struct {
-	ch   chan struct{}
-	slot int // granted slot, or -1
 }
 
 type slotState uint8
@@ -285,7 +280,7 @@ type slot struct {
 	contWRs      []verbs.SendWR
 	contSGEs     []verbs.SGE
 	payMR, resMR verbs.MR // caller memory registered for this call
-	// A reply in a responder-provided Read chunk (rprcpull.go): pulled
+	// A reply in a responder-provided Read chunk (rprc_requester.go): pulled
 	// into pullMR (slot-owned, local write only) by readWR; its receive
 	// buffer already reposted (recvReposted).
 	pullMR          verbs.MR
@@ -307,7 +302,7 @@ type slot struct {
 // RFC 8797 private data). Its receives are posted before the connection
 // request. Unless opts.MaxVersion is 1 or opts.Versions knows addr as
 // version 1 only, it then negotiates the version (the draft's section 4.3,
-// negotiate.go): version 2 with our responders, version 1 (after ERR_VERS)
+// requester_negotiate.go): version 2 with our responders, version 1 (after ERR_VERS)
 // with the others. Errors: the device's (ErrRejected, timeouts),
 // ErrInvalid for bad options, ErrNoVersion2 when the negotiation got no
 // answer, an *ErrorReply when it got an RDMA2_ERROR, ErrPropVal for the
@@ -679,28 +674,6 @@ func (c *Client) repost(idx int) {
 	}
 }
 
-// grant applies a responder's rdma_credit. Version 1: a grant of 0 counts
-// as 1 (as Linux xprtrdma, rpcrdma_update_cwnd), capped at Credits.
-// Version 2: the credit is the responder's limit on our Sends counted
-// since the connection began (the draft's section 4.2.1); the window is
-// what it leaves plus the calls outstanding, capped at Credits.
-func (c *Client) grant(g uint32) {
-	c.mu.Lock()
-	if c.vers == Version2 {
-		// The window: Sends left plus the calls awaiting their reply.
-		c.limit = g
-		w := max(int(int32(g-c.sent))+len(c.byXID), 0)
-		c.window = min(w, c.opts.Credits)
-		c.m.creditsGranted.Store(uint64(w))
-	} else {
-		c.window = int(min(max(g, 1), uint32(c.opts.Credits)))
-		c.m.creditsGranted.Store(uint64(g))
-	}
-	c.wakeLocked()
-	c.mu.Unlock()
-	c.flushDones()
-}
-
 // control2 handles a version 2 message that answers no call: RDMA2_GRANT
 // updates the credit limit; RDMA2_CONNPROP_* after negotiation and
 // messages too short for the prefix are silently discarded. It reports
@@ -723,56 +696,6 @@ func (c *Client) control2(msg []byte) bool {
 	return false
 }
 
-// canTakeLocked tells whether a call may take a slot now: a free one and
-// a credit (version 1: fewer outstanding than the window; version 2: a
-// Send under the responder's limit).
-func (c *Client) canTakeLocked() bool {
-	if len(c.free) == 0 || c.inUse >= c.opts.Credits || len(c.dq.pending) > 0 {
-		return false
-	}
-	if c.vers == Version2 {
-		return int32(c.limit-c.sent) > 0
-	}
-	return c.inUse < c.window
-}
-
-// wakeLocked hands free slots to waiters while the window allows.
-func (c *Client) wakeLocked() {
-	for len(c.waiters) > 0 && c.canTakeLocked() {
-		w := c.waiters[0]
-		copy(c.waiters, c.waiters[1:])
-		c.waiters[len(c.waiters)-1] = nil
-		c.waiters = c.waiters[:len(c.waiters)-1]
-		w.slot = c.takeLocked()
-		close(w.ch)
-	}
-}
-
-func (c *Client) takeLocked() int {
-	i := c.free[len(c.free)-1]
-	c.free = c.free[:len(c.free)-1]
-	c.inUse++
-	if c.vers == Version2 {
-		c.sent++ // the call's Send; given back by unsend if it is not posted
-	}
-	c.m.creditsInUse.Add(1)
-	c.slots[i].state = slotBusy
-	return i
-}
-
-func (c *Client) putSlotLocked(i int) {
-	if c.freed {
-		c.slots[i].deregOwned()
-	}
-	c.free = append(c.free, i)
-	c.inUse--
-	c.m.creditsInUse.Add(-1)
-	if c.freed && c.inUse == 0 {
-		c.deregPoolsLocked()
-	}
-	c.wakeLocked()
-}
-
 // deregPoolsLocked deregisters the send and receive buffer pools, once
 // release ran and no slot is held.
 func (c *Client) deregPoolsLocked() {
@@ -780,48 +703,6 @@ func (c *Client) deregPoolsLocked() {
 	c.dereg(c.recvMR)
 	c.dereg(c.dq.mr)
 	c.sendMR, c.recvMR, c.dq.mr = nil, nil, nil
-}
-
-// acquire waits for a credit (ctx-aware, FIFO, no spinning).
-func (c *Client) acquire(ctx context.Context) (int, error) {
-	c.mu.Lock()
-	if c.dead {
-		c.mu.Unlock()
-		return -1, c.err
-	}
-	if len(c.waiters) == 0 && c.canTakeLocked() {
-		i := c.takeLocked()
-		c.mu.Unlock()
-		return i, nil
-	}
-	w := &creditWaiter{ch: make(chan struct{}), slot: -1}
-	c.waiters = append(c.waiters, w)
-	c.mu.Unlock()
-	select {
-	case <-w.ch:
-	case <-ctx.Done():
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if w.slot >= 0 {
-		if ctx.Err() == nil {
-			return w.slot, nil
-		}
-		c.slots[w.slot].state = slotFree
-		c.unsendLocked()
-		c.putSlotLocked(w.slot)
-	} else {
-		for i, x := range c.waiters {
-			if x == w {
-				c.waiters = append(c.waiters[:i], c.waiters[i+1:]...)
-				break
-			}
-		}
-	}
-	if c.dead {
-		return -1, c.err
-	}
-	return -1, fmt.Errorf("rpcrdma: waiting for a credit: %w", ctx.Err())
 }
 
 // RoundTrip sends call and waits for its reply (sunrpc.ClientTransport).
@@ -973,7 +854,7 @@ func (s *slot) send(call *sunrpc.Call) error {
 	if c.sddp && sends <= 1 && (p.Call == CallReadChunk || p.Call == CallInline && len(m.Payload) >= PageSize) && s.fitsSDDP(m, p.HeaderMax) {
 		// Send-based DDP instead of the Read chunk, or of the argument
 		// inline, when the call fits the responder's structure
-		// (sddpconn.go).
+		// (sddp_requester.go).
 		p.Call = callSDDP
 	} else if c.sddp && c.opts.SendDDPGroups && sends <= 1 && p.Call == CallReadChunk && !c.opts.NoContinuation {
 		// An argument larger than the window: a transmission group of

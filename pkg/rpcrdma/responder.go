@@ -24,7 +24,7 @@ type ServerOptions struct {
 	Credits int
 	// Grant is the default rdma_credit granted in each reply, at most
 	// Credits [Credits]; SetGrant changes it at run time, SetMachineGrants
-	// sets it per AUTH_SYS machine name (see grants.go).
+	// sets it per AUTH_SYS machine name (see grants_responder.go).
 	Grant int
 	// Budget bounds the sum of the connections' grants (a server-wide
 	// receive budget, as a shared receive queue would): when their targets
@@ -54,13 +54,13 @@ type ServerOptions struct {
 	MaxVersion int
 	// NoResponderReadChunks stops a version 2 connection from returning
 	// a reply that fits neither inline nor the call's Reply chunk in a
-	// responder-provided Read chunk (rprcexpose.go): it is then continued,
+	// responder-provided Read chunk (rprc_responder.go): it is then continued,
 	// or answered RDMA2_ERR_REPLY_RESOURCE, as without the extension.
 	NoResponderReadChunks bool
 	// SendDDP announces our Receive Buffer Structure (one page for the
 	// header, then DDP-targetable pages; Inline must be a multiple of
 	// 4096 and at least 8192) and accepts calls whose DDP-eligible
-	// argument was placed by send-based DDP (sddp.go); off by default
+	// argument was placed by send-based DDP (sddp_responder.go); off by default
 	// [false].
 	SendDDP bool
 	// NoRemoteInvalidate stops us from announcing that the requester may
@@ -310,8 +310,8 @@ type srvConn struct {
 	readSem        chan struct{} // ORD tokens
 	done           chan struct{}
 	cred           connCredits
-	exp            exposures // responder-provided Read chunks (rprcexpose.go)
-	// Send-based DDP of replies (sddpconn.go): the requester's window,
+	exp            exposures // responder-provided Read chunks (rprc_responder.go)
+	// Send-based DDP of replies (sddp_responder.go): the requester's window,
 	// set once by its RDMA2_CONNPROP_FINAL, before any call.
 	sddpOn    bool
 	sddpWin   ddpWindow

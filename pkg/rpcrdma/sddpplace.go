@@ -134,3 +134,11 @@ func (w ddpWindow) middle(buf []byte, h *Header, piece []byte) ([]byte, error) {
 	copy(buf[w.Start:w.Start+w.Size], piece)
 	return buf[:w.Start+w.Size], nil
 }
+
+// SDDPInline is the send and receive buffer size, in bytes, a mount or
+// server with send-based DDP on (the default of both) uses: one page for
+// the header and three DDP-targetable pages, so WRITE and READ data of
+// 4 to 12 KiB goes inside the Send (the default OurInline of 4096 holds
+// no DDP-targetable page). It quadruples the buffer memory of a
+// connection, not more (the package doc's "Memory" under Send-based DDP).
+const SDDPInline = 16 << 10

@@ -581,11 +581,23 @@ func TestReconnect(t *testing.T) {
 			}
 		}()
 	}
-	for k := 0; k < 3; k++ {
-		time.Sleep(30 * time.Millisecond)
+	// Cut the connections three times while calls are under way: after a
+	// quarter, half and three quarters of them are done, whatever the
+	// speed of the host.
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	for _, at := range []int64{120, 240, 360} {
+		for ok.Load() < at {
+			select {
+			case <-done: // the calls ended early (an error): nothing to wait for
+			case <-time.After(100 * time.Microsecond):
+				continue
+			}
+			break
+		}
 		px.Kill()
 	}
-	wg.Wait()
+	<-done
 	close(errs)
 	for err := range errs {
 		t.Fatal(err)

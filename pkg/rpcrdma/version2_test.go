@@ -372,7 +372,7 @@ func TestVersion2ContinuationErrors(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond) // the raw peer reuses its one send buffer
 	}
-	// A first call is needed for more than one receive (see grants.go).
+	// A first call is needed for more than one receive (see grants_responder.go).
 	if h := decode2(t, rp.exchange(t, words(cat(w(0x50, 2, 3, 10, 0, 0, 0, 0), nullCall(0x50))...))); h.HType != HTypeReplyInline {
 		t.Fatalf("%+v", h)
 	}

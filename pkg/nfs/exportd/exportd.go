@@ -20,8 +20,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/klog/v2"
 
-	"github.com/nfsrdma/nfsrdma-csi/internal/metricsource"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/metrics"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/metrics/counters"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/admin"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/lockd"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/server"
@@ -150,9 +150,9 @@ func Run(ctx context.Context, cfg Config) error {
 		rpcm := metrics.NewRPCServer(nil)
 		srv.Dispatcher().SetObserver(rpcm)
 		go cfg.Metrics(ctx, rpcm, metrics.NewVolumeCollector(reg.Volumes, nil),
-			metrics.NewTransportCollector(metrics.RoleResponder, metricsource.Transport(srv.RDMAMetrics), nil),
-			metrics.NewConnectionCollector(metricsource.Connections(srv.RDMAConnections)), metrics.NewDRCCollector(metricsource.DRC(srv.DRCStats)),
-			metrics.NewReadMapCollector(metricsource.ReadMap(srv.ReadMapStats)))
+			counters.NewTransportCollector(counters.RoleResponder, srv.RDMAMetrics, nil),
+			counters.NewConnectionCollector(srv.RDMAConnections), counters.NewDRCCollector(srv.DRCStats),
+			counters.NewReadMapCollector(srv.ReadMapStats))
 	}
 	errc := make(chan error, 4)
 	go func() { errc <- srv.ListenAndServe(ctx, cfg.Listen, cfg.NFSPort, cfg.MountPort) }()

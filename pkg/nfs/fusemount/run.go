@@ -16,12 +16,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/klog/v2"
 
-	"github.com/nfsrdma/nfsrdma-csi/internal/metricsource"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/metrics"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/metrics/counters"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/metrics/fusecounters"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/fusefs"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/mountopts"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/transport"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/rpcrdma"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/verbs/devselect"
 )
 
 // Config says what Run mounts and how.
@@ -71,10 +73,10 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.MetricsSocket != "" {
 		// only nfsrdma_* metrics: the node gathers nothing else from mounts
 		reg := prometheus.NewRegistry()
-		reg.MustRegister(mm.rpc, metrics.NewClientCollector(m.Client.Stats, nil), metrics.NewDeviceCollector(devices, nil),
-			metrics.NewMountMemoryCollector(mountMemory(m.Memory), nil), metrics.NewFUSETransportCollector(fuseTransport(m.FUSETransport), nil))
+		reg.MustRegister(mm.rpc, metrics.NewClientCollector(m.Client.Stats, nil), counters.NewDeviceCollector(devselect.Counts, nil),
+			fusecounters.NewMountMemoryCollector(m.Memory, nil), fusecounters.NewFUSETransportCollector(m.FUSETransport, nil))
 		if mm.proto == mountopts.ProtoRDMA {
-			reg.MustRegister(metrics.NewTransportCollector(metrics.RoleRequester, metricsource.Transport(mm.rdma.Metrics), nil))
+			reg.MustRegister(counters.NewTransportCollector(counters.RoleRequester, mm.rdma.Metrics, nil))
 		}
 		go func() {
 			if err := metrics.ServeUnix(ctx, cfg.MetricsSocket, reg); err != nil {

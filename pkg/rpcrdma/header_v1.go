@@ -111,7 +111,7 @@ type ReadSegment struct {
 }
 
 // Header is an RPC-over-RDMA version 1 transport header (RFC 8166 section
-// 4.1.2, struct rdma_msg), or, with Vers 2, a version 2 one (header2.go:
+// 4.1.2, struct rdma_msg), or, with Vers 2, a version 2 one (header_v2.go:
 // its HType and fields in the embedded Header2).
 //
 // A Header is meant to be reused: Decode truncates its slices and refills
@@ -142,7 +142,7 @@ type Header struct {
 	VersLow  uint32 // ERR_VERS: lowest version the sender supports
 	VersHigh uint32 // ERR_VERS: highest version the sender supports
 
-	// Version 2 only (Vers 2, header2.go): rdma_htype and the fields of
+	// Version 2 only (Vers 2, header_v2.go): rdma_htype and the fields of
 	// the header types; Proc is then the version 1 procedure HType
 	// stands for.
 	Header2
@@ -346,7 +346,7 @@ func appendSegments(b []byte, segs []Segment) []byte {
 // (section 4.2.4). Everything Encode writes, Decode accepts (with limits
 // large enough).
 //
-// A Header with Vers 2 is encoded as version 2 (encode2, header2.go).
+// A Header with Vers 2 is encoded as version 2 (encode2, header_v2.go).
 func (h *Header) Encode(dst []byte) ([]byte, error) {
 	if h.Vers == Version2 {
 		return h.encode2(dst)

@@ -192,17 +192,17 @@ type Header2 struct {
 	// Props is rdma_props of RDMA2_CONNPROP_MIDDLE and _FINAL, in wire
 	// order; each Data aliases the decoded message.
 	Props []Prop
-	// Handle is rdma_handle of RDMA2_DONE (rprc.go): the R_key of the
+	// Handle is rdma_handle of RDMA2_DONE (header_rprc.go): the R_key of the
 	// first segment of the Read chunk pulled.
 	Handle uint32
 	// SDDP is struct rpcrdma2_sddp of RDMA2_CALL_SDDP and
-	// RDMA2_REPLY_SDDP (sddp.go); its TBSN slice is reused.
+	// RDMA2_REPLY_SDDP (header_sddp.go); its TBSN slice is reused.
 	SDDP SDDP
 	// XNum is rdma_xnum of RDMA2_CALL_SDDP_MIDDLE and
 	// RDMA2_REPLY_SDDP_MIDDLE (sddpgroup.go): the Send's number in its
 	// transmission group, from 0.
 	XNum uint32
-	// XmitErr is the body of RDMA2_XMTERR (sddp.go).
+	// XmitErr is the body of RDMA2_XMTERR (header_sddp.go).
 	XmitErr XmitErr
 }
 

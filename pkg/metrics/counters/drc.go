@@ -1,22 +1,14 @@
-package metrics
+package counters
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/nfsrdma/nfsrdma-csi/pkg/metrics"
+	nfsserver "github.com/nfsrdma/nfsrdma-csi/pkg/nfs/server"
 )
 
-// DRCStats are the counters of the export server's duplicate request
-// cache: calls of non-idempotent procedures answered from the cache
-// (Hits), that waited for their original (InProgress), executed
-// (Misses); replies dropped by the size bound (Evictions) or expired
-// (Expired); and, now, replies held (Entries), their size in bytes
-// (Bytes) and cached procedures executing (Pending).
-type DRCStats struct {
-	Hits, InProgress, Misses, Evictions, Expired uint64
-	Entries, Bytes, Pending                      int
-}
-
 // DRCCollector exports the export server's duplicate request cache
-// (DRCStats), read at scrape time:
+// (nfsserver.DRCStats, Server.DRCStats), read at scrape time:
 //
 //   - nfsrdma_server_drc_calls_total{result}: calls of non-idempotent
 //     procedures by outcome: "hit" (a retransmission answered with its
@@ -27,14 +19,14 @@ type DRCStats struct {
 //   - nfsrdma_server_drc_entries, _bytes, _pending (gauges): replies held,
 //     their size in bytes, calls of cached procedures executing now.
 type DRCCollector struct {
-	stats                                   func() DRCStats
+	stats                                   func() nfsserver.DRCStats
 	calls, dropped, entries, bytes, pending *prometheus.Desc
 }
 
 // NewDRCCollector returns a collector of the counters stats returns.
-func NewDRCCollector(stats func() DRCStats) *DRCCollector {
+func NewDRCCollector(stats func() nfsserver.DRCStats) *DRCCollector {
 	d := func(name, help string, labels ...string) *prometheus.Desc {
-		return prometheus.NewDesc(prometheus.BuildFQName(Namespace, "server", "drc_"+name), help, labels, nil)
+		return prometheus.NewDesc(prometheus.BuildFQName(metrics.Namespace, "server", "drc_"+name), help, labels, nil)
 	}
 	return &DRCCollector{
 		stats:   stats,

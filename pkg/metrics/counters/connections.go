@@ -1,30 +1,16 @@
-package metrics
+package counters
 
 import (
 	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/nfsrdma/nfsrdma-csi/pkg/metrics"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/rpcrdma"
 )
 
-// Connection is the credit state of one RPC-over-RDMA connection of a
-// responder (RFC 8166 section 3.3.1).
-type Connection struct {
-	// Machine is the AUTH_SYS machine name of its latest call ("" before
-	// any); Peer its remote address; Version its RPC-over-RDMA version
-	// (0 before its first message).
-	Machine, Peer string
-	Version       int
-	// Target is its grant before the receive budget; Named says the
-	// grant is its machine's own, not the default.
-	Target int
-	Named  bool
-	// Grant is the credits its replies carry, Posted the receives
-	// posted, InProcess the calls received and not yet answered.
-	Grant, Posted, InProcess int
-}
-
 // ConnectionCollector exports the credits of each RPC-over-RDMA connection
-// of a responder (Connection), read at scrape time, one
+// of a responder (rpcrdma.ConnInfo, Server.Connections), read at scrape time, one
 // series per connection labelled with its AUTH_SYS machine name (the pod's
 // mount: "NODE/NAMESPACE/POD"), peer address and RPC-over-RDMA version
 // ("1", "2", or "0" before the connection's first message):
@@ -38,15 +24,15 @@ type Connection struct {
 //   - nfsrdma_rpcrdma_connection_calls_in_process: calls received and not
 //     yet answered.
 type ConnectionCollector struct {
-	conns                              func() []Connection
+	conns                              func() []rpcrdma.ConnInfo
 	granted, target, posted, inProcess *prometheus.Desc
 }
 
 // NewConnectionCollector returns a collector of the connections conns
 // returns (the export server's RPC-over-RDMA connections).
-func NewConnectionCollector(conns func() []Connection) *ConnectionCollector {
+func NewConnectionCollector(conns func() []rpcrdma.ConnInfo) *ConnectionCollector {
 	d := func(name, help string, labels ...string) *prometheus.Desc {
-		return prometheus.NewDesc(prometheus.BuildFQName(Namespace, "rpcrdma", name), help, append([]string{"machine", "peer", "version"}, labels...), nil)
+		return prometheus.NewDesc(prometheus.BuildFQName(metrics.Namespace, "rpcrdma", name), help, append([]string{"machine", "peer", "version"}, labels...), nil)
 	}
 	return &ConnectionCollector{
 		conns:     conns,

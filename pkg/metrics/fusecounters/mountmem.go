@@ -1,36 +1,23 @@
-package metrics
+package fusecounters
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/nfsrdma/nfsrdma-csi/pkg/metrics"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/fusefs"
 )
 
-// MountMemory is what one FUSE mount holds, in bytes or entries.
-type MountMemory struct {
-	// WriteBehindBytes: write data in flight to the server, at most
-	// WriteBehindLimit; UncommittedBytes: data acknowledged UNSTABLE and
-	// kept until COMMIT, past UncommittedLimit a background COMMIT
-	// starts; HeapBytes: the mount process's Go heap in use.
-	WriteBehindBytes, UncommittedBytes, HeapBytes int64
-	WriteBehindLimit, UncommittedLimit            int64
-	// Inodes: nodes in the mount's tree; DirEntries: READDIRPLUS entries
-	// kept; AccessEntries: NFS ACCESS answers kept.
-	Inodes, DirEntries, AccessEntries int64
-	// VerifierChanges: COMMITs that found the server's write verifier
-	// changed (RFC 1813 section 3.3.7); ResentBytes: bytes re-sent after
-	// such a change.
-	VerifierChanges, ResentBytes uint64
-}
-
 // MountMemoryCollector exports what one FUSE mount holds
-// (MountMemory), read at scrape time, with const labels:
+// (fusefs.MemoryStats, Mount.Memory), read at scrape time, with const
+// labels:
 //
 //   - nfsrdma_mount_memory_bytes{kind}: bytes held now: "write_behind"
 //     (FUSE write data copied, in flight to the server), "uncommitted"
 //     (acknowledged UNSTABLE, kept until COMMIT), "heap" (the mount
 //     process's Go heap in use, everything included);
 //   - nfsrdma_mount_memory_limit_bytes{kind}: the mount's bound of
-//     "write_behind" and of "uncommitted" (past which a background
-//     COMMIT starts);
+//     "write_behind" (fusefs.MountWriteBehindBytes) and of "uncommitted"
+//     (fusefs.MountDirtyBytes, past which a background COMMIT starts);
 //   - nfsrdma_mount_inodes: nodes in the mount's tree;
 //   - nfsrdma_mount_dir_entries: READDIRPLUS entries kept for LOOKUPs;
 //   - nfsrdma_mount_access_entries: NFS ACCESS answers kept per inode and
@@ -39,15 +26,15 @@ type MountMemory struct {
 //     server's write verifier changed (RFC 1813 section 3.3.7);
 //   - nfsrdma_client_resent_bytes_total: bytes re-sent after such a change.
 type MountMemoryCollector struct {
-	stats                                                  func() MountMemory
+	stats                                                  func() fusefs.MemoryStats
 	bytes, limit, inodes, dirEntries, access, verf, resent *prometheus.Desc
 }
 
 // NewMountMemoryCollector returns a collector of what stats returns,
 // labelled constLabels.
-func NewMountMemoryCollector(stats func() MountMemory, constLabels prometheus.Labels) *MountMemoryCollector {
+func NewMountMemoryCollector(stats func() fusefs.MemoryStats, constLabels prometheus.Labels) *MountMemoryCollector {
 	d := func(name, help string, labels ...string) *prometheus.Desc {
-		return prometheus.NewDesc(Namespace+"_"+name, help, labels, constLabels)
+		return prometheus.NewDesc(metrics.Namespace+"_"+name, help, labels, constLabels)
 	}
 	return &MountMemoryCollector{
 		stats:      stats,
@@ -75,11 +62,11 @@ func (c *MountMemoryCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.bytes, g, float64(s.WriteBehindBytes), "write_behind")
 	ch <- prometheus.MustNewConstMetric(c.bytes, g, float64(s.UncommittedBytes), "uncommitted")
 	ch <- prometheus.MustNewConstMetric(c.bytes, g, float64(s.HeapBytes), "heap")
-	ch <- prometheus.MustNewConstMetric(c.limit, g, float64(s.WriteBehindLimit), "write_behind")
-	ch <- prometheus.MustNewConstMetric(c.limit, g, float64(s.UncommittedLimit), "uncommitted")
+	ch <- prometheus.MustNewConstMetric(c.limit, g, float64(fusefs.MountWriteBehindBytes), "write_behind")
+	ch <- prometheus.MustNewConstMetric(c.limit, g, float64(fusefs.MountDirtyBytes), "uncommitted")
 	ch <- prometheus.MustNewConstMetric(c.inodes, g, float64(s.Inodes))
 	ch <- prometheus.MustNewConstMetric(c.dirEntries, g, float64(s.DirEntries))
 	ch <- prometheus.MustNewConstMetric(c.access, g, float64(s.AccessEntries))
-	ch <- prometheus.MustNewConstMetric(c.verf, prometheus.CounterValue, float64(s.VerifierChanges))
-	ch <- prometheus.MustNewConstMetric(c.resent, prometheus.CounterValue, float64(s.ResentBytes))
+	ch <- prometheus.MustNewConstMetric(c.verf, prometheus.CounterValue, float64(s.Write.VerifierChanges))
+	ch <- prometheus.MustNewConstMetric(c.resent, prometheus.CounterValue, float64(s.Write.ResentBytes))
 }

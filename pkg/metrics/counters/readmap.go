@@ -1,23 +1,14 @@
-package metrics
+package counters
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/nfsrdma/nfsrdma-csi/pkg/metrics"
+	nfsserver "github.com/nfsrdma/nfsrdma-csi/pkg/nfs/server"
 )
 
-// ReadMapStats are the counters of the export server's READ mappings
-// (files mapped in windows so that READ data is sent from the page
-// cache): the bound and the bytes and windows mapped now; READs answered
-// from a window already mapped (Hits), that mapped one (Misses), that
-// copied with pread instead (Copied: a range across a window edge, every
-// window in use), whose pages faulted (Faults: the file shrank); windows
-// unmapped (Evictions).
-type ReadMapStats struct {
-	Limit, Mapped                           int64
-	Windows                                 int
-	Hits, Misses, Evictions, Copied, Faults uint64
-}
-
-// ReadMapCollector exports ReadMapStats, read at scrape time:
+// ReadMapCollector exports the counters of the export server's READ
+// mappings (nfsserver.ReadMapStats, Server.ReadMapStats), read at scrape time:
 //
 //   - nfsrdma_server_read_map_reads_total{result}: READs by how their data
 //     was found: "hit", "miss" (a window mapped), "copied" (pread),
@@ -26,14 +17,14 @@ type ReadMapStats struct {
 //     idleness, REMOVE);
 //   - nfsrdma_server_read_map_bytes, _limit_bytes, _windows (gauges).
 type ReadMapCollector struct {
-	stats                                   func() ReadMapStats
+	stats                                   func() nfsserver.ReadMapStats
 	reads, evictions, bytes, limit, windows *prometheus.Desc
 }
 
 // NewReadMapCollector returns a collector of the counters stats returns.
-func NewReadMapCollector(stats func() ReadMapStats) *ReadMapCollector {
+func NewReadMapCollector(stats func() nfsserver.ReadMapStats) *ReadMapCollector {
 	d := func(name, help string, labels ...string) *prometheus.Desc {
-		return prometheus.NewDesc(prometheus.BuildFQName(Namespace, "server", "read_map_"+name), help, labels, nil)
+		return prometheus.NewDesc(prometheus.BuildFQName(metrics.Namespace, "server", "read_map_"+name), help, labels, nil)
 	}
 	return &ReadMapCollector{
 		stats:     stats,

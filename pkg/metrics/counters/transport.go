@@ -1,7 +1,10 @@
-package metrics
+package counters
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/nfsrdma/nfsrdma-csi/pkg/metrics"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/rpcrdma"
 )
 
 // Roles of a TransportCollector (the "role" label).
@@ -10,75 +13,8 @@ const (
 	RoleResponder = "responder" // the export server's transport
 )
 
-// TransportStats are the counters of one RPC-over-RDMA endpoint (RFC
-// 8166) a TransportCollector exports; gauges are marked, every other
-// field counts since the endpoint began.
-type TransportStats struct {
-	Connections int64 // gauge: connections open
-	// Version is a gauge: requester: the RPC-over-RDMA version of the
-	// latest connection (0 before any).
-	Version int64
-	// Version1Fallbacks: requester: connections on which the responder
-	// answered version 2 with ERR_VERS and version 1 was used.
-	Version1Fallbacks uint64
-
-	Calls            uint64 // calls sent (requester) or received (responder)
-	Replies          uint64 // replies received (requester) or sent (responder)
-	Retransmits      uint64 // responder: calls whose XID was seen recently
-	UnmatchedReplies uint64 // requester: replies whose XID matched no call
-	BadReplies       uint64 // requester: replies that failed to decode
-
-	CreditsGranted uint64 // gauge: requester: the last grant; responder: the grants of all connections added up
-	CreditsInUse   int64  // gauge: calls holding a credit now
-
-	// Messages by chunk kind (RFC 8166 section 3.4).
-	InlineMsgs, ReadChunks, PositionZeroChunks, WriteChunks, ReplyChunks uint64
-	// RPC bytes by how they moved: inline in Sends, RDMA Read of Read
-	// chunks, RDMA Write into Write chunks and into Reply chunks.
-	InlineBytes, ReadChunkBytes, WriteChunkBytes, ReplyChunkBytes uint64
-
-	// RDMA_ERROR replies sent (responder) or received (requester),
-	// ERR_VERS and ERR_CHUNK (RFC 8166 section 4.5).
-	ErrVers, ErrChunk uint64
-	// Errors2 counts RDMA2_ERROR messages by the name of their rdma_err
-	// ("RDMA2_ERR_BAD_XDR", ...); "RDMA2_ERR_VERS" is not exported apart
-	// (ErrVers counts it).
-	Errors2 map[string]uint64
-	// Grants: RDMA2_GRANT messages sent (responder) or received
-	// (requester).
-	Grants uint64
-	// SendWithInvalidate: replies sent (responder) or received
-	// (requester) with Send With Invalidate (RFC 8797).
-	SendWithInvalidate uint64
-	// Responder-provided Read chunks: ReplyReadChunks, replies sent
-	// (responder) or pulled (requester) as Read chunks, and their bytes
-	// (ReplyReadBytes); PullDone, the pull completion notifications sent
-	// (requester) or matched (responder); PullDoneDropped, responder:
-	// notifications that named no exposed chunk; ReadChunkTimeouts,
-	// responder: Read chunks invalidated with no notification.
-	ReplyReadChunks, ReplyReadBytes              uint64
-	PullDone, PullDoneDropped, ReadChunkTimeouts uint64
-	// Send-based DDP: SendDDPMsgs, calls and replies sent or received
-	// with their DDP-eligible item placed in the Send, and those bytes
-	// (SendDDPBytes); XmitErrors, Transmit Errors
-	// (RDMA2_XMTERR) sent (responder) or received (requester).
-	SendDDPMsgs, SendDDPBytes, XmitErrors uint64
-	// SendDDPGroups: of SendDDPMsgs, those sent or received as a
-	// transmission group of several Sends; SendDDPKept: results received
-	// by send-based DDP and handed on in the receive buffers (the FUSE
-	// READ reply written from them), not copied.
-	SendDDPGroups, SendDDPKept uint64
-	// Registrations (gauge): per-call memory registrations alive now;
-	// RegisteredBytes (gauge): all memory registered, in bytes.
-	Registrations, RegisteredBytes int64
-}
-
-// Err2VersName is the name of RDMA2_ERR_VERS in TransportStats.Errors2,
-// exported as ERR_VERS.
-const Err2VersName = "RDMA2_ERR_VERS"
-
 // TransportCollector exports the counters of one RPC-over-RDMA endpoint
-// (TransportStats), read at scrape time, with a "role" label and the
+// (rpcrdma.Metrics), read at scrape time, with a "role" label and the
 // const labels given:
 //
 //   - nfsrdma_rpcrdma_connections: connections open (gauge);
@@ -118,7 +54,7 @@ const Err2VersName = "RDMA2_ERR_VERS"
 //     (gauge); nfsrdma_rpcrdma_registered_bytes: all registered memory, in
 //     bytes (gauge).
 type TransportCollector struct {
-	metrics func() TransportStats
+	metrics func() rpcrdma.Metrics
 
 	connections, creditsGranted, creditsInUse, registrations, registeredBytes *prometheus.Desc
 	calls, replies, retransmits, dropped, chunks, bytes, errors, sendInv      *prometheus.Desc
@@ -127,21 +63,21 @@ type TransportCollector struct {
 	sddpGroups, sddpKept                                                      *prometheus.Desc
 }
 
-// NewTransportCollector returns a collector of the snapshots metrics
+// NewTransportCollector returns a collector of the snapshots stats
 // returns (an RPC-over-RDMA server's or client's counters), labelled role (RoleRequester or
 // RoleResponder) and constLabels (e.g. volume and pod of a mount). The
 // TransportCollectors of one registry must have the same const label
 // names (the registry refuses a metric name with two label sets).
-func NewTransportCollector(role string, metrics func() TransportStats, constLabels prometheus.Labels) *TransportCollector {
+func NewTransportCollector(role string, stats func() rpcrdma.Metrics, constLabels prometheus.Labels) *TransportCollector {
 	cl := prometheus.Labels{"role": role}
 	for k, v := range constLabels {
 		cl[k] = v
 	}
 	d := func(name, help string, labels ...string) *prometheus.Desc {
-		return prometheus.NewDesc(prometheus.BuildFQName(Namespace, "rpcrdma", name), help, labels, cl)
+		return prometheus.NewDesc(prometheus.BuildFQName(metrics.Namespace, "rpcrdma", name), help, labels, cl)
 	}
 	return &TransportCollector{
-		metrics:           metrics,
+		metrics:           stats,
 		connections:       d("connections", "RPC-over-RDMA connections open."),
 		calls:             d("calls_total", "RPC calls sent (requester) or received (responder) over RPC-over-RDMA."),
 		replies:           d("replies_total", "RPC replies received (requester) or sent (responder) over RPC-over-RDMA."),
@@ -210,8 +146,8 @@ func (c *TransportCollector) Collect(ch chan<- prometheus.Metric) {
 	n(c.errors, m.ErrVers, "ERR_VERS")
 	n(c.errors, m.ErrChunk, "ERR_CHUNK")
 	for code, v := range m.Errors2 {
-		if code != Err2VersName {
-			n(c.errors, v, code)
+		if code != rpcrdma.Err2Vers {
+			n(c.errors, v, code.String())
 		}
 	}
 	g(c.version, float64(m.Version))

@@ -7,18 +7,10 @@ import (
 	"github.com/nfsrdma/nfsrdma-csi/pkg/xdr"
 )
 
-// Send-based DDP on a connection: the announcements (PropRBStruct), the
-// requester sending a call's DDP-eligible argument in its Send, the
-// responder taking it from its receive buffer.
-
-// sddpLocal is the Receive Buffer Structure the responder announces: ok
-// false when SendDDP is off or Inline holds no DDP-targetable page.
-func (o *ServerOptions) sddpLocal() (RecvBufStruct, bool) {
-	if !o.SendDDP {
-		return RecvBufStruct{}, false
-	}
-	return ourRBStruct(o.Inline)
-}
+// The requester's side of send-based DDP in one Send: announcing its
+// Receive Buffer Structure (PropRBStruct), sending a call's DDP-eligible
+// argument in its Send, taking a reply's DDP-eligible result from its
+// receive buffer.
 
 // appendSDDPProp appends our PropRBStruct when SendDDP is on and our
 // receives hold a DDP-targetable page.
@@ -98,85 +90,14 @@ func (s *slot) encodeSDDP(m *sunrpc.Message, h *Header, buf []byte) ([]byte, err
 	return b, nil
 }
 
-// locateSDDP returns the Payload stream and the placed argument of the
-// RDMA2_CALL_SDDP msg (header of hl bytes in sl.hdr), from the receive
-// buffer itself: arg stays valid until the slot's receive is reposted,
-// after the reply. Errors: *XmitErr (answered RDMA2_XMTERR), ErrChunk
-// (an RDMA2_CALL_SDDP that also carries Read chunks: RDMA2_ERR_BAD_XDR),
-// or the XID check's.
-func (sl *srvSlot) locateSDDP(msg []byte, hl int) (raw, arg []byte, err error) {
-	h := &sl.hdr
-	s := sl.c.s
-	if len(h.Reads) != 0 {
-		return nil, nil, headerErr(ErrChunk, PrefixLen, "RDMA2_CALL_SDDP with Read chunks")
-	}
-	rb, _ := ourRBStruct(s.opts.Inline)
-	w, _ := rb.window()
-	raw, arg, xe := w.locate(msg, hl, &h.SDDP, XmsID{XID: h.XID, Dir: 0})
-	if xe != nil {
-		return nil, nil, xe
-	}
-	if err := h.CheckXID(raw); err != nil {
-		return nil, nil, err
-	}
-	if h.SDDP.Items > 0 {
-		s.m.sddpMsgs.Add(1)
-		s.m.sddpBytes.Add(uint64(len(arg)))
-		if arg == nil {
-			arg = []byte{}
-		}
-	}
-	return raw, arg, nil
-}
-
 // callSDDP is how a call goes by send-based DDP: RDMA2_CALL_SDDP, its
 // argument in the responder's DDP-targetable segments.
 const callSDDP CallKind = 100
-
-// SDDPInline is the send and receive buffer size, in bytes, a mount or
-// server with send-based DDP on (the default of both) uses: one page for
-// the header and three DDP-targetable pages, so WRITE and READ data of
-// 4 to 12 KiB goes inside the Send (the default OurInline of 4096 holds
-// no DDP-targetable page). It quadruples the buffer memory of a
-// connection, not more (the package doc's "Memory" under Send-based DDP).
-const SDDPInline = 16 << 10
 
 // sddpLocal tells whether we announced a Receive Buffer Structure.
 func (c *Client) sddpLocal() bool {
 	_, ok := ourRBStruct(c.opts.Inline)
 	return c.opts.SendDDP && ok
-}
-
-// replySDDP writes the reply m to the call in sl.hdr as RDMA2_REPLY_SDDP
-// into buf (the slot's send buffer), its DDP-eligible result placed in
-// the requester's DDP-targetable window; nil when the reply does not fit
-// that layout (it then goes inline as planned).
-func (sl *srvSlot) replySDDP(m *sunrpc.Message, buf []byte) []byte {
-	c, s := sl.c, sl.c.s
-	r := &sl.rep
-	r.Vers, r.HType, r.Reply, r.HasReply = Version2, HTypeReplySDDP, r.Reply[:0], false
-	r.SDDP = SDDP{}
-	hl := r.len2() - r.SDDP.len()
-	sd, n, ok := c.sddpWin.plan(hl, len(m.Head)+len(m.Tail), len(m.Payload), min(c.sddpLimit, len(buf)), sl.tbsn[:0])
-	if !ok {
-		r.HType = HTypeReplyInline
-		return nil
-	}
-	sl.tbsn = sd.TBSN
-	sd.Disp = uint32(len(m.Head))
-	r.SDDP = sd
-	if f := s.mangleReplySDDP.Load(); f != nil {
-		(*f)(&r.SDDP)
-	}
-	b, err := r.Encode(buf[:0])
-	if err != nil {
-		r.HType, r.SDDP = HTypeReplyInline, SDDP{}
-		return nil
-	}
-	b = c.sddpWin.layout(buf, len(b), [][]byte{m.Head, m.Tail}, m.Payload, n)
-	s.m.sddpMsgs.Add(1)
-	s.m.sddpBytes.Add(uint64(len(m.Payload)))
-	return b
 }
 
 // takeSDDP fills r from the RDMA2_REPLY_SDDP of slot s: Body is the
