@@ -2,6 +2,7 @@ package main
 
 import (
 	"os"
+	"path/filepath"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -122,6 +123,12 @@ SM_NOTIFY every mount holding locks on it.`,
 			if v := cmd.Flags().Lookup("v"); v != nil && v.Value.String() != "0" {
 				s.ExtraArgs = []string{"--v=" + v.Value.String()}
 			}
+			switch s.LockSocket {
+			case "":
+				s.LockSocket = filepath.Join(filepath.Dir(s.Socket), "lockd.sock")
+			case "none":
+				s.LockSocket = ""
+			}
 			go serveMetrics(cmd.Context(), metricsAddr, newRegistry(metrics.NewNLMCallbackCollector(s.CallbackCounts)))
 			return s.Run(cmd.Context())
 		},
@@ -129,7 +136,7 @@ SM_NOTIFY every mount holding locks on it.`,
 	f := cmd.Flags()
 	f.StringVar(&s.Socket, "socket", "/run/nfsrdma/mounter.sock", "unix socket to listen on")
 	f.StringVar(&s.StateDir, "state-dir", "/var/lib/nfsrdma/mounts", "directory for the state and log of each mount")
-	f.StringVar(&s.LockSocket, "lock-socket", "/run/nfsrdma/lockd.sock", "unix socket of the node's lock callback service: one NLM/NSM callback service (GRANTED, GRANTED_MSG, SM_NOTIFY) for every mount of the node, registered with the node's rpcbind, which the mount processes attach to (empty: each mount process serves its own)")
+	f.StringVar(&s.LockSocket, "lock-socket", "", "unix socket of the node's lock callback service: one NLM/NSM callback service (GRANTED, GRANTED_MSG, SM_NOTIFY) for every mount of the node, registered with the node's rpcbind, which the mount processes attach to (default: lockd.sock beside --socket; \"none\": each mount process serves its own)")
 	f.StringVar(&metricsAddr, "metrics-address", "", "HOST:PORT of the Prometheus /metrics endpoint: the lock callbacks received and routed to mounts (empty: off)")
 	return cmd
 }

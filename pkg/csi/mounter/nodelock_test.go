@@ -1,0 +1,277 @@
+package mounter
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/nfsrdma/nfsrdma-csi/internal/testenv"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/metrics"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/client"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/mountopts"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nlm"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
+)
+
+// callbackBound is how soon after the holder's unlock a waiter granted by
+// callback has its lock; the re-send fallback comes up to a second later.
+const callbackBound = 100 * time.Millisecond
+
+// TestNodeLockCallbacks runs the real pieces of a node: the export server
+// (`driver server`, over TCP and over RDMA with software iWARP), this
+// machine's rpcbind, the mounter with its lock callback service, and three
+// `driver mount` processes serving FUSE mounts of one export. Each mount
+// holds a write lock on one file and has a process blocked in F_SETLKW on
+// the file the next mount holds. After each unlock, the waiter must be
+// granted by the server's GRANTED callback through the node's one
+// callback service (the mounter counts it, the mount logs "granted by
+// callback"), within callbackBound of the unlock. With the export server
+// in the same rpcbind (a server on the node's host network), the
+// callbacks reach the server's NLM first, which relays them to the
+// mounter.
+func TestNodeLockCallbacks(t *testing.T) {
+	testenv.NeedRootFUSE(t)
+	rpcbind := testenv.NeedRPCBind(t)
+	bin := testenv.Driver(t, false)
+	for _, tc := range []struct {
+		name        string
+		proto       string
+		hostNetwork bool
+	}{
+		{"tcp", "tcp", false},
+		{"rdma", "rdma", false},
+		{"tcp/server-in-rpcbind", "tcp", true},
+		{"rdma/server-in-rpcbind", "rdma", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			testNodeLockCallbacks(t, bin, rpcbind, tc.proto, tc.hostNetwork)
+		})
+	}
+}
+
+func testNodeLockCallbacks(t *testing.T, bin, rpcbind, proto string, hostNetwork bool) {
+	// short paths: unix socket paths are limited to 108 bytes
+	dir, err := os.MkdirTemp("", "nlcb-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	ctx := testenv.Context(t, 3*time.Minute)
+
+	// the mounter with the node's callback service
+	lockSock := filepath.Join(dir, "lockd.sock")
+	s := &Server{Socket: filepath.Join(dir, "mounter.sock"), StateDir: filepath.Join(dir, "state"), Exe: bin, LockSocket: lockSock}
+	mctx, mcancel := context.WithCancel(context.Background())
+	mdone := make(chan error, 1)
+	go func() { mdone <- s.Run(mctx) }()
+	t.Cleanup(func() {
+		mcancel()
+		if err := <-mdone; err != nil {
+			t.Error("mounter:", err)
+		}
+	})
+	testenv.Eventually(t, 10*time.Second, "mounter socket", testenv.Dialable("unixpacket", s.Socket))
+	if !hostNetwork {
+		// the mounter holds NLM v4 in the node's rpcbind; another live
+		// NLM service of this machine would keep it
+		if !testenv.WaitFor(10*time.Second, func() bool { return nlmPort(t, rpcbind) == s.CallbackPort() }) {
+			t.Skipf("NLM v4 is held in %s by another live service (port %d): GRANTED would not reach this mounter", rpcbind, nlmPort(t, rpcbind))
+		}
+	}
+
+	// the export server
+	root := filepath.Join(dir, "root")
+	if err := os.MkdirAll(root, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	nfsP, mntP, rdmaP, nlmP, nsmP := testenv.FreePort(t), testenv.FreePort(t), testenv.FreePort(t), testenv.FreePort(t), testenv.FreePort(t)
+	args := []string{"server", "--root", root, "--export", "/:127.0.0.1/32:rw", "--listen", "127.0.0.1", "--state-dir=",
+		"--nfs-port", strconv.Itoa(nfsP), "--mount-port", strconv.Itoa(mntP), "--rdma-port", strconv.Itoa(rdmaP),
+		"--nlm-port", strconv.Itoa(nlmP), "--nsm-port", strconv.Itoa(nsmP), "--rpcbind=" + strconv.FormatBool(hostNetwork)}
+	if hostNetwork {
+		args = append(args, "--node-lock-socket", lockSock)
+	}
+	var srvLog testenv.Buffer
+	srv := exec.Command(bin, args...)
+	srv.Stdout, srv.Stderr = &srvLog, &srvLog
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = srv.Process.Signal(syscall.SIGTERM)
+		_ = srv.Wait()
+		if t.Failed() {
+			t.Logf("---- server log ----\n%s", srvLog.String())
+		}
+	})
+	testenv.Eventually(t, 30*time.Second, "export server", testenv.Dialable("tcp", "127.0.0.1:"+strconv.Itoa(nlmP)))
+	if hostNetwork {
+		testenv.Eventually(t, 10*time.Second, "the export server's NLM in rpcbind", func() bool { return nlmPort(t, rpcbind) == nlmP })
+	}
+
+	// three mounts through the mounter
+	opts := fmt.Sprintf("proto=%s,mountport=%d,lockport=%d,actimeo=0", proto, mntP, nlmP)
+	if proto == "rdma" {
+		opts += ",port=" + strconv.Itoa(rdmaP) + ",rdmadev=siw"
+	} else {
+		opts += ",port=" + strconv.Itoa(nfsP)
+	}
+	const n = 3
+	var targets [n]string
+	var mounts [n]Mount
+	c := &Client{Socket: s.Socket}
+	for i := range n {
+		targets[i] = filepath.Join(dir, "m"+strconv.Itoa(i))
+		if err := os.Mkdir(targets[i], 0o755); err != nil {
+			t.Fatal(err)
+		}
+		fuse := mountFUSE(t, targets[i])
+		m, err := c.Mount(ctx, Mount{Target: targets[i], Source: "127.0.0.1:/", Options: opts, LockCallerName: "node-1"}, fuse)
+		fuse.Close()
+		if err != nil {
+			_ = unix.Unmount(targets[i], unix.MNT_DETACH)
+			t.Fatal(err)
+		}
+		mounts[i] = m
+		t.Cleanup(func() {
+			if t.Failed() {
+				b, _ := os.ReadFile(m.Log)
+				t.Logf("---- mount %d log ----\n%s", i, b)
+			}
+			_ = unix.Unmount(m.Target, unix.MNT_DETACH)
+			_ = c.Release(context.Background(), m.Target, 5*time.Second)
+		})
+	}
+
+	// mount i holds f<i>; a process waits for f<i> through mount i+1
+	holders := make([]*os.File, n)
+	for i := range n {
+		name := filepath.Join(targets[i], "f"+strconv.Itoa(i))
+		f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE, 0o666)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { f.Close() })
+		if err := unix.FcntlFlock(f.Fd(), unix.F_SETLK, &unix.Flock_t{Type: unix.F_WRLCK}); err != nil {
+			t.Fatalf("lock %s: %v", name, err)
+		}
+		holders[i] = f
+	}
+	type grant struct {
+		at  time.Time
+		err error
+	}
+	granted := make([]chan grant, n)
+	for i := range n {
+		granted[i] = make(chan grant, 1)
+		name := filepath.Join(targets[(i+1)%n], "f"+strconv.Itoa(i))
+		f, err := os.OpenFile(name, os.O_RDWR, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { f.Close() })
+		go func() {
+			err := unix.FcntlFlock(f.Fd(), unix.F_SETLKW, &unix.Flock_t{Type: unix.F_WRLCK})
+			granted[i] <- grant{time.Now(), err}
+		}()
+	}
+	// every waiter's LOCK is blocked on the server (and re-sent each
+	// second) before the first unlock
+	time.Sleep(1500 * time.Millisecond)
+	for i := range n {
+		select {
+		case g := <-granted[i]:
+			t.Fatalf("waiter %d returned before the unlock: %v", i, g.err)
+		default:
+		}
+	}
+	before := countOf(s.CallbackCounts(), "GRANTED", "granted")
+	for i := range n {
+		start := time.Now()
+		if err := unix.FcntlFlock(holders[i].Fd(), unix.F_SETLK, &unix.Flock_t{Type: unix.F_UNLCK}); err != nil {
+			t.Fatalf("unlock f%d: %v", i, err)
+		}
+		var g grant
+		select {
+		case g = <-granted[i]:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("waiter %d not granted 10 s after the unlock", i)
+		}
+		if g.err != nil {
+			t.Fatalf("waiter %d: %v", i, g.err)
+		}
+		delay := g.at.Sub(start)
+		t.Logf("waiter %d (mount %d) granted %v after the unlock", i, (i+1)%n, delay)
+		if delay > callbackBound {
+			t.Errorf("waiter %d granted %v after the unlock, want within %v", i, delay, callbackBound)
+		}
+	}
+	// the mounter counts a callback once the mount answered it, which may
+	// be after the waiter returned
+	testenv.WaitFor(5*time.Second, func() bool { return countOf(s.CallbackCounts(), "GRANTED", "granted")-before >= n })
+	counts := s.CallbackCounts()
+	t.Logf("mounter callbacks: %+v", counts)
+	if got := countOf(counts, "GRANTED", "granted") - before; got != n {
+		t.Errorf("mounter routed %d GRANTED callbacks to a waiting lock, want %d", got, n)
+	}
+	for i := range n {
+		b, err := os.ReadFile(mounts[(i+1)%n].Log)
+		if err != nil {
+			t.Fatal(err)
+		}
+		log := string(b)
+		if !strings.Contains(log, "granted by callback") || strings.Contains(log, "granted by retry") {
+			t.Errorf("mount %d: want its waiter granted by callback, not by retry; log:\n%s", (i+1)%n, log)
+		}
+	}
+	if hostNetwork && !strings.Contains(srvLog.String(), "taking the lock program's registration") {
+		t.Error("the export server did not take NLM's registration from the node's callback service")
+	}
+}
+
+// nlmPort is the port of NLM v4 over TCP in rpcbind (0: none).
+func nlmPort(t *testing.T, rpcbind string) int {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	p, err := sunrpc.PortmapGetPort(ctx, rpcbind, sunrpc.Mapping{Prog: nlm.Program, Vers: nlm.Version, Prot: sunrpc.IPProtoTCP})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// countOf returns the count of proc and result in cs.
+func countOf(cs []metrics.NLMCallbackCount, proc, result string) uint64 {
+	for _, c := range cs {
+		if c.Proc == proc && c.Result == result {
+			return c.N
+		}
+	}
+	return 0
+}
+
+// mountFUSE opens /dev/fuse and mounts it on target as the node plugin
+// does, returning the fd for the mounter.
+func mountFUSE(t *testing.T, target string) *os.File {
+	t.Helper()
+	f, err := os.OpenFile("/dev/fuse", os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := strings.Join(append([]string{"fd=" + strconv.Itoa(int(f.Fd())), "rootmode=40000", "user_id=0", "group_id=0",
+		"allow_other", "max_read=" + strconv.Itoa(client.MaxIOSize)}, mountopts.KernelOptions...), ",")
+	if err := unix.Mount("127.0.0.1:/", target, "fuse.nfsrdma", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
+		f.Close()
+		t.Fatal(err)
+	}
+	return f
+}
