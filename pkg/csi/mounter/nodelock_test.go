@@ -19,6 +19,7 @@ import (
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/client"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/mountopts"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nlm"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nsm"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
 )
 
@@ -65,21 +66,9 @@ func testNodeLockCallbacks(t *testing.T, bin, rpcbind, proto string, hostNetwork
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	ctx := testenv.Context(t, 3*time.Minute)
 
-	// the mounter with the node's callback service
-	lockSock := filepath.Join(dir, "lockd.sock")
-	s := &Server{Socket: filepath.Join(dir, "mounter.sock"), StateDir: filepath.Join(dir, "state"), Exe: bin, LockSocket: lockSock}
-	mctx, mcancel := context.WithCancel(context.Background())
-	mdone := make(chan error, 1)
-	go func() { mdone <- s.Run(mctx) }()
-	t.Cleanup(func() {
-		mcancel()
-		if err := <-mdone; err != nil {
-			t.Error("mounter:", err)
-		}
-	})
-	testenv.Eventually(t, 10*time.Second, "mounter socket", testenv.Dialable("unixpacket", s.Socket))
+	s := startNodeMounter(t, bin, dir)
+	lockSock := s.LockSocket
 	if !hostNetwork {
 		// the mounter holds NLM v4 in the node's rpcbind; another live
 		// NLM service of this machine would keep it
@@ -125,23 +114,60 @@ func testNodeLockCallbacks(t *testing.T, bin, rpcbind, proto string, hostNetwork
 	} else {
 		opts += ",port=" + strconv.Itoa(nfsP)
 	}
-	const n = 3
-	var targets [n]string
-	var mounts [n]Mount
-	c := &Client{Socket: s.Socket}
-	for i := range n {
-		targets[i] = filepath.Join(dir, "m"+strconv.Itoa(i))
-		if err := os.Mkdir(targets[i], 0o755); err != nil {
+	mounts := mountThrough(t, s, dir, "127.0.0.1:/", []string{opts, opts, opts})
+	for i := range mounts {
+		f := filepath.Join(mounts[0].Target, "f"+strconv.Itoa(i))
+		if err := os.WriteFile(f, nil, 0o666); err != nil {
 			t.Fatal(err)
 		}
-		fuse := mountFUSE(t, targets[i])
-		m, err := c.Mount(ctx, Mount{Target: targets[i], Source: "127.0.0.1:/", Options: opts, LockCallerName: "node-1"}, fuse)
+	}
+	waitersGranted(t, s, mounts, "", "GRANTED", callbackBound)
+	notifyReachesMounts(t, s, rpcbind, mounts)
+	if hostNetwork && !strings.Contains(srvLog.String(), "taking the lock program's registration") {
+		t.Error("the export server did not take NLM's registration from the node's callback service")
+	}
+}
+
+// startNodeMounter runs a mounter with the node's lock callback service
+// (sockets in dir, mount processes of the driver binary bin) until the
+// test ends.
+func startNodeMounter(t *testing.T, bin, dir string) *Server {
+	t.Helper()
+	s := &Server{Socket: filepath.Join(dir, "mounter.sock"), StateDir: filepath.Join(dir, "state"), Exe: bin, LockSocket: filepath.Join(dir, "lockd.sock")}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error("mounter:", err)
+		}
+	})
+	testenv.Eventually(t, 10*time.Second, "mounter socket", testenv.Dialable("unixpacket", s.Socket))
+	return s
+}
+
+// mountThrough mounts source once per entry of opts through the mounter
+// s, on new directories under dir, as the node plugin does; the mounts
+// are unmounted when the test ends.
+func mountThrough(t *testing.T, s *Server, dir, source string, opts []string) []Mount {
+	t.Helper()
+	ctx := testenv.Context(t, 2*time.Minute)
+	c := &Client{Socket: s.Socket}
+	var mounts []Mount
+	for i, o := range opts {
+		target := filepath.Join(dir, "m"+strconv.Itoa(i))
+		if err := os.Mkdir(target, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		fuse := mountFUSE(t, target)
+		m, err := c.Mount(ctx, Mount{Target: target, Source: source, Options: o, LockCallerName: "node-1"}, fuse)
 		fuse.Close()
 		if err != nil {
-			_ = unix.Unmount(targets[i], unix.MNT_DETACH)
+			_ = unix.Unmount(target, unix.MNT_DETACH)
 			t.Fatal(err)
 		}
-		mounts[i] = m
+		mounts = append(mounts, m)
 		t.Cleanup(func() {
 			if t.Failed() {
 				b, _ := os.ReadFile(m.Log)
@@ -151,12 +177,21 @@ func testNodeLockCallbacks(t *testing.T, bin, rpcbind, proto string, hostNetwork
 			_ = c.Release(context.Background(), m.Target, 5*time.Second)
 		})
 	}
+	return mounts
+}
 
-	// mount i holds f<i>; a process waits for f<i> through mount i+1
+// waitersGranted: through each mount i, a process holds a write lock on
+// sub/f<i>, and another process waits in F_SETLKW for the same file
+// through mount i+1. After each unlock, the waiter must be granted by
+// the server's callback (proc, as the mounter counts it; the mount logs
+// "granted by callback" and never "granted by retry") within bound.
+func waitersGranted(t *testing.T, s *Server, mounts []Mount, sub, proc string, bound time.Duration) {
+	t.Helper()
+	n := len(mounts)
 	holders := make([]*os.File, n)
 	for i := range n {
-		name := filepath.Join(targets[i], "f"+strconv.Itoa(i))
-		f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE, 0o666)
+		name := filepath.Join(mounts[i].Target, sub, "f"+strconv.Itoa(i))
+		f, err := os.OpenFile(name, os.O_RDWR, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -173,7 +208,7 @@ func testNodeLockCallbacks(t *testing.T, bin, rpcbind, proto string, hostNetwork
 	granted := make([]chan grant, n)
 	for i := range n {
 		granted[i] = make(chan grant, 1)
-		name := filepath.Join(targets[(i+1)%n], "f"+strconv.Itoa(i))
+		name := filepath.Join(mounts[(i+1)%n].Target, sub, "f"+strconv.Itoa(i))
 		f, err := os.OpenFile(name, os.O_RDWR, 0)
 		if err != nil {
 			t.Fatal(err)
@@ -194,7 +229,7 @@ func testNodeLockCallbacks(t *testing.T, bin, rpcbind, proto string, hostNetwork
 		default:
 		}
 	}
-	before := countOf(s.CallbackCounts(), "GRANTED", "granted")
+	before := countOf(s.CallbackCounts(), proc, "granted")
 	for i := range n {
 		start := time.Now()
 		if err := unix.FcntlFlock(holders[i].Fd(), unix.F_SETLK, &unix.Flock_t{Type: unix.F_UNLCK}); err != nil {
@@ -211,17 +246,17 @@ func testNodeLockCallbacks(t *testing.T, bin, rpcbind, proto string, hostNetwork
 		}
 		delay := g.at.Sub(start)
 		t.Logf("waiter %d (mount %d) granted %v after the unlock", i, (i+1)%n, delay)
-		if delay > callbackBound {
-			t.Errorf("waiter %d granted %v after the unlock, want within %v", i, delay, callbackBound)
+		if delay > bound {
+			t.Errorf("waiter %d granted %v after the unlock, want within %v", i, delay, bound)
 		}
 	}
 	// the mounter counts a callback once the mount answered it, which may
 	// be after the waiter returned
-	testenv.WaitFor(5*time.Second, func() bool { return countOf(s.CallbackCounts(), "GRANTED", "granted")-before >= n })
+	testenv.WaitFor(5*time.Second, func() bool { return countOf(s.CallbackCounts(), proc, "granted")-before >= uint64(n) })
 	counts := s.CallbackCounts()
 	t.Logf("mounter callbacks: %+v", counts)
-	if got := countOf(counts, "GRANTED", "granted") - before; got != n {
-		t.Errorf("mounter routed %d GRANTED callbacks to a waiting lock, want %d", got, n)
+	if got := countOf(counts, proc, "granted") - before; got != uint64(n) {
+		t.Errorf("mounter routed %d %s callbacks to a waiting lock, want %d", got, proc, n)
 	}
 	for i := range n {
 		b, err := os.ReadFile(mounts[(i+1)%n].Log)
@@ -233,8 +268,38 @@ func testNodeLockCallbacks(t *testing.T, bin, rpcbind, proto string, hostNetwork
 			t.Errorf("mount %d: want its waiter granted by callback, not by retry; log:\n%s", (i+1)%n, log)
 		}
 	}
-	if hostNetwork && !strings.Contains(srvLog.String(), "taking the lock program's registration") {
-		t.Error("the export server did not take NLM's registration from the node's callback service")
+}
+
+// notifyReachesMounts sends SM_NOTIFY (mon_name 127.0.0.1: the server
+// restarted) to the NSM registered in rpcbind, the node's callback service
+// or a server relaying to it; every mount, each holding a lock on the
+// server, must start reclaiming its locks.
+func notifyReachesMounts(t *testing.T, s *Server, rpcbind string, mounts []Mount) {
+	t.Helper()
+	ctx := testenv.Context(t, 30*time.Second)
+	port, err := sunrpc.PortmapGetPort(ctx, rpcbind, sunrpc.Mapping{Prog: nsm.Program, Vers: nsm.Version, Prot: sunrpc.IPProtoTCP})
+	if err != nil || port == 0 {
+		t.Fatalf("NSM in rpcbind: %d, %v", port, err)
+	}
+	before := countOf(s.CallbackCounts(), "SM_NOTIFY", "delivered")
+	c, err := sunrpc.NewClient(sunrpc.TCPDialer("127.0.0.1:"+strconv.Itoa(port), sunrpc.TCPOptions{}), sunrpc.ClientOptions{Retry: sunrpc.RetryPolicy{Soft: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	a := nsm.StatChge{MonName: "127.0.0.1", State: 3}
+	if err := c.Call(ctx, sunrpc.CallSpec{Prog: nsm.Program, Vers: nsm.Version, Proc: nsm.ProcNotify,
+		Args: func(b *sunrpc.Builder) { a.Encode(&b.Encoder) }}); err != nil {
+		t.Fatal("SM_NOTIFY:", err)
+	}
+	testenv.Eventually(t, 10*time.Second, "SM_NOTIFY delivered to every mount", func() bool {
+		return countOf(s.CallbackCounts(), "SM_NOTIFY", "delivered")-before == uint64(len(mounts))
+	})
+	for i, m := range mounts {
+		testenv.Eventually(t, 10*time.Second, "mount "+strconv.Itoa(i)+" reclaiming its locks", func() bool {
+			b, _ := os.ReadFile(m.Log)
+			return strings.Contains(string(b), `"NLM: reclaiming locks" server="127.0.0.1" reason="SM_NOTIFY from 127.0.0.1"`)
+		})
 	}
 }
 
