@@ -1,8 +1,10 @@
 package mounter
 
 import (
+	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -180,6 +182,65 @@ func mountThrough(t *testing.T, s *Server, dir, source string, opts []string) []
 	return mounts
 }
 
+// lockProc is a lockhelper process (lockHelperMain).
+type lockProc struct {
+	in    io.WriteCloser
+	lines chan string
+}
+
+// startLockProc runs a lockhelper process for path in mode, killed when
+// the test ends.
+func startLockProc(t *testing.T, path, mode string) *lockProc {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(exe, "lockhelper", path, mode)
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &lockProc{in: in, lines: make(chan string, 4)}
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			p.lines <- sc.Text()
+		}
+		close(p.lines)
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	return p
+}
+
+// expect waits up to d for the process's next line and fails t unless it
+// is want; it returns when the line came.
+func (p *lockProc) expect(t *testing.T, want string, d time.Duration) time.Time {
+	t.Helper()
+	select {
+	case l, ok := <-p.lines:
+		at := time.Now()
+		if !ok || l != want {
+			t.Fatalf("lock process said %q (open: %v), want %q", l, ok, want)
+		}
+		return at
+	case <-time.After(d):
+		t.Fatalf("lock process did not say %q within %v", want, d)
+	}
+	return time.Time{}
+}
+
 // waitersGranted: through each mount i, a process holds a write lock on
 // sub/f<i>, and another process waits in F_SETLKW for the same file
 // through mount i+1. After each unlock, the waiter must be granted by
@@ -188,63 +249,34 @@ func mountThrough(t *testing.T, s *Server, dir, source string, opts []string) []
 func waitersGranted(t *testing.T, s *Server, mounts []Mount, sub, proc string, bound time.Duration) {
 	t.Helper()
 	n := len(mounts)
-	holders := make([]*os.File, n)
+	holders, waiters := make([]*lockProc, n), make([]*lockProc, n)
 	for i := range n {
-		name := filepath.Join(mounts[i].Target, sub, "f"+strconv.Itoa(i))
-		f, err := os.OpenFile(name, os.O_RDWR, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { f.Close() })
-		if err := unix.FcntlFlock(f.Fd(), unix.F_SETLK, &unix.Flock_t{Type: unix.F_WRLCK}); err != nil {
-			t.Fatalf("lock %s: %v", name, err)
-		}
-		holders[i] = f
+		holders[i] = startLockProc(t, filepath.Join(mounts[i].Target, sub, "f"+strconv.Itoa(i)), "hold")
+		holders[i].expect(t, "locked", 30*time.Second)
 	}
-	type grant struct {
-		at  time.Time
-		err error
-	}
-	granted := make([]chan grant, n)
 	for i := range n {
-		granted[i] = make(chan grant, 1)
-		name := filepath.Join(mounts[(i+1)%n].Target, sub, "f"+strconv.Itoa(i))
-		f, err := os.OpenFile(name, os.O_RDWR, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { f.Close() })
-		go func() {
-			err := unix.FcntlFlock(f.Fd(), unix.F_SETLKW, &unix.Flock_t{Type: unix.F_WRLCK})
-			granted[i] <- grant{time.Now(), err}
-		}()
+		waiters[i] = startLockProc(t, filepath.Join(mounts[(i+1)%n].Target, sub, "f"+strconv.Itoa(i)), "wait")
+		waiters[i].expect(t, "waiting", 30*time.Second)
 	}
 	// every waiter's LOCK is blocked on the server (and re-sent each
 	// second) before the first unlock
 	time.Sleep(1500 * time.Millisecond)
-	for i := range n {
+	for i, w := range waiters {
 		select {
-		case g := <-granted[i]:
-			t.Fatalf("waiter %d returned before the unlock: %v", i, g.err)
+		case l := <-w.lines:
+			t.Fatalf("waiter %d said %q before the unlock", i, l)
 		default:
 		}
 	}
 	before := countOf(s.CallbackCounts(), proc, "granted")
 	for i := range n {
 		start := time.Now()
-		if err := unix.FcntlFlock(holders[i].Fd(), unix.F_SETLK, &unix.Flock_t{Type: unix.F_UNLCK}); err != nil {
-			t.Fatalf("unlock f%d: %v", i, err)
+		if _, err := io.WriteString(holders[i].in, "unlock\n"); err != nil {
+			t.Fatal(err)
 		}
-		var g grant
-		select {
-		case g = <-granted[i]:
-		case <-time.After(10 * time.Second):
-			t.Fatalf("waiter %d not granted 10 s after the unlock", i)
-		}
-		if g.err != nil {
-			t.Fatalf("waiter %d: %v", i, g.err)
-		}
-		delay := g.at.Sub(start)
+		at := waiters[i].expect(t, "granted", 10*time.Second)
+		holders[i].expect(t, "unlocked", 10*time.Second)
+		delay := at.Sub(start)
 		t.Logf("waiter %d (mount %d) granted %v after the unlock", i, (i+1)%n, delay)
 		if delay > bound {
 			t.Errorf("waiter %d granted %v after the unlock, want within %v", i, delay, bound)
