@@ -16,20 +16,30 @@ import (
 // Server.LockSocket (their --node-lock-socket).
 
 // runCallbacks runs the node's callback service until ctx ends; ready is
-// closed once it listens (or failed to).
+// closed once it listens, or failed to. While it does not run, mount
+// processes are started without it (each serves its own callbacks).
 func (s *Server) runCallbacks(ctx context.Context, ready chan<- struct{}) {
 	cb := &lockcb.Service{Socket: s.LockSocket, RPCBind: s.RPCBind}
-	s.mu.Lock()
-	s.callbacks = cb
-	s.mu.Unlock()
+	ran, watched := make(chan struct{}), make(chan struct{})
 	go func() {
+		defer close(watched)
 		select {
 		case <-cb.Ready():
+			s.mu.Lock()
+			s.callbacks = cb
+			s.mu.Unlock()
+		case <-ran:
 		case <-ctx.Done():
 		}
 		close(ready)
 	}()
-	if err := cb.Run(ctx); err != nil {
+	err := cb.Run(ctx)
+	close(ran)
+	<-watched
+	s.mu.Lock()
+	s.callbacks = nil
+	s.mu.Unlock()
+	if err != nil {
 		klog.ErrorS(err, "mounter: lock callback service stopped: mounts complete blocked locks by re-sending them")
 	}
 }

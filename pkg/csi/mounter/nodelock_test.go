@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -371,4 +372,54 @@ func mountFUSE(t *testing.T, target string) *os.File {
 		t.Fatal(err)
 	}
 	return f
+}
+
+// TestMountLockSocketFlag: a mount process is told the node's callback
+// socket (--node-lock-socket) while the mounter's callback service runs,
+// and not when it could not start (then each mount serves its own).
+func TestMountLockSocketFlag(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, lockSocket string
+		want             bool
+	}{
+		{"running", filepath.Join(t.TempDir(), "lockd.sock"), true},
+		{"failed", "/proc/self/no/lockd.sock", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			s := &Server{Socket: filepath.Join(dir, "mounter.sock"), StateDir: filepath.Join(dir, "state"), Exe: exe,
+				ExtraArgs: []string{"--helper=serve"}, LockSocket: tc.lockSocket, RPCBind: "127.0.0.1:1"}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- s.Run(ctx) }()
+			defer func() {
+				cancel()
+				if err := <-done; err != nil {
+					t.Error(err)
+				}
+			}()
+			testenv.Eventually(t, 10*time.Second, "mounter socket", testenv.Dialable("unixpacket", s.Socket))
+			target := newTarget(t)
+			m, err := (&Client{Socket: s.Socket}).Mount(testenv.Context(t, time.Minute), Mount{Target: target, Source: "10.0.0.1:/vol"}, tokenFile(t, "x"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer killWait(t, m.PID)
+			args, err := os.ReadFile(filepath.Join(target, "args"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			flag := "--node-lock-socket=" + tc.lockSocket
+			if got := slices.Contains(strings.Split(string(args), "\n"), flag); got != tc.want {
+				t.Errorf("mount process arguments %q: %s given: %v, want %v", args, flag, got, tc.want)
+			}
+			if got := s.CallbackPort() != 0; got != tc.want {
+				t.Errorf("callback service running: %v, want %v", got, tc.want)
+			}
+		})
+	}
 }

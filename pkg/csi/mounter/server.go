@@ -323,9 +323,11 @@ func (s *Server) start(ctx context.Context, m Mount, fuse *os.File) (Mount, erro
 	}
 	// the node's NSM state, shared by its mounts (client.HostState)
 	args = append(args, "--state-dir="+filepath.Join(s.StateDir, "nsm"))
-	if s.LockSocket != "" {
+	s.mu.Lock()
+	if s.callbacks != nil {
 		args = append(args, "--node-lock-socket="+s.LockSocket)
 	}
+	s.mu.Unlock()
 	args = append(args, m.Source, m.Target)
 	cmd := exec.Command(s.Exe, args...)
 	cmd.ExtraFiles = []*os.File{fuse, rw}

@@ -25,6 +25,9 @@ func Register(rpcbind string, prog, vers uint32, port int) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
 	m := sunrpc.Mapping{Prog: prog, Vers: vers, Prot: sunrpc.IPProtoTCP, Port: uint32(port)}
+	if cur, err := sunrpc.PortmapGetPort(ctx, rpcbind, m); err == nil && cur == port {
+		return true
+	}
 	err := sunrpc.PortmapSet(ctx, rpcbind, m)
 	if err == nil {
 		return true
