@@ -593,6 +593,19 @@ func TestChartVariants(t *testing.T) {
 		if !ss.Spec.Template.Spec.HostNetwork || svc.Spec.ClusterIP != corev1.ClusterIPNone {
 			t.Errorf("hostNetwork %v, service clusterIP %q", ss.Spec.Template.Spec.HostNetwork, svc.Spec.ClusterIP)
 		}
+		// the callbacks for the node's mounts that reach it are relayed
+		// to the mounter's lock callback socket, mounted read-only
+		c := ss.Spec.Template.Spec.Containers[0]
+		if !slices.Contains(c.Args, "--node-lock-socket=/var/lib/nfsrdma/lockd.sock") {
+			t.Errorf("server args %v: no --node-lock-socket", c.Args)
+		}
+		mounted := false
+		for _, m := range c.VolumeMounts {
+			mounted = mounted || (m.MountPath == "/var/lib/nfsrdma" && m.ReadOnly)
+		}
+		if !mounted {
+			t.Errorf("server volume mounts %v: no read-only /var/lib/nfsrdma", c.VolumeMounts)
+		}
 	})
 	t.Run("Errors", func(t *testing.T) {
 		for _, sets := range [][]string{

@@ -2,6 +2,7 @@ package main
 
 import (
 	"os"
+	"path/filepath"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -10,6 +11,7 @@ import (
 	"github.com/nfsrdma/nfsrdma-csi/pkg/csi/deviceplugin"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/csi/mounter"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/csi/plugin"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/metrics"
 )
 
 func newControllerCmd() *cobra.Command {
@@ -103,6 +105,7 @@ of the node-driver-registrar sidecar, and exits when kubelet rejects it;
 
 func newMounterCmd() *cobra.Command {
 	var s mounter.Server
+	var metricsAddr string
 	cmd := &cobra.Command{
 		Use:   "mounter",
 		Short: "Serve FUSE mounts handed over by the node plugin, outliving its restarts",
@@ -110,18 +113,30 @@ func newMounterCmd() *cobra.Command {
 mounted, and run one "driver mount --fuse-fd" process per mount. Run it as its
 own container (or service) beside the node plugin: the mounts it serves
 survive restarts of the node plugin, and a restarted mounter re-adopts the
-mount processes still running (state in --state-dir).`,
+mount processes still running (state in --state-dir). It also serves the
+node's NLM/NSM lock callbacks (--lock-socket) for all its mounts: a lock
+server's GRANTED for a blocked lock reaches the mount waiting for it, and its
+SM_NOTIFY every mount holding locks on it.`,
 		Example: `  driver mounter --socket /run/nfsrdma/mounter.sock --state-dir /var/lib/nfsrdma`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if v := cmd.Flags().Lookup("v"); v != nil && v.Value.String() != "0" {
 				s.ExtraArgs = []string{"--v=" + v.Value.String()}
 			}
+			switch s.LockSocket {
+			case "":
+				s.LockSocket = filepath.Join(filepath.Dir(s.Socket), "lockd.sock")
+			case "none":
+				s.LockSocket = ""
+			}
+			go serveMetrics(cmd.Context(), metricsAddr, newRegistry(metrics.NewNLMCallbackCollector(s.CallbackCounts)))
 			return s.Run(cmd.Context())
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&s.Socket, "socket", "/run/nfsrdma/mounter.sock", "unix socket to listen on")
 	f.StringVar(&s.StateDir, "state-dir", "/var/lib/nfsrdma/mounts", "directory for the state and log of each mount")
+	f.StringVar(&s.LockSocket, "lock-socket", "", "unix socket of the node's lock callback service: one NLM/NSM callback service (GRANTED, GRANTED_MSG, SM_NOTIFY) for every mount of the node, registered with the node's rpcbind, which the mount processes attach to (default: lockd.sock beside --socket; \"none\": each mount process serves its own)")
+	f.StringVar(&metricsAddr, "metrics-address", "", "HOST:PORT of the Prometheus /metrics endpoint: the lock callbacks received and routed to mounts (empty: off)")
 	return cmd
 }

@@ -47,8 +47,9 @@ Options (-o, comma-separated, nfs(5) vocabulary; unknown options are errors):
 
 Locks: a process blocked in F_SETLKW or flock(2) waits for the server's NLM
 GRANTED callback, served on a TCP port of this process registered with the
-local rpcbind (127.0.0.1:111) when possible, and re-sends its LOCK every
-second in case the callback cannot reach it; a signal cancels the wait
+local rpcbind (127.0.0.1:111) when possible, or with --node-lock-socket by the
+node's callback service (driver mounter), and re-sends its LOCK every second
+in case the callback cannot reach it; a signal cancels the wait
 (EINTR). After the server restarts (SM_NOTIFY, or its grace period), held
 locks are reclaimed. With --state-dir, the node's NSM state is kept there and
 servers are told of a reboot of the node so that they free its old locks.`,
@@ -68,6 +69,7 @@ servers are told of a reboot of the node so that they free its old locks.`,
 	f.StringVar(&cfg.MetricsSocket, "metrics-socket", "", "unix socket to serve this mount's Prometheus metrics on (the node plugin gathers them)")
 	f.StringVar(&cfg.MachineName, "machine-name", "", "AUTH_SYS machine name of NFS calls (default: the host name); the CSI node plugin sets the pod's identity")
 	f.StringVar(&cfg.LockCallerName, "lock-caller-name", "", "caller_name of NLM locks, the name servers know this node by (default: the host name); the CSI node plugin sets the node's name")
+	f.StringVar(&cfg.NodeLockSocket, "node-lock-socket", "", "unix socket of the node's lock callback service (driver mounter --lock-socket) to take NLM/NSM callbacks from, instead of serving them in this process (the mounter sets it)")
 	f.StringVar(&cfg.StateDir, "state-dir", "", "directory of the node's NSM state (reboot counter, servers to notify after a reboot), shared by the node's mounts; none: kept in memory")
 	return cmd
 }

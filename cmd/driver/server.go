@@ -121,6 +121,7 @@ the controller: handles obtained through it bypass volume quotas and lists.`,
 	f.IntVar(&cfg.NSMPort, "nsm-port", 0, "TCP port of NSM v1, the status monitor receiving clients' reboot notifications (0: any free port)")
 	f.DurationVar(&cfg.Locks.GracePeriod, "grace-period", lockd.DefaultGracePeriod, "after a restart, how long only the locks clients reclaim are granted (0: none)")
 	f.StringVar(&cfg.Locks.StateDir, "nsm-state-dir", "", "directory of the NSM state number and the clients to notify after a restart (default: STATE-DIR/nsm when a state directory is used; otherwise in memory)")
+	f.StringVar(&cfg.Locks.NodeCallbacks, "node-lock-socket", "", "unix socket of this node's lock callback service (driver mounter --lock-socket): with --rpcbind on a node that runs mounts, the GRANTED, GRANTED_MSG and SM_NOTIFY callbacks for the node's mounts, which reach this server because it holds NLM and NSM in the node's rpcbind, are relayed there (empty: off)")
 	f.StringVar(&cfg.Locks.Name, "nsm-name", "", "the name this server gives in SM_NOTIFY, as clients know it (default: the address each notification leaves from)")
 	f.Int64Var(&cfg.ReadMapBytes, "read-map-bytes", exportd.DefaultReadMapBytes, "bytes of files kept mapped to answer NFS READ from the page cache without a copy (4 MiB windows, least recently used unmapped first); 0: READ copies with pread")
 	f.BoolVar(&cfg.RPCBind, "rpcbind", true, "register NFS, MOUNT, NLM and NSM with the rpcbind at 127.0.0.1:111 when one answers")

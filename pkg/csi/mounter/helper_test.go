@@ -1,7 +1,9 @@
 package mounter
 
 import (
+	"bufio"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -18,6 +20,9 @@ import (
 func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == "mount" {
 		os.Exit(helperMain(os.Args[2:]))
+	}
+	if len(os.Args) == 4 && os.Args[1] == "lockhelper" {
+		os.Exit(lockHelperMain(os.Args[2], os.Args[3]))
 	}
 	os.Exit(m.Run())
 }
@@ -108,4 +113,53 @@ func helperMain(args []string) int {
 			}
 		}
 	}
+}
+
+// lockHelperMain is a process locking path (the test binary run as
+// "lockhelper PATH MODE"), so that each lock has its own process and so
+// its own svid on the wire. MODE:
+//
+//	hold  F_SETLK a write lock on the whole file, say "locked"; at a line
+//	      on stdin unlock and say "unlocked"
+//	wait  say "waiting", F_SETLKW a write lock on the whole file, say
+//	      "granted"
+//
+// Errors are said as "error: ...". It exits at the end of stdin (its
+// parent gone), which releases its lock.
+func lockHelperMain(path, mode string) int {
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		fmt.Println("error:", err)
+		return 1
+	}
+	wr := &syscall.Flock_t{Type: syscall.F_WRLCK}
+	in := bufio.NewReader(os.Stdin)
+	switch mode {
+	case "hold":
+		if err := syscall.FcntlFlock(f.Fd(), syscall.F_SETLK, wr); err != nil {
+			fmt.Println("error:", err)
+			return 1
+		}
+		fmt.Println("locked")
+		if _, err := in.ReadString('\n'); err != nil {
+			return 0
+		}
+		if err := syscall.FcntlFlock(f.Fd(), syscall.F_SETLK, &syscall.Flock_t{Type: syscall.F_UNLCK}); err != nil {
+			fmt.Println("error:", err)
+			return 1
+		}
+		fmt.Println("unlocked")
+	case "wait":
+		fmt.Println("waiting")
+		if err := syscall.FcntlFlock(f.Fd(), syscall.F_SETLKW, wr); err != nil {
+			fmt.Println("error:", err)
+			return 1
+		}
+		fmt.Println("granted")
+	default:
+		fmt.Println("error: mode", mode)
+		return 2
+	}
+	_, _ = io.Copy(io.Discard, in)
+	return 0
 }

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/nfsrdma/nfsrdma-csi/internal/atomicfile"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/lockcb"
 	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
 )
@@ -52,10 +53,18 @@ type Server struct {
 	ExtraArgs []string
 	// ReadyTimeout bounds one mount (default DefaultReadyTimeout).
 	ReadyTimeout time.Duration
+	// LockSocket, if not "", is the unix socket of the node's lock
+	// callback service (callbacks.go), which the mounter runs and its
+	// mount processes attach to; "": each mount process serves its own.
+	LockSocket string
+	// RPCBind is the node's rpcbind the callback service registers with
+	// ("": 127.0.0.1:111).
+	RPCBind string
 
-	mu       sync.Mutex
-	mounts   map[string]*proc    // by target
-	starting map[string]struct{} // targets with a mount in progress
+	mu        sync.Mutex
+	callbacks *lockcb.Service
+	mounts    map[string]*proc    // by target
+	starting  map[string]struct{} // targets with a mount in progress
 }
 
 // proc is one serving process.
@@ -88,6 +97,19 @@ func (s *Server) Run(ctx context.Context) error {
 	s.mu.Unlock()
 	if err := os.MkdirAll(filepath.Dir(s.Socket), 0o755); err != nil {
 		return fmt.Errorf("mounter: %w", err)
+	}
+	if s.LockSocket != "" {
+		// before the first mount (adopted ones attach again by
+		// themselves): a mount process attaches when it starts
+		ready := make(chan struct{})
+		cctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		defer func() { cancel(); <-done }()
+		go func() {
+			defer close(done)
+			s.runCallbacks(cctx, ready)
+		}()
+		<-ready
 	}
 	_ = os.Remove(s.Socket)
 	l, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: s.Socket, Net: "unixpacket"})
@@ -301,6 +323,11 @@ func (s *Server) start(ctx context.Context, m Mount, fuse *os.File) (Mount, erro
 	}
 	// the node's NSM state, shared by its mounts (client.HostState)
 	args = append(args, "--state-dir="+filepath.Join(s.StateDir, "nsm"))
+	s.mu.Lock()
+	if s.callbacks != nil {
+		args = append(args, "--node-lock-socket="+s.LockSocket)
+	}
+	s.mu.Unlock()
 	args = append(args, m.Source, m.Target)
 	cmd := exec.Command(s.Exe, args...)
 	cmd.ExtraFiles = []*os.File{fuse, rw}

@@ -2,31 +2,53 @@ package client
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
+	"net/netip"
+	"os"
+	"strconv"
 	"sync"
 	"time"
 
 	"k8s.io/klog/v2"
 
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/lockcb"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nlm"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nsm"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/xdr"
 )
 
 // CallbackRPCBind is the rpcbind the callback service registers with:
 // the local host's (RFC 1833), where servers look for a client's NLM and
 // NSM services.
-var CallbackRPCBind = "127.0.0.1:111"
+var CallbackRPCBind = lockcb.DefaultRPCBind
+
+// ownerTag ends the oh of this process's lock owners ("svid@host/TAG"):
+// the process id, which tells the node's callback service whose lock a
+// GRANTED names.
+var ownerTag = strconv.Itoa(os.Getpid())
+
+// UseNodeCallbacks makes this process take its callbacks from the node's
+// lock callback service at socket (package lockcb; the mounter runs it)
+// instead of serving its own: the process attaches there when its first
+// Locker connects. Call it before any Locker connects; "" keeps the
+// process's own service.
+func UseNodeCallbacks(socket string) {
+	callbacks.mu.Lock()
+	defer callbacks.mu.Unlock()
+	callbacks.node = socket
+}
 
 // callbackService is this process's NLM and NSM service for the calls
 // servers make to their clients: NLM GRANTED (a blocked lock is now
 // held; X/Open XNFS chapter 10) and NSM SM_NOTIFY (a server rebooted;
 // chapter 11). One TCP listener on every address of the host serves both
 // programs for every Locker of the process; it is registered with the
-// local rpcbind when that answers and the programs are free there. It
-// runs while at least one Locker has connected.
+// local rpcbind when that answers and the programs are free there. With
+// a node service (UseNodeCallbacks) the process attaches to that instead,
+// which passes it the callbacks for its locks and servers. It runs while
+// at least one Locker has connected.
 type callbackService struct {
 	mu      sync.Mutex
 	lockers map[*Locker]struct{}
@@ -34,6 +56,8 @@ type callbackService struct {
 	cancel  context.CancelFunc
 	done    chan struct{}
 	regs    [][2]uint32 // (prog, vers) registered with rpcbind by us
+	node    string      // the node service's socket, or ""
+	att     *lockcb.Attachment
 }
 
 var callbacks callbackService
@@ -56,17 +80,77 @@ func (s *callbackService) add(l *Locker) {
 		s.lockers = map[*Locker]struct{}{}
 	}
 	s.lockers[l] = struct{}{}
-	if s.l == nil {
+	switch {
+	case s.node != "" && s.att == nil:
+		s.att = lockcb.Attach(s.node, ownerTag, s.relayed)
+	case s.node == "" && s.l == nil:
 		if err := s.startLocked(); err != nil {
 			klog.ErrorS(err, "NLM callback service not started: blocked locks complete by polling, server reboots are seen by its grace period")
 		}
 	}
+	if s.att != nil {
+		s.att.SetServers(s.serversLocked())
+	}
+}
+
+// serversLocked returns the names and addresses of the Lockers' servers.
+func (s *callbackService) serversLocked() []string {
+	seen := map[string]bool{}
+	var out []string
+	for l := range s.lockers {
+		l.mu.Lock()
+		names := []string{l.srv.Server}
+		if l.serverIP != nil {
+			names = append(names, l.serverIP.String())
+		}
+		l.mu.Unlock()
+		for _, n := range names {
+			if n != "" && !seen[n] && len(out) < lockcb.MaxServers {
+				seen[n] = true
+				out = append(out, n)
+			}
+		}
+	}
+	return out
+}
+
+// relayed runs a callback the node's service passed on (lockcb.Handler).
+func (s *callbackService) relayed(m lockcb.Message) uint32 {
+	var peer net.Addr
+	if ap, err := netip.ParseAddrPort(m.Peer); err == nil {
+		peer = net.TCPAddrFromAddrPort(ap)
+	}
+	d := xdr.NewDecoder(m.Args)
+	switch {
+	case m.Prog == nlm.Program && m.Proc == nlm.ProcGranted:
+		var a nlm.TestArgs
+		if a.Decode(d) != nil {
+			return uint32(nlm.Failed)
+		}
+		return uint32(s.granted(&a, peer))
+	case m.Prog == nlm.Program && m.Proc == nlm.ProcGrantedMsg:
+		var a nlm.TestArgs
+		if a.Decode(d) != nil {
+			return uint32(nlm.Failed)
+		}
+		return uint32(s.grantedMsg(&a, peer))
+	case m.Prog == nsm.Program && m.Proc == nsm.ProcNotify:
+		var a nsm.StatChge
+		if a.Decode(d) == nil {
+			s.notify(&a, peer)
+		}
+	}
+	return 0
 }
 
 func (s *callbackService) remove(l *Locker) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.lockers, l)
+	if len(s.lockers) == 0 && s.att != nil {
+		s.att.Close()
+		s.att = nil
+	}
 	if len(s.lockers) == 0 && s.l != nil {
 		s.stopLocked()
 	}
@@ -92,7 +176,7 @@ func (s *callbackService) startLocked() error {
 		if err := a.Decode(req.ArgsDecoder()); err != nil {
 			return garbage(err)
 		}
-		s.grantedMsg(&a, req.Peer)
+		_ = s.grantedMsg(&a, req.Peer)
 		return nil // void: the answer is the GRANTED_RES call
 	}
 	nlmProcs := make([]sunrpc.Handler, nlm.ProcGrantedMsg+1)
@@ -120,7 +204,7 @@ func (s *callbackService) startLocked() error {
 	port := ln.Addr().(*net.TCPAddr).Port
 	s.regs = nil
 	for _, pv := range [][2]uint32{{nlm.Program, nlm.Version}, {nsm.Program, nsm.Version}} {
-		if register(pv[0], pv[1], port) {
+		if lockcb.Register(CallbackRPCBind, pv[0], pv[1], port) {
 			s.regs = append(s.regs, pv)
 		}
 	}
@@ -131,53 +215,12 @@ func (s *callbackService) startLocked() error {
 // garbage is the error of arguments that do not decode: GARBAGE_ARGS.
 func garbage(err error) error { return fmt.Errorf("%w: %w", sunrpc.ErrGarbageArgs, err) }
 
-// register registers prog/vers at port with the local rpcbind. A
-// registration held by a port that does not accept connections (a process
-// that died without unregistering) is replaced; one held by a live
-// service (a lock manager or statd of this host, another client process)
-// is left alone.
-func register(prog, vers uint32, port int) bool {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-	defer cancel()
-	m := sunrpc.Mapping{Prog: prog, Vers: vers, Prot: sunrpc.IPProtoTCP, Port: uint32(port)}
-	err := sunrpc.PortmapSet(ctx, CallbackRPCBind, m)
-	if err == nil {
-		return true
-	}
-	if !errors.Is(err, sunrpc.ErrPortmapRefused) {
-		klog.V(1).InfoS("no local rpcbind for the callback service", "err", err)
-		return false
-	}
-	host, _, _ := net.SplitHostPort(CallbackRPCBind)
-	cur, err := GetPort(ctx, CallbackRPCBind, prog, vers, sunrpc.TCPOptions{})
-	if err == nil {
-		if c, err := net.DialTimeout("tcp", hostPort(host, cur), time.Second); err == nil {
-			c.Close()
-			klog.InfoS("callback program registered by another service: its calls will not reach this process", "program", prog, "version", vers, "port", cur)
-			return false
-		}
-	}
-	if err := sunrpc.PortmapUnset(ctx, CallbackRPCBind, m); err != nil {
-		return false
-	}
-	return sunrpc.PortmapSet(ctx, CallbackRPCBind, m) == nil
-}
-
-// stopLocked stops the service and removes its registrations. A
-// registration another service made meanwhile (after replacing ours) is
-// left alone: portmap's UNSET removes a program's mapping whatever its
-// port, so the current one is asked first.
+// stopLocked stops the service and removes its registrations (those
+// another service made meanwhile are left alone: lockcb.Unregister).
 func (s *callbackService) stopLocked() {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-	defer cancel()
 	port := s.l.Addr().(*net.TCPAddr).Port
 	for _, pv := range s.regs {
-		m := sunrpc.Mapping{Prog: pv[0], Vers: pv[1], Prot: sunrpc.IPProtoTCP}
-		if cur, err := sunrpc.PortmapGetPort(ctx, CallbackRPCBind, m); err == nil && cur != port {
-			klog.V(1).InfoS("callback program registered by another service now; not unregistering it", "program", pv[0], "version", pv[1], "port", cur)
-			continue
-		}
-		_ = sunrpc.PortmapUnset(ctx, CallbackRPCBind, m)
+		lockcb.Unregister(CallbackRPCBind, pv[0], pv[1], port)
 	}
 	s.regs = nil
 	s.cancel()
@@ -213,7 +256,7 @@ func (s *callbackService) granted(a *nlm.TestArgs, peer net.Addr) nlm.Stat {
 // through the NLM client of the Locker concerned (the server's lockd
 // would otherwise look the client up at the caller's address, which
 // through a NAT or port forward is not where its NLM service answers).
-func (s *callbackService) grantedMsg(a *nlm.TestArgs, peer net.Addr) {
+func (s *callbackService) grantedMsg(a *nlm.TestArgs, peer net.Addr) nlm.Stat {
 	s.mu.Lock()
 	ls := make([]*Locker, 0, len(s.lockers))
 	for l := range s.lockers {
@@ -238,10 +281,11 @@ func (s *callbackService) grantedMsg(a *nlm.TestArgs, peer net.Addr) {
 		klog.V(2).InfoS("NLM GRANTED_MSG for no waiting lock", "peer", peer, "svid", a.Lock.Svid)
 	}
 	if to == nil {
-		return
+		return st
 	}
 	res := nlm.Res{Cookie: append([]byte(nil), a.Cookie...), Stat: st}
 	go to.grantedRes(&res)
+	return st
 }
 
 // grantedRes sends GRANTED_RES (the answer to a GRANTED_MSG, XNFS

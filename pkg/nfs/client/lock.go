@@ -27,10 +27,10 @@ const (
 	// DefaultLockPoll is how long a blocked LOCK waits for the server's
 	// GRANTED callback before it is sent again, 1 s. Linux re-sends after
 	// NLMCLNT_POLL_TIMEOUT (30 s); we re-send sooner because the callback
-	// may not reach us at all (several mounts on one host, where only one
-	// process can be registered with rpcbind for NLM; a server on this
-	// host holding the registration; a firewall), and then the re-sent
-	// LOCK is what completes the wait.
+	// may not reach us at all (a firewall, a server that cannot reach the
+	// node, a mount process run alone beside another one holding the
+	// node's NLM registration), and then the re-sent LOCK is what
+	// completes the wait.
 	DefaultLockPoll = time.Second
 	// DefaultGraceRetry is the pause before a call answered with
 	// NLM4_DENIED_GRACE_PERIOD is sent again, 5 s (Linux
@@ -207,6 +207,7 @@ type Locker struct {
 	cookie    atomic.Uint64
 	reclaims  atomic.Uint64
 	callbacks atomic.Uint64 // GRANTED callbacks that completed a wait
+	retries   atomic.Uint64 // re-sent LOCKs that completed a wait
 	hostname  string
 }
 
@@ -242,30 +243,42 @@ func (c *Client) Locks() *Locker { return c.locks }
 type LockStats struct {
 	Reclaims  uint64 // reclaims of the held locks (server restarts seen)
 	Callbacks uint64 // blocked locks completed by a GRANTED callback
+	Retries   uint64 // blocked locks completed by a re-sent LOCK
 }
 
 // Stats returns the Locker's counters.
 func (l *Locker) Stats() LockStats {
-	return LockStats{Reclaims: l.reclaims.Load(), Callbacks: l.callbacks.Load()}
+	return LockStats{Reclaims: l.reclaims.Load(), Callbacks: l.callbacks.Load(), Retries: l.retries.Load()}
 }
 
 // CallerName returns the caller_name of the Locker's locks.
 func (l *Locker) CallerName() string { return l.opts.CallerName }
 
 // client returns the RPC client of the server's NLM service, resolving
-// its port through rpcbind at the first call.
+// its port through rpcbind at the first call, and joins the callback
+// service then.
 func (l *Locker) client(ctx context.Context) (*sunrpc.Client, error) {
+	rpc, join, err := l.connect(ctx)
+	if join {
+		callbacks.add(l) // without l.mu: it reads the Lockers' servers
+	}
+	return rpc, err
+}
+
+// connect is client without joining the callback service: join says
+// that it should.
+func (l *Locker) connect(ctx context.Context) (rpc *sunrpc.Client, join bool, err error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed {
-		return nil, fmt.Errorf("%w: unmounted", ErrLockService)
+		return nil, false, fmt.Errorf("%w: unmounted", ErrLockService)
 	}
 	if l.rpc != nil {
-		return l.rpc, nil
+		return l.rpc, false, nil
 	}
 	o := &l.srv
 	if o.Server == "" {
-		return nil, fmt.Errorf("%w: no server address", ErrLockService)
+		return nil, false, fmt.Errorf("%w: no server address", ErrLockService)
 	}
 	port := l.opts.Port
 	if port == 0 {
@@ -275,14 +288,14 @@ func (l *Locker) client(ctx context.Context) (*sunrpc.Client, error) {
 		}
 		p, err := GetPort(ctx, hostPort(o.Server, rb), nlm.Program, nlm.Version, o.TCP)
 		if err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrLockService, err)
+			return nil, false, fmt.Errorf("%w: %w", ErrLockService, err)
 		}
 		port = p
 	}
 	cred := o.AuthSys
-	rpc, err := sunrpc.NewClient(sunrpc.TCPDialer(hostPort(o.Server, port), o.TCP), sunrpc.ClientOptions{AuthSys: &cred, Retry: o.Retry})
+	rpc, err = sunrpc.NewClient(sunrpc.TCPDialer(hostPort(o.Server, port), o.TCP), sunrpc.ClientOptions{AuthSys: &cred, Retry: o.Retry})
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrLockService, err)
+		return nil, false, fmt.Errorf("%w: %w", ErrLockService, err)
 	}
 	if ips, err := net.DefaultResolver.LookupIP(ctx, "ip", o.Server); err == nil && len(ips) > 0 {
 		l.serverIP = ips[0]
@@ -290,10 +303,10 @@ func (l *Locker) client(ctx context.Context) (*sunrpc.Client, error) {
 	l.rpc = rpc
 	if !l.opts.NoCallbacks && !l.onCB {
 		l.onCB = true
-		callbacks.add(l)
+		join = true
 	}
 	klog.V(1).InfoS("NLM client ready", "server", o.Server, "port", port, "callerName", l.opts.CallerName)
-	return rpc, nil
+	return rpc, join, nil
 }
 
 // owner returns the wire identity of owner id, creating it, with one
@@ -322,7 +335,7 @@ func (l *Locker) owner(id uint64, pid uint32) *lockOwner {
 		// "svid@host", as Linux's nlmclnt_setlockargs forms oh; the
 		// process id keeps owners of two processes on one host apart
 		// for servers that compare oh
-		o.oh = []byte(strconv.FormatInt(int64(o.svid), 10) + "@" + l.hostname + "/" + strconv.Itoa(os.Getpid()))
+		o.oh = []byte(strconv.FormatInt(int64(o.svid), 10) + "@" + l.hostname + "/" + ownerTag)
 		l.owners[id] = o
 		l.bySvid[o.svid] = o
 	}
@@ -498,6 +511,7 @@ func (l *Locker) Lock(ctx context.Context, r LockRequest, wait bool) error {
 			l.mu.Unlock()
 		}()
 	}
+	var blockedAt time.Time // when the server first answered NLM4_BLOCKED
 	for {
 		a := nlm.LockArgs{Cookie: l.newCookie(), Block: wait, Exclusive: r.Exclusive, Lock: lk, State: l.state()}
 		var res nlm.Res
@@ -516,7 +530,14 @@ func (l *Locker) Lock(ctx context.Context, r LockRequest, wait bool) error {
 			return err
 		}
 		if st != nlm.Blocked || !wait {
+			if st == nlm.Granted && !blockedAt.IsZero() {
+				l.retries.Add(1)
+				klog.InfoS("NLM: blocked lock granted by retry", "server", l.srv.Server, "svid", o.svid, "waited", time.Since(blockedAt))
+			}
 			return statErr(st)
+		}
+		if blockedAt.IsZero() {
+			blockedAt = time.Now()
 		}
 		t := time.NewTimer(l.opts.Poll)
 		select {
@@ -526,6 +547,7 @@ func (l *Locker) Lock(ctx context.Context, r LockRequest, wait bool) error {
 			l.record(r, o)
 			l.rw.RUnlock()
 			l.callbacks.Add(1)
+			klog.InfoS("NLM: blocked lock granted by callback", "server", l.srv.Server, "svid", o.svid, "waited", time.Since(blockedAt))
 			return nil
 		case <-t.C:
 		case <-ctx.Done():

@@ -171,6 +171,7 @@ func Run(ctx context.Context, cfg Config) error {
 		n++
 		go func() { errc <- srv.ServeLocks(ctx, nlmL, nsmL) }()
 		if cfg.RPCBind {
+			claimLockPrograms(ctx, cfg.Locks.NodeCallbacks, portOf(nlmL), portOf(nsmL))
 			unregister := registerRPCBind(ctx, cfg.NFSPort, cfg.MountPort, portOf(nlmL), portOf(nsmL))
 			defer unregister()
 		}

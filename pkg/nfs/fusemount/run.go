@@ -19,6 +19,7 @@ import (
 	"github.com/nfsrdma/nfsrdma-csi/pkg/metrics"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/metrics/counters"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/metrics/fusecounters"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/client"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/fusefs"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/mountopts"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/transport"
@@ -50,6 +51,11 @@ type Config struct {
 	// name); LockCallerName the caller_name of NLM locks ("": the host
 	// name); StateDir the node's NSM state directory ("": in memory).
 	MachineName, LockCallerName, StateDir string
+	// NodeLockSocket, if not "", is the node's lock callback service
+	// (package lockcb, run by the mounter) this process takes its NLM and
+	// NSM callbacks from instead of serving them itself
+	// (client.UseNodeCallbacks).
+	NodeLockSocket string
 	// UnmountTimeout bounds the unmount once ctx ends, and again the
 	// wait for a lazily unmounted mount; 0 means 10 s.
 	UnmountTimeout time.Duration
@@ -64,6 +70,9 @@ func Run(ctx context.Context, cfg Config) error {
 	timeout := cfg.UnmountTimeout
 	if timeout <= 0 {
 		timeout = 10 * time.Second
+	}
+	if cfg.NodeLockSocket != "" {
+		client.UseNodeCallbacks(cfg.NodeLockSocket)
 	}
 	m, mm, err := mount(ctx, cfg)
 	ready(cfg.ReadyFD, err)

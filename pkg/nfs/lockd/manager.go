@@ -58,6 +58,12 @@ type Options struct {
 	// host (an IP address); nil means asking rpcbind at host:111
 	// (sunrpc.PortmapGetPort).
 	LookupPort func(ctx context.Context, host string, prog, vers uint32) (int, error)
+	// NodeCallbacks is the unix socket of this node's lock callback
+	// service (package lockcb), or "". When set, the client procedures
+	// this server receives in the node service's place (it holds NLM and
+	// NSM in the node's rpcbind: GRANTED, GRANTED_MSG, SM_NOTIFY for the
+	// node's mounts) are relayed there (relay.go).
+	NodeCallbacks string
 	// Logger; nil means slog.Default().
 	Logger *slog.Logger
 }

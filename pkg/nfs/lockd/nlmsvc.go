@@ -21,7 +21,9 @@ func garbage(err error) error { return fmt.Errorf("%w: %w", sunrpc.ErrGarbageArg
 // a *_RES call to the client's NLM), GRANTED_RES, NSM_NOTIFY (from the
 // local host only), NM_LOCK and FREE_ALL. GRANTED, GRANTED_MSG and the
 // other *_RES are client procedures, and SHARE and UNSHARE (DOS share
-// reservations) are not offered: PROC_UNAVAIL. Undecodable arguments are
+// reservations) are not offered: PROC_UNAVAIL, unless Options.NodeCallbacks
+// names the node's callback service, where GRANTED and GRANTED_MSG are
+// relayed (relay.go). Undecodable arguments are
 // GARBAGE_ARGS; every other failure is an nlm4_stats in the result.
 func (m *Manager) NLMHandlers() []sunrpc.Handler {
 	p := make([]sunrpc.Handler, nlm.NumProcs)
@@ -38,6 +40,7 @@ func (m *Manager) NLMHandlers() []sunrpc.Handler {
 	p[nlm.ProcGrantedRes] = m.grantedRes
 	p[nlm.ProcNSMNotify] = m.nsmNotify
 	p[nlm.ProcFreeAll] = m.freeAll
+	m.relayNLM(p)
 	return p
 }
 

@@ -62,6 +62,7 @@ func (m *Manager) NSMHandlers() []sunrpc.Handler {
 		}
 		n := m.Rebooted(a.MonName, hostOf(req.Peer))
 		m.log.Info("lockd: SM_NOTIFY: client restarted, its locks are released", "client", a.MonName, "state", a.State, "peer", req.Peer, "locks", n)
+		m.relayNotify(req)
 		return nil
 	}
 	return p
