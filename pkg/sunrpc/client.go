@@ -197,6 +197,9 @@ func (c *Client) Close() error {
 //     ErrProcUnavail, ErrGarbageArgs, ErrSystemErr, *MismatchError
 //     (ErrProgMismatch, ErrRPCMismatch), *AuthError (ErrAuth);
 //   - ErrTimeout (soft policy), ctx's error, ErrClosed;
+//   - ErrTLSRefused, ErrTLSHandshake: a connection could not set up the
+//     RPC-with-TLS session its TCPOptions.XprtSec asks for; these end the
+//     call at once, also under a hard RetryPolicy;
 //   - ErrMalformed for an undecodable reply header; Results' error.
 func (c *Client) Call(ctx context.Context, s CallSpec) error {
 	if s.Cred != nil {
@@ -280,7 +283,10 @@ func (c *Client) roundTrip(ctx context.Context, call *Call, oneShot bool) (*Repl
 		}
 		t, err := c.transport(ctx)
 		if err != nil {
-			if errors.Is(err, ErrClosed) {
+			if errors.Is(err, ErrClosed) || errors.Is(err, ErrTLSRefused) || errors.Is(err, ErrTLSHandshake) {
+				// The server said no to RPC-with-TLS, or one side refused
+				// the other's certificate: trying again would get the
+				// same answer (as Linux fails such a call at once).
 				return nil, err
 			}
 			if ctx.Err() != nil {
