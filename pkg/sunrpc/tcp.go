@@ -52,7 +52,8 @@ type TCPOptions struct {
 	// is asked for it (RFC 9289 section 4.2) unless ClientAuth says
 	// otherwise. A server with TLS offers STARTTLS whatever its XprtSec; a
 	// server without answers the probe AUTH_BADCRED, as one that does not
-	// know AUTH_TLS.
+	// know AUTH_TLS. Revocation is the configuration's to check
+	// (VerifyConnection); its error fails the handshake as any other.
 	TLS *tls.Config
 	// ProbeProg and ProbeVers are the program and version a client's
 	// AUTH_TLS probe (a NULL call) and first call inside the session
@@ -169,7 +170,21 @@ func TCPDialer(addr string, opts TCPOptions) DialFunc {
 // result is read straight into Call.ReplyPayload when the call says where
 // it is (Call.LocateReplyPayload) and the reply is one fragment; otherwise
 // it stays inline (Placed -1).
+//
+// NewTCPTransport speaks plaintext: it does no connection setup. With
+// opts.XprtSec asking for RPC-with-TLS it closes conn and returns a
+// transport whose calls fail with an error saying so, rather than fall
+// back to plaintext; use StartTCPTransport.
 func NewTCPTransport(conn net.Conn, opts TCPOptions) ClientTransport {
+	if opts.XprtSec != XprtSecNone {
+		conn.Close()
+		t := &tcpTransport{conn: conn, raw: conn, pending: map[uint32]*waiter{},
+			done: make(chan struct{}), readerDone: make(chan struct{}), log: opts.logger(),
+			err: fmt.Errorf("sunrpc: xprtsec=%v asked of NewTCPTransport, which speaks plaintext: use StartTCPTransport", opts.XprtSec)}
+		close(t.done)
+		close(t.readerDone)
+		return t
+	}
 	setNoDelay(conn)
 	return newTCPTransport(conn, conn, opts)
 }

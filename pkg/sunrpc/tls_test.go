@@ -10,6 +10,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math/big"
 	"net"
@@ -308,7 +309,11 @@ func TestTLSHandshakeRefusals(t *testing.T) {
 		client     TCPOptions
 		serverErr  func(error) bool // what the server's error must also be
 		clientSide bool             // the client refuses the server (else the server refuses the client)
+		serverTLS  func(*tls.Config)
 	}{
+		{name: "revoked client certificate", server: XprtSecMTLS, client: pki.clientOpts(XprtSecMTLS, &pki.node),
+			serverTLS: func(cfg *tls.Config) { cfg.VerifyConnection = refuseSerialOf(pki.node) },
+			serverErr: func(err error) bool { return strings.Contains(err.Error(), "revoked") }},
 		{name: "expired client certificate", server: XprtSecMTLS, client: pki.clientOpts(XprtSecMTLS, &pki.expired),
 			serverErr: func(err error) bool {
 				var ie x509.CertificateInvalidError
@@ -331,7 +336,11 @@ func TestTLSHandshakeRefusals(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var log testenv.Buffer
-			addr, errc := serveOneTCP(t, newTLSTestServer(nil), pki.serverOpts(tc.server, logTo(&log)))
+			sopts := pki.serverOpts(tc.server, logTo(&log))
+			if tc.serverTLS != nil {
+				tc.serverTLS(sopts.TLS)
+			}
+			addr, errc := serveOneTCP(t, newTLSTestServer(nil), sopts)
 			ctx := testenv.Context(t, 30*time.Second)
 			c := newClientOpts(t, addr, tc.client, RetryPolicy{}) // hard: retries until ctx ends, but for these
 			_, err := callPeer(ctx, c)
@@ -355,6 +364,18 @@ func TestTLSHandshakeRefusals(t *testing.T) {
 				t.Fatalf("client reconnected %d times", c.Stats().Reconnects)
 			}
 		})
+	}
+}
+
+// refuseSerialOf is a VerifyConnection refusing cert's serial number, as
+// a revocation list would.
+func refuseSerialOf(cert tls.Certificate) func(tls.ConnectionState) error {
+	leaf, _ := x509.ParseCertificate(cert.Certificate[0])
+	return func(st tls.ConnectionState) error {
+		if len(st.PeerCertificates) > 0 && st.PeerCertificates[0].SerialNumber.Cmp(leaf.SerialNumber) == 0 {
+			return fmt.Errorf("certificate %v revoked", leaf.SerialNumber)
+		}
+		return nil
 	}
 }
 
@@ -587,6 +608,21 @@ func TestTLSWithoutALPN(t *testing.T) {
 	rh, err := rawRoundTrip(ctx, tr, encodeCall(CallHeader{XID: 6, RPCVers: 2, Prog: tlsTestProg, Vers: 1}))
 	if err != nil || rh.Err() != nil {
 		t.Fatalf("NULL in the session: %+v, %v", rh, err)
+	}
+}
+
+// NewTCPTransport does no setup: asked for TLS, it fails every call
+// instead of speaking plaintext.
+func TestNewTCPTransportRefusesXprtSec(t *testing.T) {
+	client, _ := testenv.TCPPair(t)
+	tr := NewTCPTransport(client, TCPOptions{XprtSec: XprtSecTLS})
+	defer tr.Close()
+	_, err := rawRoundTrip(testenv.Context(t, 30*time.Second), tr, encodeCall(CallHeader{XID: 1, RPCVers: 2}))
+	if err == nil || errors.Is(err, ErrConnLost) || !strings.Contains(err.Error(), "StartTCPTransport") {
+		t.Fatalf("call: %v", err)
+	}
+	if _, err := client.Write([]byte{0}); err == nil {
+		t.Fatal("connection left open")
 	}
 }
 

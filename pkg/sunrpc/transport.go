@@ -129,7 +129,8 @@ type Request struct {
 	Transport     string   // "tcp", "rdma", ...
 	// TLS is the RPC-with-TLS session the call came on (RFC 9289), with
 	// the client's verified certificate if it gave one; nil for a call
-	// that came in plaintext.
+	// that came in plaintext. The calls of one connection share it: it is
+	// read-only.
 	TLS *TLSInfo
 
 	// offerTLS is set by the TCP transport on a connection's first call
