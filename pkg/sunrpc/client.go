@@ -2,6 +2,7 @@ package sunrpc
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -172,6 +173,20 @@ func NewClient(dial DialFunc, opts ClientOptions) (*Client, error) {
 // Stats returns the counters.
 func (c *Client) Stats() ClientStats {
 	return ClientStats{Calls: c.calls.Load(), Retransmits: c.retransmits.Load(), Reconnects: c.reconnects.Load()}
+}
+
+// TLSState reports the RPC-with-TLS session of the current connection (RFC
+// 9289): ok is false when there is no live connection or it is plaintext.
+// It lets a caller show the security actually in effect (RFC 9289 section
+// 7.1).
+func (c *Client) TLSState() (st tls.ConnectionState, ok bool) {
+	c.mu.Lock()
+	t := c.tr
+	c.mu.Unlock()
+	if s, is := t.(TLSStater); is {
+		return s.TLSState()
+	}
+	return tls.ConnectionState{}, false
 }
 
 // Close closes the current transport; calls in progress and later calls

@@ -518,7 +518,8 @@ func (t *tcpTransport) send(ctx context.Context, c *Call) error {
 // ServeTCP accepts connections on l and serves each with ServeTCPConn until
 // ctx ends; then it closes l and every connection, waits for their handlers
 // to return, and returns nil. It returns an Accept error other than a
-// timeout, after the same cleanup.
+// timeout, after the same cleanup, and at once an error for TCPOptions that
+// cannot serve (RPC-with-TLS asked without a certificate, ...).
 func ServeTCP(ctx context.Context, l net.Listener, d Dispatcher, opts TCPOptions) error {
 	sec, err := opts.serverTLS()
 	if err != nil {

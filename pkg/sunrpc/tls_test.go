@@ -235,6 +235,9 @@ func TestTLSSession(t *testing.T) {
 	if want := (peerInfo{tls: true, version: tls.VersionTLS13, alpn: "sunrpc"}); p != want {
 		t.Fatalf("server saw %+v, want %+v", p, want)
 	}
+	if st, ok := c.TLSState(); !ok || st.Version != tls.VersionTLS13 {
+		t.Fatalf("Client.TLSState: %v, %#x", ok, st.Version)
+	}
 	for _, n := range []int{5, 100, 64 << 10, 700 << 10} {
 		data := make([]byte, n)
 		for i := range data {
@@ -459,6 +462,9 @@ func TestTLSRequiredRefusesPlaintext(t *testing.T) {
 	if p, err := callPeer(ctx, plain); err != nil || p.tls {
 		t.Fatalf("plaintext call to a server offering TLS: %+v, %v", p, err)
 	}
+	if _, ok := plain.TLSState(); ok {
+		t.Fatal("Client.TLSState reports TLS on a plaintext connection")
+	}
 	secure := newClientOpts(t, addr, pki.clientOpts(XprtSecMTLS, &pki.node), RetryPolicy{})
 	if p, err := callPeer(ctx, secure); err != nil || !p.tls || p.name != "node-a" {
 		t.Fatalf("mtls call to a server offering TLS: %+v, %v", p, err)
@@ -666,5 +672,37 @@ func TestTLSConfigErrors(t *testing.T) {
 	}
 	if _, err := ParseXprtSec("krb5"); err == nil {
 		t.Error("ParseXprtSec(krb5) succeeded")
+	}
+}
+
+// BenchmarkTLS compares NULL calls and 1 MiB echoes (WRITE and READ sized)
+// in plaintext and inside an RPC-with-TLS session.
+func BenchmarkTLS(b *testing.B) {
+	pki := newTestPKI(b)
+	for _, sec := range []XprtSec{XprtSecNone, XprtSecTLS} {
+		sopts, copts := TCPOptions{Logger: quiet}, TCPOptions{Logger: quiet}
+		if sec != XprtSecNone {
+			sopts, copts = pki.serverOpts(sec, quiet), pki.clientOpts(sec, nil)
+		}
+		addr, _ := serveTCP(b, newTestServer(), sopts)
+		c := newClientOpts(b, addr, copts, RetryPolicy{})
+		ctx := context.Background()
+		b.Run("xprtsec="+sec.String()+"/null", func(b *testing.B) {
+			b.ReportAllocs()
+			for range b.N {
+				if err := c.Null(ctx, testProg, 3); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run("xprtsec="+sec.String()+"/echo-1MiB", func(b *testing.B) {
+			data := make([]byte, 1<<20)
+			b.SetBytes(2 << 20)
+			for range b.N {
+				if _, err := echoCall(ctx, c, data); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
