@@ -1,6 +1,7 @@
 package sunrpc
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/nfsrdma/nfsrdma-csi/pkg/xdr"
@@ -100,11 +101,29 @@ type Credential struct {
 }
 
 // parse checks the credential and verifier of a call under the server's
-// policy. accept reports which flavors the server takes.
-func (c *Credential) parse(cred, verf OpaqueAuth, accept func(AuthFlavor) bool, isNull bool) error {
+// policy. accept reports which flavors the server takes; startTLS that the
+// transport offers RPC-with-TLS to this call (RFC 9289 section 4.1).
+func (c *Credential) parse(cred, verf OpaqueAuth, accept func(AuthFlavor) bool, isNull, startTLS bool) error {
 	c.Flavor = cred.Flavor
 	c.Body = cred.Body
 	switch cred.Flavor {
+	case AuthTLS:
+		// RFC 9289 section 4.1: AUTH_TLS is only the STARTTLS probe, a NULL
+		// call with an empty body; anything else, and a probe where the
+		// transport does not offer TLS (no TLS configured, a session already
+		// up, other calls before it), is AUTH_BADCRED, the answer of a
+		// server that does not know the flavor.
+		switch {
+		case !startTLS:
+			return &AuthError{Stat: AuthBadCred, Err: errors.New("AUTH_TLS probe where RPC-with-TLS is not offered")}
+		case !isNull:
+			return &AuthError{Stat: AuthBadCred, Err: errors.New("AUTH_TLS credential on a procedure other than NULL")}
+		case len(cred.Body) != 0:
+			return &AuthError{Stat: AuthBadCred, Err: fmt.Errorf("%w: AUTH_TLS credential has a %d-byte body", ErrMalformed, len(cred.Body))}
+		case verf.Flavor != AuthNone || len(verf.Body) != 0:
+			return &AuthError{Stat: AuthBadVerf, Err: fmt.Errorf("verifier %v with %d bytes for AUTH_TLS credential", verf.Flavor, len(verf.Body))}
+		}
+		return nil
 	case AuthNone:
 		// RFC 5531 section 10.1: the AUTH_NONE body is empty. The NULL procedure
 		// is always reachable with AUTH_NONE (section 12.1).

@@ -2,6 +2,7 @@ package sunrpc
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -174,6 +175,20 @@ func (c *Client) Stats() ClientStats {
 	return ClientStats{Calls: c.calls.Load(), Retransmits: c.retransmits.Load(), Reconnects: c.reconnects.Load()}
 }
 
+// TLSState reports the RPC-with-TLS session of the current connection (RFC
+// 9289): ok is false when there is no live connection or it is plaintext.
+// It lets a caller show the security actually in effect (RFC 9289 section
+// 7.1).
+func (c *Client) TLSState() (st tls.ConnectionState, ok bool) {
+	c.mu.Lock()
+	t := c.tr
+	c.mu.Unlock()
+	if s, is := t.(TLSStater); is {
+		return s.TLSState()
+	}
+	return tls.ConnectionState{}, false
+}
+
 // Close closes the current transport; calls in progress and later calls
 // fail with an error wrapping ErrClosed.
 func (c *Client) Close() error {
@@ -197,6 +212,9 @@ func (c *Client) Close() error {
 //     ErrProcUnavail, ErrGarbageArgs, ErrSystemErr, *MismatchError
 //     (ErrProgMismatch, ErrRPCMismatch), *AuthError (ErrAuth);
 //   - ErrTimeout (soft policy), ctx's error, ErrClosed;
+//   - ErrTLSRefused, ErrTLSHandshake: a connection could not set up the
+//     RPC-with-TLS session its TCPOptions.XprtSec asks for; these end the
+//     call at once, also under a hard RetryPolicy;
 //   - ErrMalformed for an undecodable reply header; Results' error.
 func (c *Client) Call(ctx context.Context, s CallSpec) error {
 	if s.Cred != nil {
@@ -280,7 +298,10 @@ func (c *Client) roundTrip(ctx context.Context, call *Call, oneShot bool) (*Repl
 		}
 		t, err := c.transport(ctx)
 		if err != nil {
-			if errors.Is(err, ErrClosed) {
+			if errors.Is(err, ErrClosed) || errors.Is(err, ErrTLSRefused) || errors.Is(err, ErrTLSHandshake) {
+				// The server said no to RPC-with-TLS, or one side refused
+				// the other's certificate: trying again would get the
+				// same answer (as Linux fails such a call at once).
 				return nil, err
 			}
 			if ctx.Err() != nil {

@@ -46,6 +46,21 @@ var (
 	ErrClosed = errors.New("sunrpc: closed")
 	// ErrDuplicateXID: a call with this XID is already outstanding on the transport.
 	ErrDuplicateXID = errors.New("sunrpc: duplicate XID outstanding")
+
+	// ErrTLSRefused: the server answered the AUTH_TLS probe without the
+	// STARTTLS verifier (RFC 9289 section 4.1): it does not do
+	// RPC-with-TLS on this port, or does not offer it to this client. A
+	// client whose policy asks for TLS does not fall back to plaintext.
+	// When the server denied the probe the error also wraps its *AuthError.
+	ErrTLSRefused = errors.New("sunrpc: server refused RPC-with-TLS")
+	// ErrTLSHandshake: the TLS handshake that RPC-with-TLS starts failed
+	// for a reason other than the connection failing: a certificate did
+	// not verify (expired, unknown authority, wrong name), the peer sent
+	// an alert refusing ours, no TLS 1.3, no common ALPN protocol (RFC
+	// 9289 section 5). It wraps the crypto/tls or crypto/x509 error
+	// (errors.As a *tls.CertificateVerificationError, x509.CertificateInvalidError,
+	// x509.UnknownAuthorityError, *net.OpError "remote error").
+	ErrTLSHandshake = errors.New("sunrpc: RPC-with-TLS handshake failed")
 )
 
 // MismatchError is a version mismatch with the range the peer supports:

@@ -5,8 +5,11 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"net"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/nfsrdma/nfsrdma-csi/pkg/xdr"
 )
@@ -219,4 +222,142 @@ func FuzzTCPReplies(f *testing.F) {
 			}
 		}
 	})
+}
+
+// FuzzServerDispatchTLSOffer is FuzzServerDispatch on a call the transport
+// offers TLS to (a connection's first): the Server must answer STARTTLS
+// exactly to a NULL call with an empty AUTH_TLS credential and AUTH_NONE
+// verifier (RFC 9289 section 4.1), and tell the transport so.
+func FuzzServerDispatchTLSOffer(f *testing.F) {
+	f.Add(encodeCall(CallHeader{XID: 1, RPCVers: 2, Prog: testProg, Vers: 3, Cred: OpaqueAuth{Flavor: AuthTLS}}))
+	f.Add(encodeCall(CallHeader{XID: 2, RPCVers: 2, Prog: 7, Vers: 1, Cred: OpaqueAuth{Flavor: AuthTLS}}))
+	f.Add(encodeCall(CallHeader{XID: 3, RPCVers: 2, Prog: testProg, Vers: 3, Proc: 1, Cred: OpaqueAuth{Flavor: AuthTLS}}))
+	f.Add(encodeCall(CallHeader{XID: 4, RPCVers: 2, Prog: testProg, Vers: 3, Cred: OpaqueAuth{Flavor: AuthTLS, Body: []byte("x")}}))
+	f.Add(encodeCall(CallHeader{XID: 5, RPCVers: 2, Prog: testProg, Vers: 3}))
+	srv := newTestServer()
+	var req Request
+	var b Builder
+	f.Fuzz(func(t *testing.T, call []byte) {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		req.Reset(call, nil, nil, "fuzz")
+		req.offerTLS = true
+		b.Reset(b.Bytes())
+		if !srv.Dispatch(ctx, &req, &b) {
+			if req.startTLS {
+				t.Fatal("startTLS without a reply")
+			}
+			return
+		}
+		m := b.Message()
+		reply := m.AppendTo(nil)
+		b.RunAfterSend()
+		h, err := DecodeReplyHeader(xdr.NewDecoder(reply))
+		if err != nil {
+			t.Fatalf("server produced a malformed reply %x: %v", reply, err)
+		}
+		starttls := checkStartTLSReply(reply, h.XID) == nil
+		if starttls != req.startTLS {
+			t.Fatalf("reply says STARTTLS %v, request %v", starttls, req.startTLS)
+		}
+		if !starttls {
+			return
+		}
+		c, err := DecodeCallHeader(xdr.NewDecoder(call))
+		if err != nil || c.Proc != 0 || c.Cred.Flavor != AuthTLS || len(c.Cred.Body) != 0 || c.Verf.Flavor != AuthNone || len(c.Verf.Body) != 0 {
+			t.Fatalf("STARTTLS for call %+v (%v)", c, err)
+		}
+	})
+}
+
+// FuzzStartTLSReply checks the client's reading of the reply to its
+// AUTH_TLS probe: no panic; TLS is started only on a well-formed accepted
+// reply to the probe's XID with the STARTTLS verifier; every other answer
+// is ErrTLSRefused or ErrMalformed.
+func FuzzStartTLSReply(f *testing.F) {
+	for _, h := range []ReplyHeader{
+		{XID: 1, Stat: MsgAccepted, Accept: Success, Verf: OpaqueAuth{Body: []byte("STARTTLS")}},
+		{XID: 1, Stat: MsgAccepted, Accept: ProgUnavail, Verf: OpaqueAuth{Body: []byte("STARTTLS")}},
+		{XID: 1, Stat: MsgAccepted, Accept: Success},
+		{XID: 1, Stat: MsgAccepted, Accept: Success, Verf: OpaqueAuth{Flavor: AuthSys, Body: []byte("STARTTLS")}},
+		{XID: 1, Stat: MsgDenied, Reject: RejectAuthError, Auth: AuthBadCred},
+		{XID: 2, Stat: MsgAccepted, Accept: Success, Verf: OpaqueAuth{Body: []byte("STARTTLS")}},
+	} {
+		e := xdr.NewEncoder(nil)
+		h.Encode(e)
+		f.Add(e.Bytes())
+	}
+	f.Fuzz(func(t *testing.T, in []byte) {
+		err := checkStartTLSReply(in, 1)
+		if err != nil {
+			if !errors.Is(err, ErrTLSRefused) && !errors.Is(err, ErrMalformed) {
+				t.Fatalf("unexpected error class: %v", err)
+			}
+			return
+		}
+		h, derr := DecodeReplyHeader(xdr.NewDecoder(in))
+		if derr != nil || h.XID != 1 || h.Stat != MsgAccepted || h.Verf.Flavor != AuthNone || string(h.Verf.Body) != "STARTTLS" {
+			t.Fatalf("TLS started on %+v (%v)", h, derr)
+		}
+	})
+}
+
+// FuzzTLSServerStream feeds an arbitrary byte stream to a server
+// connection that requires TLS, as a client that sends it and closes: the
+// plaintext phase (probe, refusals) and the handshake must end without a
+// panic or a hang, and STARTTLS must have been answered only to a probe.
+func FuzzTLSServerStream(f *testing.F) {
+	probe := encodeCall(CallHeader{XID: 1, RPCVers: 2, Prog: testProg, Vers: 3, Cred: OpaqueAuth{Flavor: AuthTLS}})
+	plain := encodeCall(CallHeader{XID: 2, RPCVers: 2, Prog: testProg, Vers: 3, Proc: procEcho}, 0)
+	f.Add(fragments(probe))
+	f.Add(append(fragments(probe), 0x16, 3, 1, 0, 5, 1, 0, 0, 1, 0))
+	f.Add(append(fragments(plain), fragments(probe)...))
+	f.Add(fragments(encodeCall(CallHeader{XID: 3, RPCVers: 2, Prog: testProg, Vers: 3, Proc: 1, Cred: OpaqueAuth{Flavor: AuthTLS}})))
+	f.Add([]byte{0x80, 0, 0, 4, 0, 0, 0, 1})
+	pki := newTestPKI(f)
+	opts := pki.serverOpts(XprtSecMTLS, quiet)
+	sec, err := opts.serverTLS()
+	if err != nil {
+		f.Fatal(err)
+	}
+	srv := newTestServer()
+	f.Fuzz(func(t *testing.T, stream []byte) {
+		client, server := net.Pipe()
+		var wg sync.WaitGroup
+		wg.Add(2)
+		var replies bytes.Buffer
+		go func() { defer wg.Done(); _, _ = io.Copy(&replies, client) }()
+		go func() { defer wg.Done(); _, _ = client.Write(stream); _ = client.Close() }()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_ = serveTCPConn(ctx, server, srv, opts, sec)
+		wg.Wait()
+		if ctx.Err() != nil {
+			t.Fatal("server connection hung")
+		}
+		// Every whole reply record in plaintext before a TLS record is a
+		// well-formed reply, and a STARTTLS one answers the first record,
+		// a probe.
+		rr := recordReader{r: bytes.NewReader(replies.Bytes()), max: peekLen}
+		for i := 0; ; i++ {
+			rec, err := rr.readRecord(nil)
+			if err != nil {
+				return
+			}
+			h, err := DecodeReplyHeader(xdr.NewDecoder(rec))
+			if err != nil {
+				return // TLS records after the switch
+			}
+			if checkStartTLSReply(rec, h.XID) == nil && (i != 0 || !isTLSProbe(firstRecord(stream))) {
+				t.Fatalf("STARTTLS in reply %d to stream %x", i, stream)
+			}
+		}
+	})
+}
+
+// firstRecord is the first record of stream, nil if there is none.
+func firstRecord(stream []byte) []byte {
+	rr := recordReader{r: bytes.NewReader(stream), max: DefaultMaxRecordSize}
+	rec, _ := rr.readRecord(nil)
+	return rec
 }

@@ -106,6 +106,7 @@ const (
 	AuthShort AuthFlavor = 2 // AUTH_SHORT
 	AuthDH    AuthFlavor = 3 // AUTH_DH
 	RPCSecGSS AuthFlavor = 6 // RPCSEC_GSS (RFC 2203)
+	AuthTLS   AuthFlavor = 7 // AUTH_TLS, the STARTTLS probe of RPC-with-TLS (RFC 9289 section 4.1)
 )
 
 func (f AuthFlavor) String() string {
@@ -120,6 +121,8 @@ func (f AuthFlavor) String() string {
 		return "AUTH_DH"
 	case RPCSecGSS:
 		return "RPCSEC_GSS"
+	case AuthTLS:
+		return "AUTH_TLS"
 	}
 	return fmt.Sprintf("auth_flavor(%d)", uint32(f))
 }

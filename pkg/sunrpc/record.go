@@ -100,12 +100,22 @@ func inFragment(err error) error {
 // recordWriter writes a Message as one single-fragment record with one
 // gathered write (writev): header, Head, Payload, pad, Tail. The Payload is
 // never copied. Not safe for concurrent use.
+//
+// With coalesce (a TLS session, where each write is a TLS record of its
+// own) the pieces are copied into one write, except a Payload over
+// coalesceMax bytes, written by itself between the pieces before and after
+// it.
 type recordWriter struct {
-	conn    net.Conn
-	hdr     [4]byte
-	backing [5][]byte
-	bufs    net.Buffers
+	conn     net.Conn
+	coalesce bool
+	hdr      [4]byte
+	backing  [5][]byte
+	bufs     net.Buffers
+	scratch  []byte // coalesce's buffer
 }
+
+// coalesceMax is the largest Payload a coalescing recordWriter copies.
+const coalesceMax = 16 << 10
 
 // write sends m; it returns the bytes written, header included.
 func (w *recordWriter) write(m *Message) (int64, error) {
@@ -114,6 +124,9 @@ func (w *recordWriter) write(m *Message) (int64, error) {
 		return 0, fmt.Errorf("%w: message of %d bytes exceeds a fragment (RFC 5531 section 11)", ErrRecordTooLarge, n)
 	}
 	binary.BigEndian.PutUint32(w.hdr[:], lastFragment|uint32(n))
+	if w.coalesce {
+		return w.writeCoalesced(m)
+	}
 	w.bufs = append(w.backing[:0], w.hdr[:], m.Head)
 	if m.HasPayload {
 		w.bufs = append(w.bufs, m.Payload, zeroPad[:xdr.Pad(len(m.Payload))])
@@ -123,4 +136,40 @@ func (w *recordWriter) write(m *Message) (int64, error) {
 	clear(w.backing[:])
 	w.bufs = nil
 	return k, err
+}
+
+// writeCoalesced is write for a coalescing writer, once w.hdr is set.
+func (w *recordWriter) writeCoalesced(m *Message) (int64, error) {
+	b := append(w.scratch[:0], w.hdr[:]...)
+	b = append(b, m.Head...)
+	var total int64
+	if m.HasPayload {
+		if len(m.Payload) > coalesceMax {
+			k, err := w.conn.Write(b)
+			total += int64(k)
+			if err != nil {
+				return total, err
+			}
+			k, err = w.conn.Write(m.Payload)
+			total += int64(k)
+			if err != nil {
+				return total, err
+			}
+			b = b[:0]
+		} else {
+			b = append(b, m.Payload...)
+		}
+		b = append(b, zeroPad[:xdr.Pad(len(m.Payload))]...)
+	}
+	b = append(b, m.Tail...)
+	var err error
+	if len(b) > 0 {
+		var k int
+		k, err = w.conn.Write(b)
+		total += int64(k)
+	}
+	if cap(b) <= 2*coalesceMax {
+		w.scratch = b[:0]
+	}
+	return total, err
 }

@@ -161,7 +161,12 @@ func (s *Server) accepts(f AuthFlavor) bool { return f < 64 && s.flavors.Load()&
 // MSG_DENIED AUTH_ERROR (AUTH_BADCRED, AUTH_BADVERF, AUTH_TOOWEAK); an
 // unknown program PROG_UNAVAIL; another version of a known program
 // PROG_MISMATCH(low, high); an unknown procedure PROC_UNAVAIL; then the
-// handler's result (see Handler). Replies carry an AUTH_NONE verifier. A
+// handler's result (see Handler). Replies carry an AUTH_NONE verifier,
+// empty except in the answer to an AUTH_TLS probe (RFC 9289 section 4.1):
+// where the transport offers RPC-with-TLS (ServeTCP with TCPOptions.TLS, on
+// a connection's first call), a NULL call with an empty AUTH_TLS credential
+// and an AUTH_NONE verifier is answered as a NULL call, with the verifier
+// "STARTTLS"; every other AUTH_TLS call is denied AUTH_BADCRED. A
 // handler that fails after ctx ended gets no reply (dropped): ctx ends when
 // the server stops, and the client should retransmit elsewhere.
 func (s *Server) Dispatch(ctx context.Context, req *Request, out *Builder) bool {
@@ -198,7 +203,7 @@ func (s *Server) dispatch(ctx context.Context, req *Request, out *Builder) (bool
 		}
 	}
 	req.Args = d.Rest()
-	if err := req.Cred.parse(h.Cred, h.Verf, s.accepts, h.Proc == 0); err != nil {
+	if err := req.Cred.parse(h.Cred, h.Verf, s.accepts, h.Proc == 0, req.offerTLS); err != nil {
 		var ae *AuthError
 		stat := AuthBadCred
 		if errors.As(err, &ae) {
@@ -207,14 +212,22 @@ func (s *Server) dispatch(ctx context.Context, req *Request, out *Builder) (bool
 		s.reply(out, &ReplyHeader{XID: h.XID, Stat: MsgDenied, Reject: RejectAuthError, Auth: stat})
 		return true, StatusAuthError
 	}
+	// An accepted AUTH_TLS probe is answered with the STARTTLS verifier,
+	// whatever the accept_stat (RFC 9289 section 4.1); the transport starts
+	// the handshake once the reply is sent.
+	var verf OpaqueAuth
+	if req.Cred.Flavor == AuthTLS {
+		verf.Body = startTLSVerifier[:]
+		req.startTLS = true
+	}
 	p := (*s.reg.Load())[h.Prog]
 	if p == nil {
-		s.reply(out, &ReplyHeader{XID: h.XID, Stat: MsgAccepted, Accept: ProgUnavail})
+		s.reply(out, &ReplyHeader{XID: h.XID, Stat: MsgAccepted, Verf: verf, Accept: ProgUnavail})
 		return true, StatusProgUnavail
 	}
 	procs, ok := p.vers[h.Vers]
 	if !ok {
-		s.reply(out, &ReplyHeader{XID: h.XID, Stat: MsgAccepted, Accept: ProgMismatch, Low: p.low, High: p.high})
+		s.reply(out, &ReplyHeader{XID: h.XID, Stat: MsgAccepted, Verf: verf, Accept: ProgMismatch, Low: p.low, High: p.high})
 		return true, StatusProgMismatch
 	}
 	var hd Handler
@@ -223,13 +236,14 @@ func (s *Server) dispatch(ctx context.Context, req *Request, out *Builder) (bool
 	}
 	if hd == nil {
 		if h.Proc == 0 {
-			s.reply(out, &ReplyHeader{XID: h.XID, Stat: MsgAccepted, Accept: Success})
+			s.reply(out, &ReplyHeader{XID: h.XID, Stat: MsgAccepted, Verf: verf, Accept: Success})
 			return true, StatusSuccess
 		}
-		s.reply(out, &ReplyHeader{XID: h.XID, Stat: MsgAccepted, Accept: ProcUnavail})
+		s.reply(out, &ReplyHeader{XID: h.XID, Stat: MsgAccepted, Verf: verf, Accept: ProcUnavail})
 		return true, StatusProcUnavail
 	}
 	rh := acceptedReply(h.XID, Success)
+	rh.Verf = verf
 	rh.Encode(&out.Encoder)
 	if err := s.run(ctx, hd, req, out); err != nil {
 		if ctx.Err() != nil {
@@ -239,6 +253,9 @@ func (s *Server) dispatch(ctx context.Context, req *Request, out *Builder) (bool
 			return false, StatusDropped
 		}
 		rh := s.errorReply(h.XID, err)
+		if rh.Stat == MsgAccepted {
+			rh.Verf = verf
+		}
 		out.restart()
 		rh.Encode(&out.Encoder)
 		return true, replyStatus(&rh)

@@ -3,6 +3,7 @@ package sunrpc
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -29,7 +30,42 @@ type TCPOptions struct {
 	MaxConcurrent int
 	// Logger receives connection-level events. nil means slog.Default().
 	Logger *slog.Logger
+
+	// XprtSec is the transport security policy (RFC 9289; nfs(5)
+	// xprtsec=). Client: XprtSecTLS and XprtSecMTLS make every connection,
+	// the first and each reconnection, send the AUTH_TLS probe and run a
+	// TLS 1.3 handshake before its first call; a server that does not
+	// offer TLS fails the dial with ErrTLSRefused, never falling back to
+	// plaintext. Server: the least a connection must establish. On a
+	// server requiring TLS every call of a connection that did not start
+	// TLS is denied AUTH_ERROR AUTH_TOOWEAK ("rejected for security
+	// reasons", RFC 5531 section 9; RFC 9289 leaves the error to the
+	// server's policy); XprtSecMTLS also makes a client certificate that
+	// verifies against TLS.ClientCAs required in the handshake.
+	XprtSec XprtSec
+	// TLS is the TLS configuration; TLS 1.3 only and ALPN "sunrpc" (RFC
+	// 9289 section 5) are set over what it says. Client: the server's
+	// roots (RootCAs; nil for the system's), ServerName (default: the
+	// host of the dialed address) and, for XprtSecMTLS, the client's
+	// certificate; nil means all defaults. Server: its certificate, and
+	// ClientCAs to verify clients' certificates; a client that gives one
+	// is asked for it (RFC 9289 section 4.2) unless ClientAuth says
+	// otherwise. A server with TLS offers STARTTLS whatever its XprtSec; a
+	// server without answers the probe AUTH_BADCRED, as one that does not
+	// know AUTH_TLS. Revocation is the configuration's to check
+	// (VerifyConnection); its error fails the handshake as any other.
+	TLS *tls.Config
+	// ProbeProg and ProbeVers are the program and version a client's
+	// AUTH_TLS probe (a NULL call) and first call inside the session
+	// name: the program the connection is for, as Linux does. A server
+	// answers the probe whatever they are (RFC 9289 section 4.1: the
+	// client starts TLS even when the accept_stat is not SUCCESS).
+	ProbeProg, ProbeVers uint32
 }
+
+// tlsHandshakeTimeout bounds a server's TLS handshake after its STARTTLS
+// reply.
+const tlsHandshakeTimeout = 10 * time.Second
 
 const readBufferSize = 32 << 10
 
@@ -66,14 +102,61 @@ func setNoDelay(c net.Conn) {
 }
 
 // DialTCP connects to addr ("host:port") and returns a client transport
-// speaking record-marked RPC over it (RFC 5531 section 11). ctx bounds the dial.
+// speaking record-marked RPC over it (RFC 5531 section 11), inside an
+// RPC-with-TLS session when opts.XprtSec asks for one (see
+// StartTCPTransport). ctx bounds the dial and the session's setup.
 func DialTCP(ctx context.Context, addr string, opts TCPOptions) (ClientTransport, error) {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, fmt.Errorf("sunrpc: dial tcp %s: %w", addr, err)
+	}
+	cfg, err := opts.clientTLSConfig(host)
+	if err != nil {
+		return nil, err
+	}
 	var d net.Dialer
 	c, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("sunrpc: dial tcp %s: %w", addr, err)
 	}
-	return NewTCPTransport(c, opts), nil
+	return startTCPTransport(ctx, c, cfg, opts)
+}
+
+// StartTCPTransport is NewTCPTransport with the connection setup that
+// opts.XprtSec asks for: with XprtSecTLS or XprtSecMTLS it sends the
+// AUTH_TLS probe on conn (a NULL call of opts.ProbeProg and ProbeVers),
+// runs a TLS 1.3 handshake (ALPN "sunrpc") once the server answered
+// STARTTLS, and makes one NULL call inside the session (RFC 9289 sections
+// 4.1, 5 and 5.1.1); the transport then speaks record-marked RPC inside
+// the session. ServerName defaults to the host of conn's remote address.
+// ctx bounds the setup. On error conn is closed. Errors: ErrTLSRefused (the
+// server does not offer TLS: no plaintext fallback), ErrTLSHandshake
+// (certificates, alerts, versions, ALPN), ErrMalformed, a configuration
+// error, or the connection's failure.
+func StartTCPTransport(ctx context.Context, conn net.Conn, opts TCPOptions) (ClientTransport, error) {
+	host, _, err := net.SplitHostPort(conn.RemoteAddr().String())
+	if err != nil {
+		host = conn.RemoteAddr().String()
+	}
+	cfg, err := opts.clientTLSConfig(host)
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
+	return startTCPTransport(ctx, conn, cfg, opts)
+}
+
+func startTCPTransport(ctx context.Context, conn net.Conn, cfg *tls.Config, opts TCPOptions) (ClientTransport, error) {
+	if cfg == nil {
+		return NewTCPTransport(conn, opts), nil
+	}
+	setNoDelay(conn)
+	tc, err := clientStartTLS(ctx, conn, cfg, &opts)
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
+	return newTCPTransport(tc, conn, opts), nil
 }
 
 // TCPDialer returns a DialFunc that calls DialTCP(ctx, addr, opts).
@@ -87,14 +170,37 @@ func TCPDialer(addr string, opts TCPOptions) DialFunc {
 // result is read straight into Call.ReplyPayload when the call says where
 // it is (Call.LocateReplyPayload) and the reply is one fragment; otherwise
 // it stays inline (Placed -1).
+//
+// NewTCPTransport speaks plaintext: it does no connection setup. With
+// opts.XprtSec asking for RPC-with-TLS it closes conn and returns a
+// transport whose calls fail with an error saying so, rather than fall
+// back to plaintext; use StartTCPTransport.
 func NewTCPTransport(conn net.Conn, opts TCPOptions) ClientTransport {
+	if opts.XprtSec != XprtSecNone {
+		conn.Close()
+		t := &tcpTransport{conn: conn, raw: conn, pending: map[uint32]*waiter{},
+			done: make(chan struct{}), readerDone: make(chan struct{}), log: opts.logger(),
+			err: fmt.Errorf("sunrpc: xprtsec=%v asked of NewTCPTransport, which speaks plaintext: use StartTCPTransport", opts.XprtSec)}
+		close(t.done)
+		close(t.readerDone)
+		return t
+	}
 	setNoDelay(conn)
+	return newTCPTransport(conn, conn, opts)
+}
+
+// newTCPTransport returns the transport over conn, raw itself or a TLS
+// session over raw.
+func newTCPTransport(conn, raw net.Conn, opts TCPOptions) *tcpTransport {
 	br := bufio.NewReaderSize(conn, readBufferSize)
+	tc, _ := conn.(*tls.Conn)
 	t := &tcpTransport{
 		conn:       conn,
+		raw:        raw,
+		tls:        tc,
 		br:         br,
 		rr:         recordReader{r: br, max: opts.maxRecord()},
-		w:          recordWriter{conn: conn},
+		w:          recordWriter{conn: conn, coalesce: tc != nil},
 		wsem:       make(chan struct{}, 1),
 		pending:    make(map[uint32]*waiter),
 		done:       make(chan struct{}),
@@ -106,7 +212,9 @@ func NewTCPTransport(conn net.Conn, opts TCPOptions) ClientTransport {
 }
 
 type tcpTransport struct {
-	conn net.Conn
+	conn net.Conn      // raw, or tls over it
+	raw  net.Conn      // the TCP connection
+	tls  *tls.Conn     // conn when it is an RPC-with-TLS session, else nil
 	br   *bufio.Reader // rr's reader; owned by readLoop
 	rr   recordReader  // owned by readLoop
 	w    recordWriter  // guarded by wsem
@@ -143,6 +251,14 @@ func (t *tcpTransport) ReleaseReply(r *Reply) {
 
 func (t *tcpTransport) Done() <-chan struct{} { return t.done }
 
+// TLSState implements TLSStater.
+func (t *tcpTransport) TLSState() (tls.ConnectionState, bool) {
+	if t.tls == nil {
+		return tls.ConnectionState{}, false
+	}
+	return t.tls.ConnectionState(), true
+}
+
 // Close closes the connection and waits for the reader to stop.
 // Outstanding RoundTrips return ErrConnLost wrapping ErrClosed.
 func (t *tcpTransport) Close() error {
@@ -154,11 +270,14 @@ func (t *tcpTransport) Close() error {
 func (t *tcpTransport) fail(cause error) {
 	t.mu.Lock()
 	if t.err == nil {
-		t.err = fmt.Errorf("%w: tcp %v: %w", ErrConnLost, t.conn.RemoteAddr(), cause)
+		t.err = fmt.Errorf("%w: tcp %v: %w", ErrConnLost, t.raw.RemoteAddr(), cause)
 		close(t.done)
 	}
 	t.mu.Unlock()
-	t.conn.Close()
+	if errors.Is(cause, ErrClosed) {
+		t.conn.Close() // a TLS session ends with its closure alert (RFC 9289 section 5.1.1)
+	}
+	t.raw.Close()
 }
 
 func (t *tcpTransport) deadErr() error {
@@ -384,8 +503,9 @@ func (t *tcpTransport) send(ctx context.Context, c *Call) error {
 	if err == nil {
 		return nil
 	}
-	if n == 0 && errors.Is(err, os.ErrDeadlineExceeded) {
+	if n == 0 && t.tls == nil && errors.Is(err, os.ErrDeadlineExceeded) {
 		// Nothing written: the stream is intact, only this call gives up.
+		// (A TLS session is broken by any failed write.)
 		return fmt.Errorf("sunrpc: tcp xid %#x: %w: %w", c.XID, context.DeadlineExceeded, err)
 	}
 	if n == 0 && errors.Is(err, ErrRecordTooLarge) {
@@ -398,8 +518,14 @@ func (t *tcpTransport) send(ctx context.Context, c *Call) error {
 // ServeTCP accepts connections on l and serves each with ServeTCPConn until
 // ctx ends; then it closes l and every connection, waits for their handlers
 // to return, and returns nil. It returns an Accept error other than a
-// timeout, after the same cleanup.
+// timeout, after the same cleanup, and at once an error for TCPOptions that
+// cannot serve (RPC-with-TLS asked without a certificate, ...).
 func ServeTCP(ctx context.Context, l net.Listener, d Dispatcher, opts TCPOptions) error {
+	sec, err := opts.serverTLS()
+	if err != nil {
+		l.Close()
+		return err
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -431,7 +557,7 @@ func ServeTCP(ctx context.Context, l net.Listener, d Dispatcher, opts TCPOptions
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := ServeTCPConn(ctx, conn, d, opts); err != nil {
+			if err := serveTCPConn(ctx, conn, d, opts, sec); err != nil {
 				log.Debug("sunrpc: tcp connection ended", "peer", conn.RemoteAddr(), "err", err)
 			}
 		}()
@@ -441,11 +567,26 @@ func ServeTCP(ctx context.Context, l net.Listener, d Dispatcher, opts TCPOptions
 // ServeTCPConn serves record-marked RPC calls on one connection (RFC 5531
 // section 11): it reassembles fragments, hands each call to d, running up
 // to MaxConcurrent at once, and writes each reply as one record with one
-// gathered write. It returns when the peer closes (nil), ctx ends (nil) or
-// the stream is bad (ErrRecordTooLarge, ErrMalformed, a read error), after
-// closing conn, canceling the ctx given to running handlers and waiting for
-// them.
+// gathered write. With opts.TLS it offers RPC-with-TLS (RFC 9289): when
+// the connection's first call is the AUTH_TLS probe and d (a *Server)
+// answers it STARTTLS, it runs the TLS handshake and serves the calls that
+// follow inside the session, each Request carrying the session (TLS); with
+// opts.XprtSec requiring TLS, calls on a connection that did not start it
+// are denied AUTH_TOOWEAK. It returns when the peer closes (nil), ctx ends
+// (nil) or the stream is bad (ErrRecordTooLarge, ErrMalformed, a read
+// error, ErrTLSHandshake, logged with the peer's address), after closing
+// conn, canceling the ctx given to running handlers and waiting for them.
+// A configuration that cannot serve (see TCPOptions) is an error at once.
 func ServeTCPConn(ctx context.Context, conn net.Conn, d Dispatcher, opts TCPOptions) error {
+	sec, err := opts.serverTLS()
+	if err != nil {
+		conn.Close()
+		return err
+	}
+	return serveTCPConn(ctx, conn, d, opts, sec)
+}
+
+func serveTCPConn(ctx context.Context, conn net.Conn, d Dispatcher, opts TCPOptions, sec *serverTLS) error {
 	setNoDelay(conn)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -455,16 +596,19 @@ func ServeTCPConn(ctx context.Context, conn net.Conn, d Dispatcher, opts TCPOpti
 	if maxc <= 0 {
 		maxc = 128
 	}
+	br := bufio.NewReaderSize(conn, readBufferSize)
 	s := &tcpServerConn{
 		conn:   conn,
 		peer:   conn.RemoteAddr(),
 		d:      d,
-		rr:     recordReader{r: bufio.NewReaderSize(conn, readBufferSize), max: opts.maxRecord()},
+		br:     br,
+		rr:     recordReader{r: br, max: opts.maxRecord()},
 		w:      recordWriter{conn: conn},
 		maxRec: opts.maxRecord(),
 		maxc:   maxc,
 		work:   make(chan *serverCall),
 		log:    opts.logger(),
+		sec:    sec,
 	}
 	err := s.readLoop(ctx)
 	stopped := ctx.Err() != nil
@@ -481,10 +625,14 @@ func ServeTCPConn(ctx context.Context, conn net.Conn, d Dispatcher, opts TCPOpti
 }
 
 type tcpServerConn struct {
-	conn    net.Conn
+	conn    net.Conn // the TCP connection, also under a TLS session
 	peer    net.Addr
 	d       Dispatcher
+	br      *bufio.Reader // rr's reader; owned by readLoop
 	rr      recordReader
+	sec     *serverTLS // nil: no RPC-with-TLS
+	tls     *TLSInfo   // the session once started; set by readLoop before any worker runs
+	refused bool       // a plaintext call was denied; owned by readLoop
 	maxRec  int
 	maxc    int
 	workers int // owned by readLoop
@@ -506,6 +654,7 @@ type serverCall struct {
 var serverCallPool = sync.Pool{New: func() any { return new(serverCall) }}
 
 func (s *tcpServerConn) readLoop(ctx context.Context) error {
+	first := true
 	for {
 		c := serverCallPool.Get().(*serverCall)
 		rec, err := s.rr.readRecord(c.rec)
@@ -518,6 +667,28 @@ func (s *tcpServerConn) readLoop(ctx context.Context) error {
 			return err
 		}
 		c.req.Reset(rec, nil, s.peer, "tcp")
+		c.req.TLS = s.tls
+		if s.sec != nil && s.tls == nil {
+			// RFC 9289 section 4.1: STARTTLS is offered to an AUTH_TLS probe
+			// that is the connection's first call; the reply goes out before
+			// the handshake starts, and nothing else runs meanwhile.
+			probe := isTLSProbe(rec)
+			if first && probe {
+				first = false
+				c.req.offerTLS = true
+				if s.handle(ctx, c) {
+					if err := s.startTLS(ctx); err != nil {
+						return err
+					}
+				}
+				continue
+			}
+			first = false
+			if s.sec.required && !probe {
+				s.refuse(c)
+				continue
+			}
+		}
 		select {
 		case s.work <- c: // an idle worker took it
 			continue
@@ -546,9 +717,12 @@ func (s *tcpServerConn) worker(ctx context.Context, c *serverCall) {
 	}
 }
 
-func (s *tcpServerConn) handle(ctx context.Context, c *serverCall) {
+// handle dispatches c and sends its reply. It reports whether the reply
+// sent was the STARTTLS answer to an AUTH_TLS probe.
+func (s *tcpServerConn) handle(ctx context.Context, c *serverCall) (startTLS bool) {
 	c.b.Reset(c.b.Bytes())
 	if s.d.Dispatch(ctx, &c.req, &c.b) && ctx.Err() == nil { // no replies once the server is stopping
+		startTLS = c.req.startTLS
 		m := c.b.Message()
 		if n := m.Len(); n > s.maxRec && len(m.Head) >= 4 {
 			xid := binary.BigEndian.Uint32(m.Head)
@@ -558,19 +732,24 @@ func (s *tcpServerConn) handle(ctx context.Context, c *serverCall) {
 			rh := acceptedReply(xid, SystemErr)
 			rh.Encode(&c.b.Encoder)
 			m = c.b.Message()
+			startTLS = false
 		}
-		s.send(&m)
+		startTLS = s.send(&m) && startTLS
 	}
 	c.b.RunAfterSend()
 	c.req.Reset(nil, nil, nil, "")
 	serverCallPool.Put(c)
+	return startTLS
 }
 
-func (s *tcpServerConn) send(m *Message) {
+// send writes m; on failure it closes the connection and returns false.
+func (s *tcpServerConn) send(m *Message) bool {
 	s.wmu.Lock()
 	_, err := s.w.write(m)
 	s.wmu.Unlock()
 	if err != nil {
 		s.conn.Close() // the reader sees it and ends the connection
+		return false
 	}
+	return true
 }

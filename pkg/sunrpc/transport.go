@@ -127,6 +127,17 @@ type Request struct {
 	ArgPayloadVec [][]byte
 	Peer          net.Addr // the caller's address
 	Transport     string   // "tcp", "rdma", ...
+	// TLS is the RPC-with-TLS session the call came on (RFC 9289), with
+	// the client's verified certificate if it gave one; nil for a call
+	// that came in plaintext. The calls of one connection share it: it is
+	// read-only.
+	TLS *TLSInfo
+
+	// offerTLS is set by the TCP transport on a connection's first call
+	// when it would start TLS after the reply (RFC 9289 section 4.1);
+	// startTLS is set by the Server when it answered an AUTH_TLS probe
+	// with the STARTTLS verifier.
+	offerTLS, startTLS bool
 
 	dec xdr.Decoder
 	one [1][]byte // PayloadVec's vector of one piece
@@ -140,6 +151,7 @@ func (r *Request) Reset(raw, argPayload []byte, peer net.Addr, transport string)
 	r.Args = nil
 	r.Raw, r.ArgPayload, r.Peer, r.Transport = raw, argPayload, peer, transport
 	r.ArgPayloadVec = nil
+	r.TLS, r.offerTLS, r.startTLS = nil, false, false
 }
 
 // Placed tells whether the transport took the DDP-eligible argument out
