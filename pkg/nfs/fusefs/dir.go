@@ -63,8 +63,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 		}
 	}
 	ch := n.child(ctx, name, fh, &a, out)
-	ch.Operations().(*node).opened()
-	return ch, &handle{}, 0, 0
+	return ch, ch.Operations().(*node).open(false), 0, 0
 }
 
 // Mkdir answers MKDIR with NFS MKDIR.

@@ -3,6 +3,7 @@ package fusefs
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -12,26 +13,29 @@ import (
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nfs3"
 )
 
-// node is one NFS file, directory or other object known to the kernel.
+// node is one NFS file, directory or other object known to the kernel:
+// what a file is, its NFS file handle, its attributes and their cache,
+// its names (lookups, directory changes and listings) and the server's
+// ACCESS answers for it. What an open of a regular file does is its
+// openFile's (openfile.go), as go-fuse's loopback node leaves file I/O to
+// its file handle; what the opens of one inode share is its sharedFile.
 type node struct {
 	fs.Inode
 	sys *fsys
 	fh  nfs3.FH
 
-	mu      sync.Mutex
-	ac      attrCache
-	plus    map[string]nfs3.EntryPlus // READDIRPLUS entries not yet looked up (directories)
-	names   *dirNames                 // the whole listing, when known (directories; dirnames.go)
-	plusAt  time.Time                 // when plus was read
-	w       *writer                   // write-behind state (regular files, created on first write)
-	opens   int                       // open file handles (sillyrename.go)
-	closed  int                       // of them, those flushed since their last use (sillyrename.go)
-	reads   int                       // READs in progress (sillyrename.go)
-	readEnd time.Time                 // when the last READ ended (sillyrename.go)
-	rel     chan struct{}             // closed at the next RELEASE or end of a READ, for awaitRelease
-	silly   *silly                    // where this open file was renamed to at unlink
-	acc     []accessEntry             // ACCESS answers per credential, least recently used first (access.go)
-	seen    entry                     // where and when the kernel was last told of this node (access.go)
+	mu     sync.Mutex
+	ac     attrCache
+	plus   map[string]nfs3.EntryPlus // READDIRPLUS entries not yet looked up (directories)
+	names  *dirNames                 // the whole listing, when known (directories; dirnames.go)
+	plusAt time.Time                 // when plus was read
+	acc    []accessEntry             // ACCESS answers per credential, least recently used first (access.go)
+	seen   entry                     // where and when the kernel was last told of this node (access.go)
+
+	// shared is what the open files of a regular file share (write-back,
+	// the count of opens, silly rename; openfile.go): nil until its first
+	// open.
+	shared atomic.Pointer[sharedFile]
 }
 
 var (
@@ -49,20 +53,12 @@ var (
 	_ fs.NodeRenamer        = (*node)(nil)
 	_ fs.NodeOpendirHandler = (*node)(nil)
 	_ fs.NodeOpener         = (*node)(nil)
-	_ fs.NodeReader         = (*node)(nil)
-	_ fs.NodeWriter         = (*node)(nil)
-	_ fs.NodeFlusher        = (*node)(nil)
-	_ fs.NodeFsyncer        = (*node)(nil)
-	_ fs.NodeReleaser       = (*node)(nil)
 	_ fs.NodeStatfser       = (*node)(nil)
 	_ fs.NodeAccesser       = (*node)(nil)
 	_ fs.NodeGetxattrer     = (*node)(nil)
 	_ fs.NodeSetxattrer     = (*node)(nil)
 	_ fs.NodeListxattrer    = (*node)(nil)
 	_ fs.NodeRemovexattrer  = (*node)(nil)
-	_ fs.NodeGetlker        = (*node)(nil)
-	_ fs.NodeSetlker        = (*node)(nil)
-	_ fs.NodeSetlkwer       = (*node)(nil)
 )
 
 // timeouts returns the attribute cache bounds for n's type.

@@ -2,32 +2,96 @@ package fusefs
 
 import (
 	"context"
+	"sync"
 	"syscall"
+	"time"
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"k8s.io/klog/v2"
 )
 
-// handle is the FUSE file handle of an open regular file. All write
-// state is in the node (shared by the handles of the inode, as the page
-// cache is).
-type handle struct {
+// openFile is one open of a regular file, the FUSE file handle of an
+// OPEN or CREATE: what an open does. It answers the requests the kernel
+// sends on an open file (READ, WRITE, FLUSH at each close(2) of one of
+// its descriptors, FSYNC, RELEASE after the last, and the lock requests),
+// as go-fuse's loopback file does; the node answers those on the inode.
+// What the opens of one inode share is in its sharedFile.
+type openFile struct {
+	n  *node
+	sh *sharedFile // n's
 	// readOnly: opened O_RDONLY. Closing such a descriptor writes nothing
 	// back (as Linux's nfs_file_flush), so that it does not wait for the
 	// server, e.g. at the close-on-exec of every fork+exec.
 	readOnly bool
 	// flushed: a FLUSH came (the close(2) of a descriptor of this open
 	// file) and no WRITE or FSYNC through it since, so its RELEASE is
-	// likely on its way (node.setFlushed, node.awaitRelease). A READ says
-	// nothing: the kernel's read-ahead sends them after the close too.
-	// Guarded by the node's mu.
+	// likely on its way (setFlushed, sharedFile.awaitRelease). A READ
+	// says nothing: the kernel's read-ahead sends them after the close
+	// too. Guarded by sh.mu.
 	flushed bool
 	// lockOwners are the owners that locked through this open file
 	// (lock.go): POSIX ones drop their locks at FLUSH, but open file
 	// description locks (F_OFD_SETLK, owned by the open file) are only
-	// dropped at its RELEASE. Guarded by the node's mu.
+	// dropped at its RELEASE. Guarded by sh.mu.
 	lockOwners map[uint64]bool
+}
+
+var (
+	_ fs.FileReader   = (*openFile)(nil)
+	_ fs.FileWriter   = (*openFile)(nil)
+	_ fs.FileFlusher  = (*openFile)(nil)
+	_ fs.FileFsyncer  = (*openFile)(nil)
+	_ fs.FileReleaser = (*openFile)(nil)
+	_ fs.FileGetlker  = (*openFile)(nil)
+	_ fs.FileSetlker  = (*openFile)(nil)
+	_ fs.FileSetlkwer = (*openFile)(nil)
+)
+
+// sharedFile is what the open files of one inode share, one per inode
+// (the node's, from its first open on): what the kernel's page cache and
+// the server's file are shared by, whichever open file a request comes
+// through.
+//   - The write-back of its data (writeback.go): every open writes
+//     through it, and a READ, GETATTR, SETATTR, OPEN or lock of the inode
+//     waits for its writes in flight, whichever open made them.
+//   - The count of its opens, of them those closing, and its READs in
+//     progress, which an unlink of the file waits on (awaitRelease); and
+//     where a silly rename put the file, removed at the last RELEASE
+//     (sillyrename.go).
+type sharedFile struct {
+	wb writeBack
+
+	mu      sync.Mutex
+	opens   int           // open files (OPEN, CREATE not yet RELEASEd)
+	closed  int           // of them, those flushed since their last use (openFile.flushed)
+	reads   int           // READs in progress
+	readEnd time.Time     // when the last READ ended
+	rel     chan struct{} // closed at the next RELEASE or end of a READ, for awaitRelease
+	silly   *silly        // where this open file was renamed to at unlink
+}
+
+// sharedFile returns n's sharedFile, made at the first call.
+func (n *node) sharedFile() *sharedFile {
+	if sh := n.shared.Load(); sh != nil {
+		return sh
+	}
+	sh := &sharedFile{}
+	sh.wb.n = n
+	sh.wb.cond.L = &sh.wb.mu
+	if n.shared.CompareAndSwap(nil, sh) {
+		return sh
+	}
+	return n.shared.Load()
+}
+
+// open counts a new open of n (OPEN, CREATE) and returns it.
+func (n *node) open(readOnly bool) *openFile {
+	sh := n.sharedFile()
+	sh.mu.Lock()
+	sh.opens++
+	sh.mu.Unlock()
+	return &openFile{n: n, sh: sh, readOnly: readOnly}
 }
 
 // Open answers OPEN: a GETATTR for close-to-open consistency, then the
@@ -37,6 +101,7 @@ type handle struct {
 // is checked at the SETATTR that follows (Setattr). When the file changed
 // since we last saw it, the kernel's cached attributes and data of the
 // inode are dropped; otherwise its page cache is kept (FOPEN_KEEP_CACHE).
+// The open file is an openFile.
 func (n *node) Open(ctx context.Context, flags uint32) (_ fs.FileHandle, _ uint32, errno syscall.Errno) {
 	ctx, op := n.call(ctx, &errno) // the caller's credential, not interrupted; a stale handle (node.call)
 	defer op.done()
@@ -68,8 +133,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (_ fs.FileHandle, _ uint3
 	if known && !changed {
 		fl |= fuse.FOPEN_KEEP_CACHE
 	}
-	n.opened()
-	return &handle{readOnly: flags&syscall.O_ACCMODE == syscall.O_RDONLY}, fl, 0
+	return n.open(flags&syscall.O_ACCMODE == syscall.O_RDONLY), fl, 0
 }
 
 // openMay returns the permissions an open with flags needs, as Linux's
@@ -89,22 +153,44 @@ func openMay(flags uint32) uint32 {
 	return may
 }
 
-// writable reports whether closing fh must write back (see handle).
-func writable(fh fs.FileHandle) bool {
-	h, ok := fh.(*handle)
-	return !ok || !h.readOnly
+// setFlushed marks f as closing (flushed true: a FLUSH came, sent at
+// every close(2) of one of its descriptors) or as in use (false: a WRITE
+// or FSYNC through it, so another descriptor of it is still open). FUSE
+// sends the RELEASE of an open file after the close(2) of its last
+// descriptor has already returned, and asynchronously, so an unlink
+// right after a close(2) can reach us before that RELEASE does
+// (sharedFile.awaitRelease).
+func (f *openFile) setFlushed(flushed bool) {
+	f.sh.mu.Lock()
+	f.setFlushedLocked(flushed)
+	f.sh.mu.Unlock()
 }
 
-// Flush answers FLUSH (each close of a descriptor): write back and COMMIT,
-// the "close" half of close-to-open; nothing for a descriptor opened
-// read-only. The open file is marked closing (node.setFlushed).
-func (n *node) Flush(ctx context.Context, fh fs.FileHandle) (errno syscall.Errno) {
-	n.setFlushed(fh, true)
+// setFlushedLocked is setFlushed with f.sh.mu held.
+func (f *openFile) setFlushedLocked(flushed bool) {
+	if f.flushed == flushed {
+		return
+	}
+	f.flushed = flushed
+	if flushed {
+		f.sh.closed++
+	} else {
+		f.sh.closed--
+	}
+}
+
+// Flush answers FLUSH (each close of a descriptor): write back and COMMIT
+// the inode's writes, the "close" half of close-to-open; nothing for a
+// descriptor opened read-only. The open file is marked closing
+// (setFlushed). The POSIX locks of the closing owner end (lock.go).
+func (f *openFile) Flush(ctx context.Context) (errno syscall.Errno) {
+	n := f.n
+	f.setFlushed(true)
 	ro, hasOwner := n.sys.owners.ownerOf(ctx) // before ctx is replaced
 	ctx, op := n.call(ctx, &errno)            // the caller's credential, not interrupted; a stale handle (node.call)
 	defer op.done()
-	if writable(fh) {
-		errno = n.sync(ctx)
+	if !f.readOnly {
+		errno = f.sh.wb.sync(ctx)
 	}
 	if hasOwner && !ro.flock {
 		// POSIX locks end at any close by their owner, after the
@@ -114,20 +200,23 @@ func (n *node) Flush(ctx context.Context, fh fs.FileHandle) (errno syscall.Errno
 	return errno
 }
 
-// Fsync answers FSYNC: write back and COMMIT.
-func (n *node) Fsync(ctx context.Context, fh fs.FileHandle, _ uint32) (errno syscall.Errno) {
-	ctx, op := n.call(ctx, &errno) // the caller's credential, not interrupted; a stale handle (node.call)
+// Fsync answers FSYNC: write back and COMMIT the inode's writes.
+func (f *openFile) Fsync(ctx context.Context, _ uint32) (errno syscall.Errno) {
+	ctx, op := f.n.call(ctx, &errno) // the caller's credential, not interrupted; a stale handle (node.call)
 	defer op.done()
-	n.setFlushed(fh, false)
-	return n.sync(ctx)
+	f.setFlushed(false)
+	return f.sh.wb.sync(ctx)
 }
 
-// Release answers RELEASE: FLUSH already wrote everything back; a write
-// that failed after the last flush is only logged. The last RELEASE of a
-// silly-renamed file removes it (sillyrename.go).
-func (n *node) Release(ctx context.Context, fh fs.FileHandle) syscall.Errno {
+// Release answers RELEASE, after the last close of the open file: its
+// flock lock and open file description locks end (lock.go); FLUSH already
+// wrote everything back, and a write that failed after the last flush is
+// only logged. The last RELEASE of a silly-renamed file removes it
+// (released).
+func (f *openFile) Release(ctx context.Context) syscall.Errno {
+	n := f.n
 	ro, flock := n.sys.owners.ownerOf(ctx)
-	if owners := n.lockOwnersOf(fh); len(owners) > 0 || flock && ro.flock {
+	if owners := f.lockOwnerList(); len(owners) > 0 || flock && ro.flock {
 		lctx, op := n.sys.call(ctx)
 		if flock && ro.flock {
 			n.dropLocks(lctx, ro.owner, true) // flock locks end at the last close of their open file
@@ -137,11 +226,11 @@ func (n *node) Release(ctx context.Context, fh fs.FileHandle) syscall.Errno {
 		}
 		op.done()
 	}
-	if writable(fh) {
-		if errno := n.sync(ctx); errno != 0 {
+	if !f.readOnly {
+		if errno := f.sh.wb.sync(ctx); errno != 0 {
 			klog.InfoS("fusefs: write back at release failed", "fh", n.fh.String(), "err", errno)
 		}
 	}
-	n.released(n.sys.bg, fh)
+	f.released(n.sys.bg)
 	return 0
 }

@@ -6,21 +6,23 @@ import (
 	"io"
 	"syscall"
 
-	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 )
 
 // Read answers READ with client.ReadPlaced (rsize READs, pipelined), after
-// the inode's writes in flight have reached the server. Data the
-// transport received into its own buffers (RPC-over-RDMA send-based DDP)
-// goes to the kernel from there (placedRead): they are given back once
-// the reply is written to /dev/fuse.
-func (n *node) Read(ctx context.Context, _ fs.FileHandle, dest []byte, off int64) (_ fuse.ReadResult, errno syscall.Errno) {
+// the inode's writes in flight (through any of its open files) have
+// reached the server. Data the transport received into its own buffers
+// (RPC-over-RDMA send-based DDP) goes to the kernel from there
+// (placedRead): they are given back once the reply is written to
+// /dev/fuse. The READ counts as in progress for an unlink that waits for
+// the file's RELEASE (sharedFile.awaitRelease).
+func (f *openFile) Read(ctx context.Context, dest []byte, off int64) (_ fuse.ReadResult, errno syscall.Errno) {
+	n := f.n
 	ctx, op := n.call(ctx, &errno) // the caller's credential, not interrupted; a stale handle (node.call)
 	defer op.done()
-	n.readStart()
-	defer n.readDone()
-	_ = n.waitWrites() // a write error is for flush and fsync to report
+	f.sh.readStart()
+	defer f.sh.readDone()
+	_ = f.sh.wb.wait() // a write error is for flush and fsync to report
 	vec, k, release, err := n.sys.c.ReadPlaced(ctx, n.fh, dest, off)
 	if err != nil && !errors.Is(err, io.EOF) {
 		return nil, toErrno(err)

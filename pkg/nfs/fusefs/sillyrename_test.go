@@ -373,9 +373,10 @@ func TestSillyRenamePutBack(t *testing.T) {
 	}
 	// RELEASE reaches the mount after close(2) returned
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		cn.mu.Lock()
-		opens := cn.opens
-		cn.mu.Unlock()
+		sh := cn.shared.Load()
+		sh.mu.Lock()
+		opens := sh.opens
+		sh.mu.Unlock()
 		if opens == 0 {
 			break
 		}
