@@ -28,14 +28,14 @@ const (
 type budget struct {
 	mu         sync.Mutex
 	cond       sync.Cond
-	inflight   int // bytes copied for write-behind, not yet acknowledged
-	dirty      int // bytes acknowledged UNSTABLE, not known to be committed
-	dirtyNodes map[*node]struct{}
+	inflight   int                     // bytes copied for write-behind, not yet acknowledged
+	dirty      int                     // bytes acknowledged UNSTABLE, not known to be committed
+	dirtyFiles map[*writeBack]struct{} // the inodes with uncommitted data
 	committing bool
 }
 
 func newBudget() *budget {
-	b := &budget{dirtyNodes: map[*node]struct{}{}}
+	b := &budget{dirtyFiles: map[*writeBack]struct{}{}}
 	b.cond.L = &b.mu
 	return b
 }
@@ -58,13 +58,14 @@ func (b *budget) release(k int) {
 	b.mu.Unlock()
 }
 
-// dirtied records k bytes written UNSTABLE to n and starts a background
-// commit of the mount's dirty files when they pass MountDirtyBytes.
-func (sys *fsys) dirtied(n *node, k int) {
+// dirtied records k bytes written UNSTABLE through w and starts a
+// background commit of the mount's dirty files when they pass
+// MountDirtyBytes.
+func (sys *fsys) dirtied(w *writeBack, k int) {
 	b := sys.budget
 	b.mu.Lock()
 	b.dirty += k
-	b.dirtyNodes[n] = struct{}{}
+	b.dirtyFiles[w] = struct{}{}
 	start := b.dirty > MountDirtyBytes && !b.committing
 	if start {
 		b.committing = true
@@ -75,13 +76,13 @@ func (sys *fsys) dirtied(n *node, k int) {
 	}
 }
 
-// undirty records that k bytes of n were committed.
-func (sys *fsys) undirty(n *node, k int, clean bool) {
+// undirty records that k bytes written through w were committed.
+func (sys *fsys) undirty(w *writeBack, k int, clean bool) {
 	b := sys.budget
 	b.mu.Lock()
 	b.dirty = max(b.dirty-k, 0)
 	if clean {
-		delete(b.dirtyNodes, n)
+		delete(b.dirtyFiles, w)
 	}
 	b.mu.Unlock()
 }
@@ -90,22 +91,17 @@ func (sys *fsys) undirty(n *node, k int, clean bool) {
 func (sys *fsys) commitDirty() {
 	b := sys.budget
 	b.mu.Lock()
-	nodes := make([]*node, 0, len(b.dirtyNodes))
-	for n := range b.dirtyNodes {
-		nodes = append(nodes, n)
+	files := make([]*writeBack, 0, len(b.dirtyFiles))
+	for w := range b.dirtyFiles {
+		files = append(files, w)
 	}
 	b.mu.Unlock()
-	for _, n := range nodes {
-		ctx := sys.bg
-		n.mu.Lock()
-		if n.w != nil {
-			n.w.mu.Lock()
-			ctx = client.WithCred(ctx, n.w.cred)
-			n.w.mu.Unlock()
-		}
-		n.mu.Unlock()
-		if err := n.commit(ctx); err != nil {
-			klog.V(2).InfoS("fusefs: background COMMIT failed (retried at close)", "fh", n.fh.String(), "err", err)
+	for _, w := range files {
+		w.mu.Lock()
+		ctx := client.WithCred(sys.bg, w.cred)
+		w.mu.Unlock()
+		if err := w.commit(ctx); err != nil {
+			klog.V(2).InfoS("fusefs: background COMMIT failed (retried at close)", "fh", w.n.fh.String(), "err", err)
 		}
 	}
 	b.mu.Lock()

@@ -2,9 +2,7 @@ package fusefs
 
 import (
 	"context"
-	"errors"
 	"syscall"
-	"time"
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -12,133 +10,250 @@ import (
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nfs3"
 )
 
-// dirStream lists a directory one READDIRPLUS reply at a time: its memory
-// is one reply (at most the server's dtpref, 1 MiB). Each entry's handle
-// and attributes are left in the node's plus map for the LOOKUP the kernel
-// (or go-fuse's READDIRPLUS) sends for it next, so that listing N entries
-// costs N/entries-per-reply calls, not N LOOKUPs. The offset of an entry
-// is its NFS cookie, so seekdir/telldir work.
-type dirStream struct {
-	n      *node
-	cookie uint64
-	verf   nfs3.CookieVerf
-	ents   []nfs3.EntryPlus
-	eof    bool
+// afterDirChange notes that directory n changed through us: the reply's
+// wcc data refreshes its attributes (or its cached attributes are no
+// longer trusted), and its known names follow the change (dirnames.go):
+// add and del are the names it added and removed ("" for none).
+func (n *node) afterDirChange(wcc *nfs3.WccData, add, del string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.followLocked(wcc, add, del)
+	if wcc.After.Set {
+		n.refreshLocked(&wcc.After.Attr)
+		n.ac.ours = true
+		return
+	}
+	n.ac.valid = false
 }
 
-var (
-	_ fs.FileReaddirenter = (*dirStream)(nil)
-	_ fs.FileSeekdirer    = (*dirStream)(nil)
-	_ fs.FileReleasedirer = (*dirStream)(nil)
-)
+// objAttrs returns the handle and attributes of a created object,
+// looking them up when the reply lacks them.
+func (n *node) objAttrs(ctx context.Context, name string, res nfs3.CreateRes) (nfs3.FH, nfs3.Fattr, error) {
+	if res.Obj.Set && res.ObjAttr.Set {
+		return res.Obj.FH, res.ObjAttr.Attr, nil
+	}
+	return n.lookupRPC(ctx, name)
+}
 
-// OpendirHandle answers OPENDIR: the caller needs read permission on the
-// directory (permit; EACCES), as Linux's may_open asks of NFS.
-func (n *node) OpendirHandle(ctx context.Context, flags uint32) (_ fs.FileHandle, _ uint32, errno syscall.Errno) {
-	cctx, op := n.call(ctx, &errno) // the caller's credential, not interrupted; a stale handle (node.call)
+// Create answers CREATE: NFS CREATE, GUARDED with O_EXCL (EEXIST if the
+// name exists), UNCHECKED otherwise (O_TRUNC then truncates an existing
+// file), and opens the file.
+func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (_ *fs.Inode, _ fs.FileHandle, _ uint32, errno syscall.Errno) {
+	ctx, op := n.call(ctx, &errno) // the caller's credential, not interrupted; a stale handle (node.call)
 	defer op.done()
-	if errno := n.permit(cctx, mayRead); errno != 0 {
-		return nil, 0, errno
+	if n.sys.o.ReadOnly {
+		return nil, nil, 0, syscall.EROFS
 	}
-	return &dirStream{n: n}, 0, 0
+	how := nfs3.CreateHow{Mode: nfs3.Unchecked, Attr: nfs3.Sattr{SetMode: true, Mode: mode & 0o7777}}
+	if flags&syscall.O_EXCL != 0 {
+		how.Mode = nfs3.Guarded
+	}
+	res, err := n.sys.c.Create(ctx, n.fh, name, how)
+	if err != nil {
+		return nil, nil, 0, n.changeFailed(err)
+	}
+	n.afterDirChange(&res.DirWcc, name, "")
+	fh, a, err := n.objAttrs(ctx, name, res)
+	if err != nil {
+		return nil, nil, 0, toErrno(err)
+	}
+	if flags&syscall.O_TRUNC != 0 && a.Size != 0 {
+		if a, err = n.sys.c.Truncate(ctx, fh, 0); err != nil {
+			return nil, nil, 0, toErrno(err)
+		}
+	}
+	ch := n.child(ctx, name, fh, &a, out)
+	return ch, ch.Operations().(*node).open(false), 0, 0
 }
 
-// Readdirent returns the next entry, nil at the end.
-//
-// Its READDIRPLUS is not given up when the kernel interrupts the FUSE
-// request (see fsys.call): go-fuse (v2.8 to v2.12) keeps an error returned in the
-// middle of a FUSE READDIRPLUS (fileEntry.overflowErrno) and returns it in
-// place of every later entry that does not fit a reply, dropping that
-// entry; with EINTR, which callers retry, entries vanished without an
-// error (TestSignalledCallers). For the same reason a READDIRPLUS given
-// up past the grace (a hard mount whose server does not answer) ends the
-// listing with EIO, not EINTR (TestInterruptGrace).
-func (d *dirStream) Readdirent(ctx context.Context) (_ *fuse.DirEntry, errno syscall.Errno) {
-	for len(d.ents) == 0 {
-		if d.eof {
-			return nil, 0
-		}
-		ctx, op := d.n.call(ctx, &errno) // the caller's credential, not interrupted; a stale handle (node.call)
-		errno = d.fill(ctx)
-		op.done()
-		if errno == syscall.EINTR {
-			errno = syscall.EIO
-		}
-		if errno != 0 {
-			return nil, errno
-		}
+// Mkdir answers MKDIR with NFS MKDIR.
+func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (_ *fs.Inode, errno syscall.Errno) {
+	ctx, op := n.call(ctx, &errno) // the caller's credential, not interrupted; a stale handle (node.call)
+	defer op.done()
+	if n.sys.o.ReadOnly {
+		return nil, syscall.EROFS
 	}
-	e := d.ents[0]
-	d.ents = d.ents[1:]
-	d.cookie = e.Cookie
-	de := &fuse.DirEntry{Name: e.Name, Ino: e.FileID, Off: e.Cookie}
-	if e.Attr.Set {
-		de.Mode = typeBits(e.Attr.Attr.Type)
+	res, err := n.sys.c.Mkdir(ctx, n.fh, name, nfs3.Sattr{SetMode: true, Mode: mode & 0o7777})
+	if err != nil {
+		return nil, n.changeFailed(err)
 	}
-	return de, 0
+	n.afterDirChange(&res.DirWcc, name, "")
+	fh, a, err := n.objAttrs(ctx, name, res)
+	if err != nil {
+		return nil, toErrno(err)
+	}
+	ch := n.child(ctx, name, fh, &a, out)
+	if cn := ch.Operations().(*node); res.Obj.Set && res.ObjAttr.Set && cn.fh == fh {
+		// the attributes of the MKDIR reply are those of the new,
+		// empty directory (dirnames.go)
+		cn.madeEmpty(&res.ObjAttr.Attr)
+	}
+	return ch, 0
 }
 
-// fill reads the next READDIRPLUS reply after d.cookie (RFC 1813 section
-// 3.3.17). Errors: EINVAL when the server refuses the cookie
-// (NFS3ERR_BAD_COOKIE) even with a zero verifier, the errno of the NFS
-// status, EIO for a transport error or a reply with neither entries nor
-// EOF.
-func (d *dirStream) fill(ctx context.Context) syscall.Errno {
-	c := d.n.sys.c
-	max := uint32(c.FsinfoAtMount().DTPref)
-	if max < 4096 {
-		max = 32 << 10
+// Mknod answers MKNOD (FIFO, socket, character and block devices) with
+// NFS MKNOD; a regular file goes through CREATE.
+func (n *node) Mknod(ctx context.Context, name string, mode uint32, dev uint32, out *fuse.EntryOut) (_ *fs.Inode, errno syscall.Errno) {
+	ctx, op := n.call(ctx, &errno) // the caller's credential, not interrupted; a stale handle (node.call)
+	defer op.done()
+	if n.sys.o.ReadOnly {
+		return nil, syscall.EROFS
 	}
-	max = min(max, 1<<20)
-	res, err := c.ReaddirplusOnce(ctx, d.n.fh, d.cookie, d.verf, max/8, max)
-	if errors.Is(err, nfs3.ErrBadCookie) && d.cookie != 0 && d.verf != (nfs3.CookieVerf{}) {
-		// The directory changed since the listing began (servers that
-		// check verifiers often derive them from its mtime): go on
-		// from the same cookie with a zero verifier, which RFC 1813
-		// section 3.3.16 lets a server accept (ours does; knfsd ignores
-		// verifiers). Entries created or removed meanwhile may or may
-		// not be listed, as POSIX allows; the others are listed once.
-		res, err = c.ReaddirplusOnce(ctx, d.n.fh, d.cookie, nfs3.CookieVerf{}, max/8, max)
+	attr := nfs3.Sattr{SetMode: true, Mode: mode & 0o7777}
+	var res nfs3.CreateRes
+	var err error
+	switch mode & syscall.S_IFMT {
+	case syscall.S_IFREG:
+		res, err = n.sys.c.Create(ctx, n.fh, name, nfs3.CreateHow{Mode: nfs3.Guarded, Attr: attr})
+	case syscall.S_IFIFO:
+		res, err = n.sys.c.Mknod(ctx, n.fh, name, nfs3.TypeFIFO, attr, nfs3.SpecData{})
+	case syscall.S_IFSOCK:
+		res, err = n.sys.c.Mknod(ctx, n.fh, name, nfs3.TypeSock, attr, nfs3.SpecData{})
+	case syscall.S_IFCHR, syscall.S_IFBLK:
+		t := nfs3.TypeChr
+		if mode&syscall.S_IFMT == syscall.S_IFBLK {
+			t = nfs3.TypeBlk
+		}
+		spec := nfs3.SpecData{Major: (dev >> 8) & 0xfff, Minor: (dev & 0xff) | (dev>>12)&^0xff}
+		res, err = n.sys.c.Mknod(ctx, n.fh, name, t, attr, spec)
+	default:
+		return nil, syscall.EINVAL
 	}
 	if err != nil {
-		if errors.Is(err, nfs3.ErrBadCookie) {
-			return syscall.EINVAL
+		return nil, n.changeFailed(err)
+	}
+	n.afterDirChange(&res.DirWcc, name, "")
+	fh, a, err := n.objAttrs(ctx, name, res)
+	if err != nil {
+		return nil, toErrno(err)
+	}
+	return n.child(ctx, name, fh, &a, out), 0
+}
+
+// Symlink answers SYMLINK with NFS SYMLINK.
+func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (_ *fs.Inode, errno syscall.Errno) {
+	ctx, op := n.call(ctx, &errno) // the caller's credential, not interrupted; a stale handle (node.call)
+	defer op.done()
+	if n.sys.o.ReadOnly {
+		return nil, syscall.EROFS
+	}
+	res, err := n.sys.c.Symlink(ctx, n.fh, name, target, nfs3.Sattr{})
+	if err != nil {
+		return nil, n.changeFailed(err)
+	}
+	n.afterDirChange(&res.DirWcc, name, "")
+	fh, a, err := n.objAttrs(ctx, name, res)
+	if err != nil {
+		return nil, toErrno(err)
+	}
+	return n.child(ctx, name, fh, &a, out), 0
+}
+
+// Link answers LINK with NFS LINK; the new name shares target's inode.
+func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, out *fuse.EntryOut) (_ *fs.Inode, errno syscall.Errno) {
+	ctx, op := n.call(ctx, &errno) // the caller's credential, not interrupted; a stale handle (node.call)
+	defer op.done()
+	if n.sys.o.ReadOnly {
+		return nil, syscall.EROFS
+	}
+	t, ok := target.(*node)
+	if !ok {
+		return nil, syscall.EXDEV
+	}
+	res, err := n.sys.c.Link(ctx, t.fh, n.fh, name)
+	if err != nil {
+		if errno = n.changeFailed(err); errno == syscall.ESTALE {
+			t.stale() // or n (node.call): which one, the reply does not say
 		}
-		return toErrno(err)
+		return nil, errno
 	}
-	if res.DirAttr.Set {
-		d.n.refresh(&res.DirAttr.Attr)
-	}
-	d.verf, d.eof, d.ents = res.Verf, res.EOF, res.Entries
-	if !res.EOF && len(res.Entries) == 0 {
-		return syscall.EIO
-	}
-	plus := make(map[string]nfs3.EntryPlus, len(res.Entries))
-	for _, e := range res.Entries {
-		if e.Name != "." && e.Name != ".." && e.Handle.Set && e.Attr.Set {
-			plus[e.Name] = e
+	n.afterDirChange(&res.LinkDirWcc, name, "")
+	a := res.FileAttr.Attr
+	if !res.FileAttr.Set {
+		if a, err = n.sys.c.Getattr(ctx, t.fh); err != nil {
+			return nil, toErrno(err)
 		}
 	}
-	d.n.mu.Lock()
-	d.n.setPlusLocked(plus)
-	d.n.plusAt = time.Now()
-	d.n.mu.Unlock()
+	return n.child(ctx, name, t.fh, &a, out), 0
+}
+
+// Unlink answers UNLINK with NFS REMOVE, or, for a file open through
+// this mount, with a silly rename (sillyrename.go).
+func (n *node) Unlink(ctx context.Context, name string) (errno syscall.Errno) {
+	ctx, op := n.call(ctx, &errno) // the caller's credential, not interrupted; a stale handle (node.call)
+	defer op.done()
+	if n.sys.o.ReadOnly {
+		return syscall.EROFS
+	}
+	if cn, err := n.sillyRename(ctx, name); err != nil {
+		return sillyErrno(err)
+	} else if cn != nil {
+		return 0 // removed at its last close
+	}
+	res, err := n.sys.c.Remove(ctx, n.fh, name)
+	if err != nil {
+		return n.changeFailed(err)
+	}
+	n.afterDirChange(&res.DirWcc, "", name)
 	return 0
 }
 
-// Seekdir restarts the listing after the entry whose cookie is off (0:
-// from the beginning).
-func (d *dirStream) Seekdir(ctx context.Context, off uint64) syscall.Errno {
-	d.cookie, d.ents, d.eof = off, nil, false
-	if off == 0 {
-		d.verf = nfs3.CookieVerf{}
+// Rmdir answers RMDIR with NFS RMDIR.
+func (n *node) Rmdir(ctx context.Context, name string) (errno syscall.Errno) {
+	ctx, op := n.call(ctx, &errno) // the caller's credential, not interrupted; a stale handle (node.call)
+	defer op.done()
+	if n.sys.o.ReadOnly {
+		return syscall.EROFS
 	}
+	res, err := n.sys.c.Rmdir(ctx, n.fh, name)
+	if err != nil {
+		return n.changeFailed(err)
+	}
+	n.afterDirChange(&res.DirWcc, "", name)
 	return 0
 }
 
-// Releasedir drops the entries not looked up.
-func (d *dirStream) Releasedir(ctx context.Context, flags uint32) {
-	d.n.mu.Lock()
-	d.n.setPlusLocked(nil)
-	d.n.mu.Unlock()
+// Rename answers RENAME with NFS RENAME (replacing an existing target, as
+// rename(2)); renameat2 flags are refused with EINVAL, as Linux NFSv3 does.
+func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedder, newName string, flags uint32) (errno syscall.Errno) {
+	ctx, op := n.call(ctx, &errno) // the caller's credential, not interrupted; a stale handle (node.call)
+	defer op.done()
+	if n.sys.o.ReadOnly {
+		return syscall.EROFS
+	}
+	if flags != 0 {
+		return syscall.EINVAL
+	}
+	np, ok := newParent.(*node)
+	if !ok {
+		return syscall.EXDEV
+	}
+	// an open target is renamed away first (sillyrename.go), unless it
+	// is the source itself (rename of a link onto the same file)
+	var tgt *node
+	if src, dst := n.GetChild(name), np.GetChild(newName); dst != nil && src != dst {
+		var err error
+		if tgt, err = np.sillyRename(ctx, newName); err != nil {
+			return sillyErrno(err)
+		}
+	}
+	res, err := n.sys.c.Rename(ctx, n.fh, name, np.fh, newName)
+	if err != nil {
+		if tgt != nil {
+			np.unsilly(ctx, tgt, newName)
+		}
+		np.forgetNames()
+		if errno = n.changeFailed(err); errno == syscall.ESTALE {
+			np.stale() // or n (node.call): which one, the reply does not say
+		}
+		return errno
+	}
+	if np == n {
+		// one change of one directory: both wcc_data are of it
+		n.afterDirChange(&res.FromDirWcc, newName, name)
+		return 0
+	}
+	n.afterDirChange(&res.FromDirWcc, "", name)
+	np.afterDirChange(&res.ToDirWcc, newName, "")
+	return 0
 }

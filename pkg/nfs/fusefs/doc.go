@@ -6,11 +6,27 @@
 //
 // It uses go-fuse's node API (fs.InodeEmbedder) rather than the raw
 // protocol: go-fuse then keeps the kernel's node IDs, lookup counts and
-// FORGET bookkeeping, and each node only holds what NFS needs, its file
-// handle. Nodes are keyed (fs.StableAttr) by the NFS fileid and a hash of
-// the file handle as generation, so hard links share one kernel inode and a
-// fileid the server reuses for a new file gets a new inode (no stale
-// handle behind an old inode).
+// FORGET bookkeeping. As in go-fuse's loopback file system, two types
+// answer the kernel:
+//
+//   - a node (node.go) is what a file or directory is: its NFS file
+//     handle, its attributes and their cache, the server's ACCESS answers
+//     for it, lookups, directory changes and listings (dir.go,
+//     readdir.go), opens (Open);
+//   - an open file (openFile, openfile.go) is what an OPEN or CREATE of
+//     a regular file does, go-fuse's file handle: READ (read.go), WRITE
+//     (writeback.go), FLUSH, FSYNC and RELEASE, and the locks taken
+//     through it (lock.go).
+//
+// What the open files of one inode share, as they share the kernel's page
+// cache, is one per inode (sharedFile, referenced from the node from its
+// first open on): the write-back of its data and the count of its opens,
+// whose last RELEASE ends a silly rename (sillyrename.go).
+//
+// Nodes are keyed (fs.StableAttr) by the NFS fileid and a hash of the file
+// handle as generation, so hard links share one kernel inode and a fileid
+// the server reuses for a new file gets a new inode (no stale handle
+// behind an old inode).
 //
 // # NFS semantics
 //

@@ -43,9 +43,9 @@ func TestFileSystem(t *testing.T) {
 			testMisc(t, dir)
 			b := m.sys.budget
 			b.mu.Lock()
-			if b.inflight != 0 || b.dirty != 0 || len(b.dirtyNodes) != 0 {
+			if b.inflight != 0 || b.dirty != 0 || len(b.dirtyFiles) != 0 {
 				t.Errorf("write budget not back to zero after every file was closed: %d in flight, %d dirty, %d dirty files",
-					b.inflight, b.dirty, len(b.dirtyNodes))
+					b.inflight, b.dirty, len(b.dirtyFiles))
 			}
 			b.mu.Unlock()
 			if m := srv.rdma.Metrics(); proto == mountopts.ProtoRDMA && (m.Calls < 100 || m.ReadChunks+m.PositionZeroChunks == 0 || m.WriteChunks == 0) {

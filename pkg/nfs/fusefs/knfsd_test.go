@@ -698,9 +698,9 @@ func testKnfsdFiles(t *testing.T, k *knfsdMount, bigSize, nEntries int) {
 
 	b := k.m.sys.budget
 	b.mu.Lock()
-	if b.inflight != 0 || b.dirty != 0 || len(b.dirtyNodes) != 0 {
+	if b.inflight != 0 || b.dirty != 0 || len(b.dirtyFiles) != 0 {
 		t.Errorf("write budget not back to zero after every file was closed: %d in flight, %d dirty, %d dirty files",
-			b.inflight, b.dirty, len(b.dirtyNodes))
+			b.inflight, b.dirty, len(b.dirtyFiles))
 	}
 	b.mu.Unlock()
 	if rs := k.m.Client.Stats(); rs.Retransmits != 0 || rs.Reconnects != 0 {

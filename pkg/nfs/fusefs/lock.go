@@ -6,7 +6,6 @@ import (
 	"sync"
 	"syscall"
 
-	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"k8s.io/klog/v2"
 
@@ -104,11 +103,17 @@ func lockRange(lk *fuse.FileLock) (uint64, uint64) {
 	return lk.Start, min(lk.End, client.MaxLockOffset)
 }
 
-// Getlk answers GETLK (F_GETLK, F_OFD_GETLK): NLM TEST, or the local
-// table. The conflicting lock's pid is the holder's svid, which is the
-// holder's pid for this client's and Linux's locks (the kernel maps it
-// into the caller's pid namespace, 0 when no such process is visible).
-func (n *node) Getlk(ctx context.Context, _ fs.FileHandle, owner uint64, lk *fuse.FileLock, flags uint32, out *fuse.FileLock) syscall.Errno {
+// Getlk answers GETLK (F_GETLK, F_OFD_GETLK) on the open file f: NLM
+// TEST, or the local table. The conflicting lock's pid is the holder's
+// svid, which is the holder's pid for this client's and Linux's locks
+// (the kernel maps it into the caller's pid namespace, 0 when no such
+// process is visible).
+func (f *openFile) Getlk(ctx context.Context, owner uint64, lk *fuse.FileLock, flags uint32, out *fuse.FileLock) syscall.Errno {
+	return f.n.getlk(ctx, owner, lk, flags, out)
+}
+
+// getlk is Getlk: the locks are the inode's.
+func (n *node) getlk(ctx context.Context, owner uint64, lk *fuse.FileLock, flags uint32, out *fuse.FileLock) syscall.Errno {
 	flock := flags&fuse.FUSE_LK_FLOCK != 0
 	start, end := lockRange(lk)
 	excl := lk.Typ == syscall.F_WRLCK
@@ -148,56 +153,54 @@ func (n *node) lockReq(owner uint64, lk *fuse.FileLock) client.LockRequest {
 	return client.LockRequest{FH: n.fh, Owner: owner, Pid: lk.Pid, Start: start, End: end, Exclusive: lk.Typ == syscall.F_WRLCK}
 }
 
-// Setlk answers SETLK (F_SETLK, flock with LOCK_NB, and unlocks): NLM
-// LOCK without blocking or UNLOCK, or the local table.
-func (n *node) Setlk(ctx context.Context, fh fs.FileHandle, owner uint64, lk *fuse.FileLock, flags uint32) syscall.Errno {
-	n.noteLockOwner(fh, owner, lk)
-	return n.setlk(ctx, owner, lk, flags, false)
+// Setlk answers SETLK (F_SETLK, flock with LOCK_NB, and unlocks) on the
+// open file f: NLM LOCK without blocking or UNLOCK, or the local table.
+func (f *openFile) Setlk(ctx context.Context, owner uint64, lk *fuse.FileLock, flags uint32) syscall.Errno {
+	f.noteLockOwner(owner, lk)
+	return f.n.setlk(ctx, owner, lk, flags, false)
 }
 
-// Setlkw answers SETLKW (F_SETLKW, flock without LOCK_NB): NLM LOCK that
-// blocks until the lock is granted or the caller is interrupted (a
-// signal: FUSE_INTERRUPT), which cancels the request and answers EINTR
-// (the kernel restarts the call for a handler with SA_RESTART).
-func (n *node) Setlkw(ctx context.Context, fh fs.FileHandle, owner uint64, lk *fuse.FileLock, flags uint32) syscall.Errno {
-	n.noteLockOwner(fh, owner, lk)
-	return n.setlk(ctx, owner, lk, flags, true)
+// Setlkw answers SETLKW (F_SETLKW, flock without LOCK_NB) on the open
+// file f: NLM LOCK that blocks until the lock is granted or the caller is
+// interrupted (a signal: FUSE_INTERRUPT), which cancels the request and
+// answers EINTR (the kernel restarts the call for a handler with
+// SA_RESTART).
+func (f *openFile) Setlkw(ctx context.Context, owner uint64, lk *fuse.FileLock, flags uint32) syscall.Errno {
+	f.noteLockOwner(owner, lk)
+	return f.n.setlk(ctx, owner, lk, flags, true)
 }
 
-// noteLockOwner records that owner locks through open file fh, whose
-// RELEASE then drops what the owner still holds (lockOwnersOf).
-func (n *node) noteLockOwner(fh fs.FileHandle, owner uint64, lk *fuse.FileLock) {
-	h, ok := fh.(*handle)
-	if !ok || lk.Typ == syscall.F_UNLCK {
+// noteLockOwner records that owner locks through f, whose RELEASE then
+// drops what the owner still holds (lockOwnerList).
+func (f *openFile) noteLockOwner(owner uint64, lk *fuse.FileLock) {
+	if lk.Typ == syscall.F_UNLCK {
 		return
 	}
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if h.lockOwners == nil {
-		h.lockOwners = map[uint64]bool{}
+	f.sh.mu.Lock()
+	defer f.sh.mu.Unlock()
+	if f.lockOwners == nil {
+		f.lockOwners = map[uint64]bool{}
 	}
-	h.lockOwners[owner] = true
+	f.lockOwners[owner] = true
 }
 
-// lockOwnersOf returns the owners that locked through open file fh. At
-// its RELEASE every descriptor of it is closed, so each POSIX owner among
-// them already dropped its locks at the FLUSH of its close; what is left
-// are the open file description locks (F_OFD_SETLK), which the kernel
-// leaves to us: their owner is the open file, and it is gone.
-func (n *node) lockOwnersOf(fh fs.FileHandle) []uint64 {
-	h, ok := fh.(*handle)
-	if !ok {
-		return nil
-	}
-	n.mu.Lock()
-	defer n.mu.Unlock()
+// lockOwnerList returns the owners that locked through f. At its RELEASE
+// every descriptor of it is closed, so each POSIX owner among them
+// already dropped its locks at the FLUSH of its close; what is left are
+// the open file description locks (F_OFD_SETLK), which the kernel leaves
+// to us: their owner is the open file, and it is gone.
+func (f *openFile) lockOwnerList() []uint64 {
+	f.sh.mu.Lock()
+	defer f.sh.mu.Unlock()
 	var out []uint64
-	for o := range h.lockOwners {
+	for o := range f.lockOwners {
 		out = append(out, o)
 	}
 	return out
 }
 
+// setlk is Setlk (wait false) and Setlkw (wait true): the locks are the
+// inode's, held by owner.
 func (n *node) setlk(ctx context.Context, owner uint64, lk *fuse.FileLock, flags uint32, wait bool) syscall.Errno {
 	flock := flags&fuse.FUSE_LK_FLOCK != 0
 	start, end := lockRange(lk)
@@ -302,9 +305,10 @@ func (n *node) dropLocks(ctx context.Context, owner uint64, flock bool) {
 }
 
 // lockOwners passes the lock_owner of FLUSH and RELEASE requests, which
-// go-fuse's node API does not carry, from the raw requests to the node's
-// Flush and Release: each in-flight request has its own cancel channel,
-// which is the Done channel of the context the node method gets.
+// go-fuse's node and file APIs do not carry, from the raw requests to the
+// open file's Flush and Release: each in-flight request has its own
+// cancel channel, which is the Done channel of the context the open
+// file's method gets.
 type lockOwners struct {
 	fuse.RawFileSystem
 	m sync.Map // <-chan struct{} -> releaseOwner
@@ -315,14 +319,14 @@ type releaseOwner struct {
 	flock bool // RELEASE with FUSE_RELEASE_FLOCK_UNLOCK
 }
 
-// Flush records in.LockOwner for the node's Flush.
+// Flush records in.LockOwner for the open file's Flush.
 func (r *lockOwners) Flush(cancel <-chan struct{}, in *fuse.FlushIn) fuse.Status {
 	r.m.Store(cancel, releaseOwner{owner: in.LockOwner})
 	defer r.m.Delete(cancel)
 	return r.RawFileSystem.Flush(cancel, in)
 }
 
-// Release records the flock owner for the node's Release.
+// Release records the flock owner for the open file's Release.
 func (r *lockOwners) Release(cancel <-chan struct{}, in *fuse.ReleaseIn) {
 	if in.ReleaseFlags&fuse.FUSE_RELEASE_FLOCK_UNLOCK != 0 {
 		r.m.Store(cancel, releaseOwner{owner: in.LockOwner, flock: true})

@@ -10,57 +10,32 @@ import (
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 
-	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/client"
-	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/mountopts"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nfs3"
 )
 
-// fsys is what every node of one mount shares.
-type fsys struct {
-	c       *client.Client
-	o       mountopts.Options
-	blksize uint32
-	// nameMax is the longest name in bytes the server takes (PATHCONF
-	// name_max at mount, at most nfs3.MaxNameLen).
-	nameMax int
-	// bg bounds the background (write-behind) WRITEs; cancelled at unmount.
-	bg      context.Context
-	budget  *budget
-	callers *callers    // the credential of each FUSE caller (cred.go)
-	intr    *interrupts // FUSE requests in flight (interrupt.go)
-	local   localLocks  // locks local_lock keeps here (lock.go)
-	owners  *lockOwners // lock owners of FLUSH and RELEASE (lock.go)
-	root    *node
-	// sillyCount numbers the hidden names of silly renames.
-	sillyCount atomic.Uint64
-	// dirEntries counts the READDIRPLUS entries kept in nodes' plus maps
-	// (MemoryStats.DirEntries).
-	dirEntries atomic.Int64
-	// accessEntries counts the ACCESS answers kept in nodes' access
-	// caches (MemoryStats.AccessEntries).
-	accessEntries atomic.Int64
-}
-
-// node is one NFS file, directory or other object known to the kernel.
+// node is one NFS file, directory or other object known to the kernel:
+// what a file is, its NFS file handle, its attributes and their cache,
+// its names (lookups, directory changes and listings) and the server's
+// ACCESS answers for it. What an open of a regular file does is its
+// openFile's (openfile.go), as go-fuse's loopback node leaves file I/O to
+// its file handle; what the opens of one inode share is its sharedFile.
 type node struct {
 	fs.Inode
 	sys *fsys
 	fh  nfs3.FH
 
-	mu      sync.Mutex
-	ac      attrCache
-	plus    map[string]nfs3.EntryPlus // READDIRPLUS entries not yet looked up (directories)
-	names   *dirNames                 // the whole listing, when known (directories; dirnames.go)
-	plusAt  time.Time                 // when plus was read
-	w       *writer                   // write-behind state (regular files, created on first write)
-	opens   int                       // open file handles (sillyrename.go)
-	closed  int                       // of them, those flushed since their last use (sillyrename.go)
-	reads   int                       // READs in progress (sillyrename.go)
-	readEnd time.Time                 // when the last READ ended (sillyrename.go)
-	rel     chan struct{}             // closed at the next RELEASE or end of a READ, for awaitRelease
-	silly   *silly                    // where this open file was renamed to at unlink
-	acc     []accessEntry             // ACCESS answers per credential, least recently used first (access.go)
-	seen    entry                     // where and when the kernel was last told of this node (access.go)
+	mu     sync.Mutex
+	ac     attrCache
+	plus   map[string]nfs3.EntryPlus // READDIRPLUS entries not yet looked up (directories)
+	names  *dirNames                 // the whole listing, when known (directories; dirnames.go)
+	plusAt time.Time                 // when plus was read
+	acc    []accessEntry             // ACCESS answers per credential, least recently used first (access.go)
+	seen   entry                     // where and when the kernel was last told of this node (access.go)
+
+	// shared is what the open files of a regular file share (write-back,
+	// the count of opens, silly rename; openfile.go): nil until its first
+	// open.
+	shared atomic.Pointer[sharedFile]
 }
 
 var (
@@ -78,20 +53,12 @@ var (
 	_ fs.NodeRenamer        = (*node)(nil)
 	_ fs.NodeOpendirHandler = (*node)(nil)
 	_ fs.NodeOpener         = (*node)(nil)
-	_ fs.NodeReader         = (*node)(nil)
-	_ fs.NodeWriter         = (*node)(nil)
-	_ fs.NodeFlusher        = (*node)(nil)
-	_ fs.NodeFsyncer        = (*node)(nil)
-	_ fs.NodeReleaser       = (*node)(nil)
 	_ fs.NodeStatfser       = (*node)(nil)
 	_ fs.NodeAccesser       = (*node)(nil)
 	_ fs.NodeGetxattrer     = (*node)(nil)
 	_ fs.NodeSetxattrer     = (*node)(nil)
 	_ fs.NodeListxattrer    = (*node)(nil)
 	_ fs.NodeRemovexattrer  = (*node)(nil)
-	_ fs.NodeGetlker        = (*node)(nil)
-	_ fs.NodeSetlker        = (*node)(nil)
-	_ fs.NodeSetlkwer       = (*node)(nil)
 )
 
 // timeouts returns the attribute cache bounds for n's type.
@@ -136,22 +103,6 @@ func (n *node) child(ctx context.Context, name string, fh nfs3.FH, a *nfs3.Fattr
 	return ch
 }
 
-// afterDirChange notes that directory n changed through us: the reply's
-// wcc data refreshes its attributes (or its cached attributes are no
-// longer trusted), and its known names follow the change (dirnames.go):
-// add and del are the names it added and removed ("" for none).
-func (n *node) afterDirChange(wcc *nfs3.WccData, add, del string) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	n.followLocked(wcc, add, del)
-	if wcc.After.Set {
-		n.refreshLocked(&wcc.After.Attr)
-		n.ac.ours = true
-		return
-	}
-	n.ac.valid = false
-}
-
 // cachedDirAttr returns the attributes of directory n and how long they
 // stay fresh when they came from the wcc data of a change made through
 // this mount within the attribute timeout (false otherwise). The kernel
@@ -175,15 +126,6 @@ func (n *node) cachedDirAttr(now time.Time) (nfs3.Fattr, time.Duration, bool) {
 		return nfs3.Fattr{}, 0, false
 	}
 	return c.attr, left, true
-}
-
-// objAttrs returns the handle and attributes of a created object,
-// looking them up when the reply lacks them.
-func (n *node) objAttrs(ctx context.Context, name string, res nfs3.CreateRes) (nfs3.FH, nfs3.Fattr, error) {
-	if res.Obj.Set && res.ObjAttr.Set {
-		return res.Obj.FH, res.ObjAttr.Attr, nil
-	}
-	return n.lookupRPC(ctx, name)
 }
 
 func (n *node) lookupRPC(ctx context.Context, name string) (nfs3.FH, nfs3.Fattr, error) {
@@ -345,121 +287,6 @@ func (n *node) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn
 	return 0
 }
 
-// Create answers CREATE: NFS CREATE, GUARDED with O_EXCL (EEXIST if the
-// name exists), UNCHECKED otherwise (O_TRUNC then truncates an existing
-// file), and opens the file.
-func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (_ *fs.Inode, _ fs.FileHandle, _ uint32, errno syscall.Errno) {
-	ctx, op := n.call(ctx, &errno) // the caller's credential, not interrupted; a stale handle (node.call)
-	defer op.done()
-	if n.sys.o.ReadOnly {
-		return nil, nil, 0, syscall.EROFS
-	}
-	how := nfs3.CreateHow{Mode: nfs3.Unchecked, Attr: nfs3.Sattr{SetMode: true, Mode: mode & 0o7777}}
-	if flags&syscall.O_EXCL != 0 {
-		how.Mode = nfs3.Guarded
-	}
-	res, err := n.sys.c.Create(ctx, n.fh, name, how)
-	if err != nil {
-		return nil, nil, 0, n.changeFailed(err)
-	}
-	n.afterDirChange(&res.DirWcc, name, "")
-	fh, a, err := n.objAttrs(ctx, name, res)
-	if err != nil {
-		return nil, nil, 0, toErrno(err)
-	}
-	if flags&syscall.O_TRUNC != 0 && a.Size != 0 {
-		if a, err = n.sys.c.Truncate(ctx, fh, 0); err != nil {
-			return nil, nil, 0, toErrno(err)
-		}
-	}
-	ch := n.child(ctx, name, fh, &a, out)
-	ch.Operations().(*node).opened()
-	return ch, &handle{}, 0, 0
-}
-
-// Mkdir answers MKDIR with NFS MKDIR.
-func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (_ *fs.Inode, errno syscall.Errno) {
-	ctx, op := n.call(ctx, &errno) // the caller's credential, not interrupted; a stale handle (node.call)
-	defer op.done()
-	if n.sys.o.ReadOnly {
-		return nil, syscall.EROFS
-	}
-	res, err := n.sys.c.Mkdir(ctx, n.fh, name, nfs3.Sattr{SetMode: true, Mode: mode & 0o7777})
-	if err != nil {
-		return nil, n.changeFailed(err)
-	}
-	n.afterDirChange(&res.DirWcc, name, "")
-	fh, a, err := n.objAttrs(ctx, name, res)
-	if err != nil {
-		return nil, toErrno(err)
-	}
-	ch := n.child(ctx, name, fh, &a, out)
-	if cn := ch.Operations().(*node); res.Obj.Set && res.ObjAttr.Set && cn.fh == fh {
-		// the attributes of the MKDIR reply are those of the new,
-		// empty directory (dirnames.go)
-		cn.madeEmpty(&res.ObjAttr.Attr)
-	}
-	return ch, 0
-}
-
-// Mknod answers MKNOD (FIFO, socket, character and block devices) with
-// NFS MKNOD; a regular file goes through CREATE.
-func (n *node) Mknod(ctx context.Context, name string, mode uint32, dev uint32, out *fuse.EntryOut) (_ *fs.Inode, errno syscall.Errno) {
-	ctx, op := n.call(ctx, &errno) // the caller's credential, not interrupted; a stale handle (node.call)
-	defer op.done()
-	if n.sys.o.ReadOnly {
-		return nil, syscall.EROFS
-	}
-	attr := nfs3.Sattr{SetMode: true, Mode: mode & 0o7777}
-	var res nfs3.CreateRes
-	var err error
-	switch mode & syscall.S_IFMT {
-	case syscall.S_IFREG:
-		res, err = n.sys.c.Create(ctx, n.fh, name, nfs3.CreateHow{Mode: nfs3.Guarded, Attr: attr})
-	case syscall.S_IFIFO:
-		res, err = n.sys.c.Mknod(ctx, n.fh, name, nfs3.TypeFIFO, attr, nfs3.SpecData{})
-	case syscall.S_IFSOCK:
-		res, err = n.sys.c.Mknod(ctx, n.fh, name, nfs3.TypeSock, attr, nfs3.SpecData{})
-	case syscall.S_IFCHR, syscall.S_IFBLK:
-		t := nfs3.TypeChr
-		if mode&syscall.S_IFMT == syscall.S_IFBLK {
-			t = nfs3.TypeBlk
-		}
-		spec := nfs3.SpecData{Major: (dev >> 8) & 0xfff, Minor: (dev & 0xff) | (dev>>12)&^0xff}
-		res, err = n.sys.c.Mknod(ctx, n.fh, name, t, attr, spec)
-	default:
-		return nil, syscall.EINVAL
-	}
-	if err != nil {
-		return nil, n.changeFailed(err)
-	}
-	n.afterDirChange(&res.DirWcc, name, "")
-	fh, a, err := n.objAttrs(ctx, name, res)
-	if err != nil {
-		return nil, toErrno(err)
-	}
-	return n.child(ctx, name, fh, &a, out), 0
-}
-
-// Symlink answers SYMLINK with NFS SYMLINK.
-func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (_ *fs.Inode, errno syscall.Errno) {
-	ctx, op := n.call(ctx, &errno) // the caller's credential, not interrupted; a stale handle (node.call)
-	defer op.done()
-	if n.sys.o.ReadOnly {
-		return nil, syscall.EROFS
-	}
-	res, err := n.sys.c.Symlink(ctx, n.fh, name, target, nfs3.Sattr{})
-	if err != nil {
-		return nil, n.changeFailed(err)
-	}
-	n.afterDirChange(&res.DirWcc, name, "")
-	fh, a, err := n.objAttrs(ctx, name, res)
-	if err != nil {
-		return nil, toErrno(err)
-	}
-	return n.child(ctx, name, fh, &a, out), 0
-}
-
 // Readlink answers READLINK with NFS READLINK.
 func (n *node) Readlink(ctx context.Context) (_ []byte, errno syscall.Errno) {
 	ctx, op := n.call(ctx, &errno) // the caller's credential, not interrupted; a stale handle (node.call)
@@ -469,115 +296,6 @@ func (n *node) Readlink(ctx context.Context) (_ []byte, errno syscall.Errno) {
 		return nil, toErrno(err)
 	}
 	return []byte(s), 0
-}
-
-// Link answers LINK with NFS LINK; the new name shares target's inode.
-func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, out *fuse.EntryOut) (_ *fs.Inode, errno syscall.Errno) {
-	ctx, op := n.call(ctx, &errno) // the caller's credential, not interrupted; a stale handle (node.call)
-	defer op.done()
-	if n.sys.o.ReadOnly {
-		return nil, syscall.EROFS
-	}
-	t, ok := target.(*node)
-	if !ok {
-		return nil, syscall.EXDEV
-	}
-	res, err := n.sys.c.Link(ctx, t.fh, n.fh, name)
-	if err != nil {
-		if errno = n.changeFailed(err); errno == syscall.ESTALE {
-			t.stale() // or n (node.call): which one, the reply does not say
-		}
-		return nil, errno
-	}
-	n.afterDirChange(&res.LinkDirWcc, name, "")
-	a := res.FileAttr.Attr
-	if !res.FileAttr.Set {
-		if a, err = n.sys.c.Getattr(ctx, t.fh); err != nil {
-			return nil, toErrno(err)
-		}
-	}
-	return n.child(ctx, name, t.fh, &a, out), 0
-}
-
-// Unlink answers UNLINK with NFS REMOVE, or, for a file open through
-// this mount, with a silly rename (sillyrename.go).
-func (n *node) Unlink(ctx context.Context, name string) (errno syscall.Errno) {
-	ctx, op := n.call(ctx, &errno) // the caller's credential, not interrupted; a stale handle (node.call)
-	defer op.done()
-	if n.sys.o.ReadOnly {
-		return syscall.EROFS
-	}
-	if cn, err := n.sillyRename(ctx, name); err != nil {
-		return sillyErrno(err)
-	} else if cn != nil {
-		return 0 // removed at its last close
-	}
-	res, err := n.sys.c.Remove(ctx, n.fh, name)
-	if err != nil {
-		return n.changeFailed(err)
-	}
-	n.afterDirChange(&res.DirWcc, "", name)
-	return 0
-}
-
-// Rmdir answers RMDIR with NFS RMDIR.
-func (n *node) Rmdir(ctx context.Context, name string) (errno syscall.Errno) {
-	ctx, op := n.call(ctx, &errno) // the caller's credential, not interrupted; a stale handle (node.call)
-	defer op.done()
-	if n.sys.o.ReadOnly {
-		return syscall.EROFS
-	}
-	res, err := n.sys.c.Rmdir(ctx, n.fh, name)
-	if err != nil {
-		return n.changeFailed(err)
-	}
-	n.afterDirChange(&res.DirWcc, "", name)
-	return 0
-}
-
-// Rename answers RENAME with NFS RENAME (replacing an existing target, as
-// rename(2)); renameat2 flags are refused with EINVAL, as Linux NFSv3 does.
-func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedder, newName string, flags uint32) (errno syscall.Errno) {
-	ctx, op := n.call(ctx, &errno) // the caller's credential, not interrupted; a stale handle (node.call)
-	defer op.done()
-	if n.sys.o.ReadOnly {
-		return syscall.EROFS
-	}
-	if flags != 0 {
-		return syscall.EINVAL
-	}
-	np, ok := newParent.(*node)
-	if !ok {
-		return syscall.EXDEV
-	}
-	// an open target is renamed away first (sillyrename.go), unless it
-	// is the source itself (rename of a link onto the same file)
-	var tgt *node
-	if src, dst := n.GetChild(name), np.GetChild(newName); dst != nil && src != dst {
-		var err error
-		if tgt, err = np.sillyRename(ctx, newName); err != nil {
-			return sillyErrno(err)
-		}
-	}
-	res, err := n.sys.c.Rename(ctx, n.fh, name, np.fh, newName)
-	if err != nil {
-		if tgt != nil {
-			np.unsilly(ctx, tgt, newName)
-		}
-		np.forgetNames()
-		if errno = n.changeFailed(err); errno == syscall.ESTALE {
-			np.stale() // or n (node.call): which one, the reply does not say
-		}
-		return errno
-	}
-	if np == n {
-		// one change of one directory: both wcc_data are of it
-		n.afterDirChange(&res.FromDirWcc, newName, name)
-		return 0
-	}
-	n.afterDirChange(&res.FromDirWcc, "", name)
-	np.afterDirChange(&res.ToDirWcc, newName, "")
-	return 0
 }
 
 // Statfs answers STATFS from NFS FSSTAT (block size 4 KiB).

@@ -7,7 +7,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/hanwen/go-fuse/v2/fs"
 	"k8s.io/klog/v2"
 
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/client"
@@ -32,87 +31,54 @@ type silly struct {
 	cred *client.Cred // the unlinker's: the final REMOVE is theirs
 }
 
-// opened counts an open of n (OPEN, CREATE).
-func (n *node) opened() {
-	n.mu.Lock()
-	n.opens++
-	n.mu.Unlock()
-}
-
-// setFlushed marks the open file fh of n as closing (flushed true: a
-// FLUSH came, sent at every close(2) of one of its descriptors) or as in
-// use (false: a WRITE or FSYNC through it, so another descriptor of it is
-// still open). FUSE sends the RELEASE of an open file after the close(2)
-// of its last descriptor has already returned, and asynchronously, so an
-// unlink right after a close(2) can reach us before that RELEASE does
-// (awaitRelease).
-func (n *node) setFlushed(fh fs.FileHandle, flushed bool) {
-	n.mu.Lock()
-	n.setFlushedLocked(fh, flushed)
-	n.mu.Unlock()
-}
-
-// setFlushedLocked is setFlushed with n.mu held.
-func (n *node) setFlushedLocked(fh fs.FileHandle, flushed bool) {
-	h, ok := fh.(*handle)
-	if !ok || h.flushed == flushed {
-		return
-	}
-	h.flushed = flushed
-	if flushed {
-		n.closed++
-	} else {
-		n.closed--
-	}
-}
-
-// released counts the RELEASE of the open file fh of n; at the last one,
-// the hidden name of a silly-renamed n is removed.
-func (n *node) released(ctx context.Context, fh fs.FileHandle) {
-	n.mu.Lock()
-	n.opens--
-	n.setFlushedLocked(fh, false)
-	n.wakeLocked()
+// released counts the RELEASE of f; at the last open file of the inode,
+// the hidden name of a silly-renamed file is removed.
+func (f *openFile) released(ctx context.Context) {
+	sh := f.sh
+	sh.mu.Lock()
+	sh.opens--
+	f.setFlushedLocked(false)
+	sh.wakeLocked()
 	var s *silly
-	if n.opens == 0 && n.silly != nil {
-		s, n.silly = n.silly, nil
+	if sh.opens == 0 && sh.silly != nil {
+		s, sh.silly = sh.silly, nil
 	}
-	n.mu.Unlock()
+	sh.mu.Unlock()
 	if s != nil {
-		s.remove(ctx, n.sys.c)
+		s.remove(ctx, f.n.sys.c)
 	}
 }
 
-// readStart and readDone count a READ of n in progress: the kernel holds
-// the RELEASE of a closed file until the read-ahead READs of it are
-// answered (awaitRelease).
-func (n *node) readStart() {
-	n.mu.Lock()
-	n.reads++
-	n.mu.Unlock()
+// readStart and readDone count a READ of the inode in progress: the
+// kernel holds the RELEASE of a closed file until the read-ahead READs of
+// it are answered (awaitRelease).
+func (sh *sharedFile) readStart() {
+	sh.mu.Lock()
+	sh.reads++
+	sh.mu.Unlock()
 }
 
-func (n *node) readDone() {
-	n.mu.Lock()
-	n.reads--
-	n.readEnd = time.Now()
-	n.wakeLocked()
-	n.mu.Unlock()
+func (sh *sharedFile) readDone() {
+	sh.mu.Lock()
+	sh.reads--
+	sh.readEnd = time.Now()
+	sh.wakeLocked()
+	sh.mu.Unlock()
 }
 
-// wakeLocked wakes awaitRelease. n.mu is held.
-func (n *node) wakeLocked() {
-	if n.rel != nil {
-		close(n.rel)
-		n.rel = nil
+// wakeLocked wakes awaitRelease. sh.mu is held.
+func (sh *sharedFile) wakeLocked() {
+	if sh.rel != nil {
+		close(sh.rel)
+		sh.rel = nil
 	}
 }
 
 // ReleaseWait bounds how long an unlink or a rename over a file waits
 // for the RELEASEs of its open files when every one of them was flushed
-// (closed) since its last write (node.setFlushed). A program that closes a
-// file and then removes it, or removes its directory (rm -rf), would
-// otherwise see a silly rename, and ENOTEMPTY from rmdir, when the
+// (closed) since its last write (openFile.setFlushed). A program that
+// closes a file and then removes it, or removes its directory (rm -rf),
+// would otherwise see a silly rename, and ENOTEMPTY from rmdir, when the
 // unlink overtakes the RELEASE. The kernel holds the RELEASE until the
 // READs of the file in progress (read-ahead) are answered, so the wait
 // lasts while they are, up to ReleaseWaitMax. An open file whose close we
@@ -123,11 +89,11 @@ const (
 	ReleaseWaitMax = 2 * time.Second
 )
 
-// awaitRelease waits while n has open files and every one of them is
-// closing, until ReleaseWait has passed with no READ of n in progress, at
-// most ReleaseWaitMax (or until ctx ends). It returns the number of open
-// files left.
-func (n *node) awaitRelease(ctx context.Context) int {
+// awaitRelease waits while the inode has open files and every one of them
+// is closing, until ReleaseWait has passed with no READ of it in
+// progress, at most ReleaseWaitMax (or until ctx ends). It returns the
+// number of open files left.
+func (sh *sharedFile) awaitRelease(ctx context.Context) int {
 	start := time.Now()
 	long := time.NewTimer(ReleaseWaitMax)
 	defer long.Stop()
@@ -138,21 +104,21 @@ func (n *node) awaitRelease(ctx context.Context) int {
 		}
 	}()
 	for {
-		n.mu.Lock()
-		opens := n.opens
-		if opens == 0 || n.closed < opens {
-			n.mu.Unlock()
+		sh.mu.Lock()
+		opens := sh.opens
+		if opens == 0 || sh.closed < opens {
+			sh.mu.Unlock()
 			return opens
 		}
 		var shortC <-chan time.Time
-		if n.reads == 0 {
+		if sh.reads == 0 {
 			quiet := start
-			if n.readEnd.After(quiet) {
-				quiet = n.readEnd
+			if sh.readEnd.After(quiet) {
+				quiet = sh.readEnd
 			}
 			left := ReleaseWait - time.Since(quiet)
 			if left <= 0 {
-				n.mu.Unlock()
+				sh.mu.Unlock()
 				return opens
 			}
 			if short == nil {
@@ -162,11 +128,11 @@ func (n *node) awaitRelease(ctx context.Context) int {
 			}
 			shortC = short.C
 		}
-		if n.rel == nil {
-			n.rel = make(chan struct{})
+		if sh.rel == nil {
+			sh.rel = make(chan struct{})
 		}
-		rel := n.rel
-		n.mu.Unlock()
+		rel := sh.rel
+		sh.mu.Unlock()
 		select {
 		case <-rel:
 		case <-shortC:
@@ -205,11 +171,15 @@ func (n *node) sillyRename(ctx context.Context, name string) (*node, error) {
 	if !ok {
 		return nil, nil
 	}
-	cn.mu.Lock()
-	opens, was := cn.opens, cn.silly
-	cn.mu.Unlock()
+	sh := cn.shared.Load()
+	if sh == nil {
+		return nil, nil // never opened
+	}
+	sh.mu.Lock()
+	opens, was := sh.opens, sh.silly
+	sh.mu.Unlock()
 	if opens > 0 && was == nil {
-		opens = cn.awaitRelease(ctx)
+		opens = sh.awaitRelease(ctx)
 	}
 	if opens == 0 {
 		return nil, nil
@@ -235,12 +205,12 @@ func (n *node) sillyRename(ctx context.Context, name string) (*node, error) {
 	}
 	n.afterDirChange(&res.ToDirWcc, hidden, name)
 	s := &silly{dir: n, name: hidden, cred: client.CredFrom(ctx)}
-	cn.mu.Lock()
-	closed := cn.opens == 0 // the last RELEASE came meanwhile
+	sh.mu.Lock()
+	closed := sh.opens == 0 // the last RELEASE came meanwhile
 	if !closed {
-		cn.silly = s
+		sh.silly = s
 	}
-	cn.mu.Unlock()
+	sh.mu.Unlock()
 	if closed {
 		// no RELEASE will remove it: put the name back and let the
 		// caller's REMOVE or RENAME run as for a closed file
@@ -258,10 +228,14 @@ func (n *node) sillyRename(ctx context.Context, name string) (*node, error) {
 // unsilly undoes sillyRename of cn (renamed away from name in n) after
 // the operation it made room for failed: best effort.
 func (n *node) unsilly(ctx context.Context, cn *node, name string) {
-	cn.mu.Lock()
-	s := cn.silly
-	cn.silly = nil
-	cn.mu.Unlock()
+	sh := cn.shared.Load()
+	if sh == nil {
+		return
+	}
+	sh.mu.Lock()
+	s := sh.silly
+	sh.silly = nil
+	sh.mu.Unlock()
 	if s == nil {
 		return
 	}
@@ -269,9 +243,9 @@ func (n *node) unsilly(ctx context.Context, cn *node, name string) {
 	if err != nil {
 		klog.InfoS("fusefs: could not rename a silly-renamed file back", "dir", n.fh.String(), "from", s.name, "to", name, "err", err)
 		n.forgetNames()
-		cn.mu.Lock()
-		cn.silly = s
-		cn.mu.Unlock()
+		sh.mu.Lock()
+		sh.silly = s
+		sh.mu.Unlock()
 		return
 	}
 	n.afterDirChange(&back.ToDirWcc, name, s.name)

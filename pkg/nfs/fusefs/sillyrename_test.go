@@ -217,8 +217,8 @@ func (s *slowReads) RoundTrip(ctx context.Context, c *sunrpc.Call) (*sunrpc.Repl
 // directory removed (rm -rf), is removed, not silly-renamed, although
 // FUSE sends the RELEASE after close(2) returned and holds it while
 // read-ahead READs of the file are in flight, so that the UNLINK comes
-// first (node.awaitRelease); before, rm -rf failed with ENOTEMPTY on the
-// hidden name. A file whose close we saw but that another descriptor
+// first (sharedFile.awaitRelease); otherwise rm -rf would fail with
+// ENOTEMPTY on the hidden name. A file whose close we saw but that another descriptor
 // (dup(2)) keeps open is still silly-renamed, after at most ReleaseWait,
 // and stays readable through that descriptor.
 func TestCloseThenUnlink(t *testing.T) {
@@ -373,9 +373,10 @@ func TestSillyRenamePutBack(t *testing.T) {
 	}
 	// RELEASE reaches the mount after close(2) returned
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		cn.mu.Lock()
-		opens := cn.opens
-		cn.mu.Unlock()
+		sh := cn.shared.Load()
+		sh.mu.Lock()
+		opens := sh.opens
+		sh.mu.Unlock()
 		if opens == 0 {
 			break
 		}

@@ -1,0 +1,35 @@
+package fusefs
+
+import (
+	"context"
+	"sync/atomic"
+
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/client"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/mountopts"
+)
+
+// fsys is what every node of one mount shares.
+type fsys struct {
+	c       *client.Client
+	o       mountopts.Options
+	blksize uint32
+	// nameMax is the longest name in bytes the server takes (PATHCONF
+	// name_max at mount, at most nfs3.MaxNameLen).
+	nameMax int
+	// bg bounds the background (write-behind) WRITEs; cancelled at unmount.
+	bg      context.Context
+	budget  *budget
+	callers *callers    // the credential of each FUSE caller (cred.go)
+	intr    *interrupts // FUSE requests in flight (interrupt.go)
+	local   localLocks  // locks local_lock keeps here (lock.go)
+	owners  *lockOwners // lock owners of FLUSH and RELEASE (lock.go)
+	root    *node
+	// sillyCount numbers the hidden names of silly renames.
+	sillyCount atomic.Uint64
+	// dirEntries counts the READDIRPLUS entries kept in nodes' plus maps
+	// (MemoryStats.DirEntries).
+	dirEntries atomic.Int64
+	// accessEntries counts the ACCESS answers kept in nodes' access
+	// caches (MemoryStats.AccessEntries).
+	accessEntries atomic.Int64
+}
