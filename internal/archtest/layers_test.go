@@ -51,9 +51,10 @@ var layers = []struct {
 		forbidden: []string{module},
 	},
 	{
-		// Mount options are plain values.
-		pkgs:      []string{"./pkg/nfs/mountopts"},
-		forbidden: []string{module},
+		// Mount options are plain values (and NFS's port numbers).
+		pkgs: []string{"./pkg/nfs/mountopts"},
+		forbidden: []string{module + "/pkg/verbs", module + "/pkg/rpcrdma", module + "/pkg/sunrpc",
+			module + "/pkg/nfs/client", module + "/pkg/nfs/server"},
 	},
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strconv"
 	"sync"
 	"time"
 
@@ -18,7 +19,7 @@ import (
 // CallbackRPCBind is the rpcbind the callback service registers with:
 // the local host's (RFC 1833), where servers look for a client's NLM and
 // NSM services.
-var CallbackRPCBind = "127.0.0.1:111"
+var CallbackRPCBind = net.JoinHostPort("127.0.0.1", strconv.Itoa(sunrpc.PortmapPort))
 
 // callbackService is this process's NLM and NSM service for the calls
 // servers make to their clients: NLM GRANTED (a blocked lock is now

@@ -11,10 +11,6 @@ import (
 	"github.com/nfsrdma/nfsrdma-csi/pkg/verbs"
 )
 
-// DefaultRDMAPort is the port of NFS over RDMA (RFC 8267 section 5.1:
-// 20049, "nfsrdma").
-const DefaultRDMAPort = 20049
-
 // ServeRDMA serves NFS v3 over RPC-over-RDMA version 1 (RFC 8166, with the
 // RFC 8267 binding) on addr ("host:port") through dev until ctx ends, then
 // returns nil; or the listener's error. MOUNT stays on TCP (RFC 8267 section

@@ -24,13 +24,6 @@ import (
 	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
 )
 
-// Default ports (RFC 8267 section 5.1 for NFS; MOUNT has no fixed port,
-// 20048 is what Linux rpc.mountd uses).
-const (
-	DefaultNFSPort   = nfs3.Port
-	DefaultMountPort = 20048
-)
-
 // Transfer sizes advertised in FSINFO (RFC 1813 section 3.3.19), bytes.
 const (
 	MaxIO       = 1 << 20 // rtmax, wtmax
