@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nfsrdma/nfsrdma-csi/internal/testfix/lockdtest"
 	"github.com/nfsrdma/nfsrdma-csi/internal/posixlock"
+	"github.com/nfsrdma/nfsrdma-csi/internal/testfix/lockdtest"
 	"github.com/nfsrdma/nfsrdma-csi/internal/testfix/testenv"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/lockd"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nfs3"
