@@ -12,6 +12,9 @@ import (
 	"github.com/nfsrdma/nfsrdma-csi/pkg/csi/mounter"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/csi/plugin"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/metrics"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/mount3"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nfs3"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nlm"
 )
 
 func newControllerCmd() *cobra.Command {
@@ -34,10 +37,10 @@ admin API (authenticated with the token in --admin-token-file).`,
 	f.StringVar(&cfg.Endpoint, "endpoint", "unix:///csi/csi.sock", "CSI endpoint: unix:///path or tcp://host:port")
 	f.StringVar(&cfg.AdminTokenFile, "admin-token-file", "", "file holding the bearer token of the export servers' admin API (empty: no admin API, third-party NFS servers only)")
 	f.IntVar(&cfg.Ports.Admin, "admin-port", 20050, "TCP port of the export servers' admin API (0: none)")
-	f.IntVar(&cfg.Ports.NFS, "nfs-port", 2049, "NFS/TCP port of the export servers (the controller's own connection)")
-	f.IntVar(&cfg.Ports.RDMA, "rdma-port", 20049, "NFS/RDMA port of the export servers (what nodes mount)")
-	f.IntVar(&cfg.Ports.Mount, "mount-port", 20048, "MOUNT v3 TCP port of the export servers")
-	f.IntVar(&cfg.Ports.NLM, "nlm-port", 4045, "NLM v4 TCP port of the export servers, given to mounts as lockport= (0: mounts ask the server's rpcbind)")
+	f.IntVar(&cfg.Ports.NFS, "nfs-port", nfs3.Port, "NFS/TCP port of the export servers (the controller's own connection)")
+	f.IntVar(&cfg.Ports.RDMA, "rdma-port", nfs3.RDMAPort, "NFS/RDMA port of the export servers (what nodes mount)")
+	f.IntVar(&cfg.Ports.Mount, "mount-port", mount3.Port, "MOUNT v3 TCP port of the export servers")
+	f.IntVar(&cfg.Ports.NLM, "nlm-port", nlm.Port, "NLM v4 TCP port of the export servers, given to mounts as lockport= (0: mounts ask the server's rpcbind)")
 	f.StringArrayVar(&cfg.Servers, "server", nil, "export server known from the start, for ListVolumes, ListSnapshots and GetCapacity (repeatable)")
 	registerKube(f, &cfg.Kube)
 	f.BoolVar(&cfg.CreditLedger, "credit-ledger", true, "keep each pod's RPC-over-RDMA credit grant in the ConfigMap nfsrdma-credits of --namespace (needs the Kubernetes API)")

@@ -10,6 +10,8 @@ import (
 
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/exportd"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/lockd"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/mount3"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nfs3"
 	nfsserver "github.com/nfsrdma/nfsrdma-csi/pkg/nfs/server"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/volumes"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/rpcrdma"
@@ -103,9 +105,9 @@ the controller: handles obtained through it bypass volume quotas and lists.`,
 	f.StringArrayVar(&exports, "export", nil, "export PATH[:CIDR[,CIDR]][:ro|rw[,root_squash]] (repeatable)")
 	f.StringVar(&cfg.HandleKeyFile, "handle-key-file", "", "file holding the secret that authenticates file handles (default: derived from the root directory)")
 	f.StringVar(&cfg.Listen, "listen", "127.0.0.1", "address to listen on")
-	f.IntVar(&cfg.NFSPort, "nfs-port", nfsserver.DefaultNFSPort, "TCP port of NFS v3")
-	f.IntVar(&cfg.MountPort, "mount-port", nfsserver.DefaultMountPort, "TCP port of MOUNT v3")
-	f.IntVar(&cfg.RDMAPort, "rdma-port", nfsserver.DefaultRDMAPort, "port of NFS over RDMA (software iWARP); 0: off")
+	f.IntVar(&cfg.NFSPort, "nfs-port", nfs3.Port, "TCP port of NFS v3")
+	f.IntVar(&cfg.MountPort, "mount-port", mount3.Port, "TCP port of MOUNT v3")
+	f.IntVar(&cfg.RDMAPort, "rdma-port", nfs3.RDMAPort, "port of NFS over RDMA (software iWARP); 0: off")
 	f.StringVar(&metricsAddr, "metrics-address", "", "HOST:PORT of the Prometheus /metrics endpoint: RPCs by procedure with latency, RPC-over-RDMA transport counters, volume quota and usage (empty: off)")
 	f.IntVar(&cfg.RDMA.Credits, "credits", 32, "RPC-over-RDMA receive buffers per connection: the most credits a connection can be granted")
 	f.IntVar(&cfg.RDMA.Grant, "default-credits", 0, "RPC-over-RDMA credits granted to a connection whose AUTH_SYS machine has no grant from the admin API (0: --credits)")

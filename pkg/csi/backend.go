@@ -17,10 +17,10 @@ import (
 
 // ServerPorts are the ports of the export servers the controller manages.
 type ServerPorts struct {
-	NFS   int // NFSv3 over TCP (the controller's own connection), default 2049
-	RDMA  int // NFSv3 over RPC-over-RDMA (what nodes use), default 20049
-	Mount int // MOUNT v3 over TCP, default 20048
-	NLM   int // NLM v4 over TCP (file locks), default 4045; 0: not given to mounts (they ask the server's rpcbind)
+	NFS   int // NFSv3 over TCP (the controller's own connection), default nfs3.Port
+	RDMA  int // NFSv3 over RPC-over-RDMA (what nodes use), default nfs3.RDMAPort
+	Mount int // MOUNT v3 over TCP, default mount3.Port
+	NLM   int // NLM v4 over TCP (file locks), default nlm.Port in the driver's flags; 0: not given to mounts (they ask the server's rpcbind)
 	Admin int // the export server's admin API; 0: none (a third-party server)
 }
 

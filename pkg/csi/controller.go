@@ -15,6 +15,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/admin"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/mount3"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nfs3"
 )
 
@@ -34,13 +35,13 @@ type controller struct {
 func newController(cfg Config) *controller {
 	p := cfg.Ports
 	if p.NFS == 0 {
-		p.NFS = 2049
+		p.NFS = nfs3.Port
 	}
 	if p.RDMA == 0 {
-		p.RDMA = 20049
+		p.RDMA = nfs3.RDMAPort
 	}
 	if p.Mount == 0 {
-		p.Mount = 20048
+		p.Mount = mount3.Port
 	}
 	cfg.Ports = p
 	return &controller{cfg: cfg, be: newBackends(p, cfg.AdminToken, cfg.Servers), locks: newKeyLocks()}

@@ -1,7 +1,7 @@
 package demo
 
 import (
-	"github.com/nfsrdma/nfsrdma-csi/internal/testenv"
+	"github.com/nfsrdma/nfsrdma-csi/internal/testfix/testenv"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/transport"
 
 	"bytes"
@@ -272,7 +272,7 @@ func TestDemo(t *testing.T) {
 			if strings.Contains(out, "FAILED") {
 				t.Errorf("a step failed")
 			}
-			if tr == "rdma" && !strings.Contains(out, "RDMA (RPC-over-RDMA v1)") {
+			if tr == "rdma" && !strings.Contains(out, "rdma, RPC-over-RDMA version 2, ") {
 				t.Errorf("transport not reported")
 			}
 			if tr == "tcp" && !strings.Contains(out, "transport: TCP") {

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -21,11 +20,9 @@ import (
 
 	"github.com/nfsrdma/nfsrdma-csi/pkg/csi"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/csi/mounter"
-	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/admin"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/exportd"
 	nfsserver "github.com/nfsrdma/nfsrdma-csi/pkg/nfs/server"
-	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/volumes"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/rpcrdma"
-	"github.com/nfsrdma/nfsrdma-csi/pkg/verbs/siw"
 )
 
 // Names the demo gives its node, as kubelet and the CSI driver would.
@@ -52,8 +49,7 @@ type deployment struct {
 	ctrlSock, nodeSock, mounterSock string
 	ports                           csi.ServerPorts
 	token                           string
-	srv                             *nfsserver.Server
-	reg                             *volumes.Registry
+	srv                             *exportd.Server // served until ctx ends
 	mnt                             *mounter.Server
 	ctrl                            csipb.ControllerClient
 	node                            csipb.NodeClient
@@ -120,86 +116,39 @@ func (d *deployment) failed() error {
 	return errors.Join(d.errs...)
 }
 
-// startServer starts the export server on DIR/export with its registry
-// in DIR/state: NFS, MOUNT, NLM and NSM over TCP, NFS over RPC-over-RDMA
-// (software iWARP), the admin API with a random token; all on free loopback ports.
+// startServer starts the export server (package exportd, as driver
+// server) on DIR/export with its registry in DIR/state: NFS, MOUNT, NLM
+// and NSM over TCP, NFS over RPC-over-RDMA (software iWARP), the admin API
+// with a random token; all on free loopback ports.
 func (d *deployment) startServer() error {
 	ctx := d.ctx
-	reg, err := volumes.New(volumes.Options{Root: d.root, StateDir: d.state, Version: "demo"})
+	adminL, err := net.Listen("tcp", serverHost+":0")
 	if err != nil {
-		return fmt.Errorf("%w: volume registry on %s: %v", ErrHost, d.root, err)
+		return err
 	}
-	d.reg = reg
-	srv, err := nfsserver.New(nfsserver.Options{
-		Root:    d.root,
-		Exports: []nfsserver.Export{{Path: "/", Clients: []netip.Prefix{netip.MustParsePrefix(serverHost + "/32")}}},
-		Volumes: reg,
+	rdmaPort, err := freePort()
+	if err != nil {
+		adminL.Close()
+		return err
+	}
+	srv, err := exportd.New(ctx, exportd.Config{
+		Root:       d.root,
+		Exports:    []nfsserver.Export{{Path: "/", Clients: []netip.Prefix{netip.MustParsePrefix(serverHost + "/32")}}},
+		Listen:     serverHost,
+		RDMAPort:   rdmaPort,
+		RDMA:       rpcrdma.ServerOptions{Credits: serverCredits},
+		StateDir:   d.state,
+		Version:    "demo",
+		AdminToken: d.token,
+		Listeners:  exportd.Listeners{Admin: adminL},
 	})
 	if err != nil {
 		return fmt.Errorf("%w: export server on %s: %v (use --dir on a local file system with file handles: ext4, xfs, btrfs, tmpfs)", ErrHost, d.root, err)
 	}
 	d.srv = srv
-	nfsL, err := net.Listen("tcp", serverHost+":0")
-	if err != nil {
-		return err
-	}
-	mountL, err := net.Listen("tcp", serverHost+":0")
-	if err != nil {
-		nfsL.Close()
-		return err
-	}
-	adminL, err := net.Listen("tcp", serverHost+":0")
-	if err != nil {
-		nfsL.Close()
-		mountL.Close()
-		return err
-	}
-	nlmL, err := net.Listen("tcp", serverHost+":0")
-	if err != nil {
-		nfsL.Close()
-		mountL.Close()
-		adminL.Close()
-		return err
-	}
-	nsmL, err := net.Listen("tcp", serverHost+":0")
-	if err != nil {
-		nfsL.Close()
-		mountL.Close()
-		adminL.Close()
-		nlmL.Close()
-		return err
-	}
-	rdmaPort, err := freePort()
-	if err != nil {
-		return err
-	}
-	d.ports = csi.ServerPorts{NFS: port(nfsL), Mount: port(mountL), Admin: port(adminL), RDMA: rdmaPort, NLM: port(nlmL)}
-	d.goService("nfs server (tcp)", func() error { return srv.Serve(ctx, nfsL, mountL) })
-	d.goService("lock service (NLM, NSM)", func() error { return srv.ServeLocks(ctx, nlmL, nsmL) })
-	d.goService("nfs server (rdma)", func() error {
-		return srv.ServeRDMA(ctx, siw.NewDevice(siw.Config{}), net.JoinHostPort(serverHost, fmt.Sprint(rdmaPort)),
-			rpcrdma.ServerOptions{Credits: serverCredits})
-	})
-	h, err := admin.NewHandler(reg, d.token)
-	if err != nil {
-		return err
-	}
-	hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
-	d.goService("admin API", func() error {
-		err := hs.Serve(adminL)
-		if errors.Is(err, http.ErrServerClosed) {
-			return nil
-		}
-		return err
-	})
-	d.wg.Add(1)
-	go func() {
-		defer d.wg.Done()
-		<-ctx.Done()
-		sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer scancel()
-		_ = hs.Shutdown(sctx)
-	}()
+	p := srv.Ports()
+	d.ports = csi.ServerPorts{NFS: p.NFS, Mount: p.Mount, Admin: p.Admin, RDMA: p.RDMA, NLM: p.NLM}
+	d.goService("export server", func() error { return srv.Serve(ctx) })
 	return d.waitFor("the export server's RDMA listener", func() bool { return listening(rdmaPort) })
 }
 
@@ -310,16 +259,6 @@ func (d *deployment) stop() error {
 	case <-wait:
 	case <-time.After(20 * time.Second):
 		err = errors.New("demo: services did not stop within 20 s")
-	}
-	if d.srv != nil {
-		if cerr := d.srv.Close(); err == nil {
-			err = cerr
-		}
-	}
-	if d.reg != nil {
-		if cerr := d.reg.Close(); err == nil {
-			err = cerr
-		}
 	}
 	if ferr := d.failed(); err == nil {
 		err = ferr

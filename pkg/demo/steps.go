@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -51,13 +52,16 @@ type scenario struct {
 	d         *deployment
 	r         *report
 	transport string // what carries NFS, for the report
-	device    string // the RDMA device in short, e.g. "software iWARP siw0"
-	nodeID    string
-	params    map[string]string
-	quota     int64
-	files     []file
-	vol       *csipb.Volume
-	clone     *csipb.Volume
+	// negotiated is the RPC-over-RDMA version the mounts' connections
+	// negotiated with the server ("version 2"), once a mount is up.
+	negotiated string
+	device     string // the RDMA device in short, e.g. "software iWARP siw0"
+	nodeID     string
+	params     map[string]string
+	quota      int64
+	files      []file
+	vol        *csipb.Volume
+	clone      *csipb.Volume
 
 	// what exists, for the teardown after a failure (in creation order)
 	pods      []pod
@@ -143,13 +147,17 @@ func (s *scenario) run(ctx context.Context) (err error) {
 	if err := s.teardown(tctx); err != nil {
 		return err
 	}
-	s.r.summary(s.transport, time.Since(start))
+	s.r.summary(withVersion(s.transport, s.negotiated), time.Since(start))
 	if ctx.Err() != nil && !o.Keep {
 		return fmt.Errorf("%w during the teardown (which completed)", ErrInterrupted)
 	}
 	fmt.Fprintf(w, "result:    every step passed; %s written through pod-a's mount and verified (SHA-256) through pod-b's\n", FormatBytes(o.Size))
 	return nil
 }
+
+// rdmaName names RPC-over-RDMA in describeTransport's sentence; the
+// version each connection negotiates is known once a mount is up.
+const rdmaName = "RPC-over-RDMA"
 
 // describeTransport says what carries the pods' NFS traffic: for RDMA,
 // the device pkg/verbs/devselect picks for the server's address, and why.
@@ -160,15 +168,53 @@ func describeTransport(t string) (string, string) {
 	}
 	dev, ch, err := devselect.Select(serverHost, "")
 	if err != nil {
-		return "RDMA (RPC-over-RDMA v1); device selection failed: " + err.Error(), "unknown device"
+		return "RDMA (" + rdmaName + "); device selection failed: " + err.Error(), "unknown device"
 	}
 	dev.Close()
 	if ch.Provider == devselect.ProviderSIW {
-		return fmt.Sprintf("RDMA (RPC-over-RDMA v1) over software iWARP %s, no RDMA NIC used (%s)", ch.Device, ch.Reason),
+		return fmt.Sprintf("RDMA (%s) over software iWARP %s, no RDMA NIC used (%s)", rdmaName, ch.Device, ch.Reason),
 			"software iWARP " + ch.Device
 	}
-	return fmt.Sprintf("RDMA (RPC-over-RDMA v1); this node's device: %s, %s (%s)", ch.Device, ch.Transport, ch.Reason),
+	return fmt.Sprintf("RDMA (%s); this node's device: %s, %s (%s)", rdmaName, ch.Device, ch.Transport, ch.Reason),
 		ch.Device + " (" + ch.Transport + ")"
+}
+
+// withVersion adds the negotiated RPC-over-RDMA version ("version 2") to
+// describeTransport's sentence; unchanged when vers is "".
+func withVersion(transport, vers string) string {
+	if vers == "" {
+		return transport
+	}
+	return strings.Replace(transport, "("+rdmaName, "("+rdmaName+" "+vers, 1)
+}
+
+// negotiatedVersions returns the RPC-over-RDMA versions the export
+// server's connections from the local ports negotiated ("version 2", or
+// "versions 1, 2" when they differ); "" when none has one yet.
+func (s *scenario) negotiatedVersions(localPorts []int) string {
+	seen := map[int]bool{}
+	for _, c := range s.d.srv.Protocol().RDMAConnections() {
+		_, ps, err := net.SplitHostPort(c.Peer)
+		if err != nil {
+			continue
+		}
+		p, err := strconv.Atoi(ps)
+		if err == nil && slices.Contains(localPorts, p) && c.Version > 0 {
+			seen[c.Version] = true
+		}
+	}
+	vs := slices.Sorted(maps.Keys(seen))
+	switch len(vs) {
+	case 0:
+		return ""
+	case 1:
+		return fmt.Sprintf("version %d", vs[0])
+	}
+	out := make([]string, len(vs))
+	for i, v := range vs {
+		out[i] = strconv.Itoa(v)
+	}
+	return "versions " + strings.Join(out, ", ")
 }
 
 // formatParams formats parameters as "k=v k=v", sorted by key.
@@ -607,13 +653,24 @@ func (s *scenario) nodePublish(ctx context.Context, name, pv string, v *csipb.Vo
 	if d, ok := mountDevice(logPath); ok {
 		dev = d
 	}
-	port, how := s.d.ports.RDMA, fmt.Sprintf("rdma, %s, %d credits", dev, s.o.CreditsPerPod)
+	port := s.d.ports.RDMA
 	if s.o.Transport == "tcp" {
-		port, how = s.d.ports.NFS, "tcp"
+		port = s.d.ports.NFS
 	}
-	n, err := connections(pid, port)
+	local, err := connections(pid, port)
 	if err != nil {
 		return "", err
+	}
+	n := len(local)
+	how := "tcp"
+	if s.o.Transport != "tcp" {
+		vers := s.negotiatedVersions(local)
+		if vers == "" {
+			vers = "version not negotiated yet"
+		} else if s.negotiated == "" {
+			s.negotiated = vers
+		}
+		how = fmt.Sprintf("rdma, %s %s, %s, %d credits", rdmaName, vers, dev, s.o.CreditsPerPod)
 	}
 	if n == 0 {
 		return "", fmt.Errorf("%w: the FUSE server of %s (pid %d) has no connection to the NFS port %d", ErrVerify, p.target, pid, port)

@@ -153,14 +153,14 @@ func listening(port int) bool {
 	return false
 }
 
-// connections counts the established TCP connections process pid holds
-// to remote port: its socket descriptors matched against the socket
-// table. The iWARP stack runs over TCP, so this counts RDMA connections
-// too.
-func connections(pid, remotePort int) (int, error) {
+// connections returns the local ports of the established TCP
+// connections process pid holds to remote port: its socket descriptors
+// matched against the socket table. The iWARP stack runs over TCP, so
+// this finds RDMA connections too.
+func connections(pid, remotePort int) ([]int, error) {
 	fds, err := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/fd")
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	inodes := map[string]bool{}
 	for _, fd := range fds {
@@ -171,15 +171,15 @@ func connections(pid, remotePort int) (int, error) {
 	}
 	ss, err := readTCP("/proc/" + strconv.Itoa(pid) + "/net/tcp")
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	n := 0
+	var local []int
 	for _, s := range ss {
 		if s.state == "01" && s.remotePort == remotePort && inodes[s.inode] {
-			n++
+			local = append(local, s.localPort)
 		}
 	}
-	return n, nil
+	return local, nil
 }
 
 // freeBytes returns the bytes available to root on dir's file system.

@@ -11,8 +11,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/nfsrdma/nfsrdma-csi/internal/exporttest"
-	"github.com/nfsrdma/nfsrdma-csi/internal/testenv"
+	"github.com/nfsrdma/nfsrdma-csi/internal/testfix/exporttest"
+	"github.com/nfsrdma/nfsrdma-csi/internal/testfix/testenv"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/metrics"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/metrics/counters"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/client"

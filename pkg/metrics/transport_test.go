@@ -10,7 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/nfsrdma/nfsrdma-csi/internal/testenv"
+	"github.com/nfsrdma/nfsrdma-csi/internal/testfix/testenv"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/metrics"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/metrics/counters"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/rpcrdma"

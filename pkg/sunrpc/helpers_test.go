@@ -13,7 +13,7 @@ import (
 
 	"github.com/nfsrdma/nfsrdma-csi/pkg/xdr"
 
-	"github.com/nfsrdma/nfsrdma-csi/internal/testenv"
+	"github.com/nfsrdma/nfsrdma-csi/internal/testfix/testenv"
 )
 
 // TestMain fails the run if goroutines started by the tests outlive them.

@@ -3,7 +3,7 @@
 package e2e
 
 import (
-	"github.com/nfsrdma/nfsrdma-csi/internal/testenv"
+	"github.com/nfsrdma/nfsrdma-csi/internal/testfix/testenv"
 
 	"bytes"
 	"context"

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nfsrdma/nfsrdma-csi/internal/testenv"
+	"github.com/nfsrdma/nfsrdma-csi/internal/testfix/testenv"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"

@@ -7,9 +7,11 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	"strconv"
 	"testing"
 	"time"
 
+	"github.com/nfsrdma/nfsrdma-csi/internal/testfix/exporttest"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nfs3"
 	nfsserver "github.com/nfsrdma/nfsrdma-csi/pkg/nfs/server"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/rpcrdma"
@@ -65,41 +67,23 @@ func mountOursMap(b *testing.B, proto string, readMap int64) (*Client, nfs3.FH) 
 // READ mappings bounded by readMap bytes.
 func mountOursWith(b *testing.B, proto string, nconnect int, readMap int64) (*Client, nfs3.FH) {
 	b.Helper()
-	srv, err := nfsserver.New(nfsserver.Options{Root: b.TempDir(), Exports: []nfsserver.Export{{Path: "/"}}, ReadMapBytes: readMap})
-	if err != nil {
-		b.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	listen := func() net.Listener {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			b.Fatal(err)
-		}
-		return l
-	}
-	nfsL, mountL := listen(), listen()
-	done := make(chan error, 2)
-	go func() { done <- srv.Serve(ctx, nfsL, mountL) }()
-	n := 1
+	rdma := proto == "rdma" || proto == "rdma-v1" || proto == "rdma-norprc"
+	// send-based DDP on at both ends, as driver server and a proto=rdma
+	// mount run by default (version 2 only)
+	e := exporttest.Start(b, exporttest.Options{
+		Exports: []nfsserver.Export{{Path: "/"}}, ReadMapBytes: readMap, RDMA: rdma,
+		SIW: siw.Config{RTRDelay: -1}, RDMAOptions: rpcrdma.ServerOptions{SendDDP: true, Inline: rpcrdma.SDDPInline},
+	})
 	opts := Options{
 		Server:    "127.0.0.1",
-		NFSPort:   nfsL.Addr().(*net.TCPAddr).Port,
-		MountPort: mountL.Addr().(*net.TCPAddr).Port,
+		NFSPort:   e.NFSPort,
+		MountPort: e.MntPort,
 		Export:    "/",
 		AuthSys:   sunrpc.AuthSysParams{MachineName: "bench"},
 		NConnect:  nconnect,
 	}
-	if proto == "rdma" || proto == "rdma-v1" || proto == "rdma-norprc" {
-		l := listen()
-		addr := l.Addr().String()
-		l.Close()
-		n++
-		// send-based DDP on at both ends, as driver server and a
-		// proto=rdma mount run by default (version 2 only)
-		so := rpcrdma.ServerOptions{SendDDP: true, Inline: rpcrdma.SDDPInline}
-		go func() {
-			done <- srv.ServeRDMA(ctx, siw.NewDevice(siw.Config{RTRDelay: -1}), addr, so)
-		}()
+	if rdma {
+		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(e.RDMAPort))
 		opts.Transport = "rdma"
 		co := rpcrdma.ClientOptions{Versions: &rpcrdma.VersionCache{}, SendDDP: true, Inline: rpcrdma.SDDPInline}
 		if proto == "rdma-v1" {
@@ -108,21 +92,14 @@ func mountOursWith(b *testing.B, proto string, nconnect int, readMap int64) (*Cl
 		co.NoResponderReadChunks = proto == "rdma-norprc"
 		opts.Dial = rpcrdma.Dialer(siw.NewDevice(siw.Config{RTRDelay: -1}), addr, co)
 	}
+	ctx := context.Background()
 	mctx, mcancel := context.WithTimeout(ctx, 20*time.Second)
 	defer mcancel()
 	c, err := Mount(mctx, opts)
 	if err != nil {
-		cancel()
 		b.Fatal("mount our server:", err)
 	}
-	b.Cleanup(func() {
-		c.Unmount(context.Background())
-		cancel()
-		for range n {
-			<-done
-		}
-		srv.Close()
-	})
+	b.Cleanup(func() { c.Unmount(context.Background()) })
 	return c, c.Root()
 }
 

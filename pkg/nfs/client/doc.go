@@ -1,6 +1,8 @@
 // Package client is a user-space NFSv3 client (RFC 1813) over any
-// sunrpc transport: TCP record marking now, RPC-over-RDMA (RFC 8166, bound to
-// NFSv3 by RFC 8267) through the same sunrpc.DialFunc later.
+// sunrpc transport: its own TCP record marking, or RPC-over-RDMA
+// (RFC 8166 and version 2, bound to NFSv3 by RFC 8267) through
+// Options.Dial (a sunrpc.DialFunc, such as rpcrdma.Dialer; package
+// transport makes it from a mount's options).
 //
 // Mount does what mount.nfs does for "vers=3": it resolves ports through
 // rpcbind when they are not given (portmap v2 GETPORT over TCP), calls

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nfsrdma/nfsrdma-csi/internal/kernelpeer"
+	"github.com/nfsrdma/nfsrdma-csi/internal/testfix/kernelpeer"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
 )
 

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nfsrdma/nfsrdma-csi/internal/kernelpeer"
+	"github.com/nfsrdma/nfsrdma-csi/internal/testfix/kernelpeer"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/rpcrdma"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/verbs/siw"

@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nfsrdma/nfsrdma-csi/internal/lockdtest"
 	"github.com/nfsrdma/nfsrdma-csi/internal/posixlock"
-	"github.com/nfsrdma/nfsrdma-csi/internal/testenv"
+	"github.com/nfsrdma/nfsrdma-csi/internal/testfix/lockdtest"
+	"github.com/nfsrdma/nfsrdma-csi/internal/testfix/testenv"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/lockd"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nfs3"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nlm"

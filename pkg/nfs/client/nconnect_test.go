@@ -7,12 +7,13 @@ import (
 	"math"
 	"net"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/nfsrdma/nfsrdma-csi/internal/testenv"
+	"github.com/nfsrdma/nfsrdma-csi/internal/testfix/exporttest"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nfs3"
 	nfsserver "github.com/nfsrdma/nfsrdma-csi/pkg/nfs/server"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/rpcrdma"
@@ -130,47 +131,22 @@ func observeCalls(srv *nfsserver.Server) *callLog {
 // over proto "tcp" or "rdma".
 func startNConnect(t *testing.T, rdma bool, nconnect int) (Options, *connListener, *nfsserver.Server) {
 	t.Helper()
-	testenv.NeedRoot(t, "the export server (name_to_handle_at, open_by_handle_at)")
-	srv, err := nfsserver.New(nfsserver.Options{Root: t.TempDir(), Exports: []nfsserver.Export{{Path: "/"}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	listen := func() net.Listener {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		return l
-	}
-	nl := &connListener{Listener: listen()}
-	ml := listen()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 2)
-	servers := 1
-	go func() { done <- srv.Serve(ctx, nl, ml) }()
+	var nl *connListener
+	e := exporttest.Start(t, exporttest.Options{
+		Exports: []nfsserver.Export{{Path: "/"}}, RDMA: rdma,
+		SIW: siw.Config{RTRDelay: -1}, RDMAOptions: rpcrdma.ServerOptions{Credits: 16},
+		WrapNFS: func(l net.Listener) net.Listener { nl = &connListener{Listener: l}; return nl },
+	})
 	opts := Options{
-		Server: "127.0.0.1", NFSPort: nl.Addr().(*net.TCPAddr).Port, MountPort: ml.Addr().(*net.TCPAddr).Port,
+		Server: "127.0.0.1", NFSPort: e.NFSPort, MountPort: e.MntPort,
 		Export: "/", AuthSys: sunrpc.AuthSysParams{MachineName: "node/ns/pod"}, NConnect: nconnect,
 	}
 	if rdma {
-		l := listen()
-		addr := l.Addr().String()
-		l.Close()
-		servers++
-		go func() {
-			done <- srv.ServeRDMA(ctx, siw.NewDevice(siw.Config{RTRDelay: -1}), addr, rpcrdma.ServerOptions{Credits: 16})
-		}()
 		opts.Transport = "rdma"
+		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(e.RDMAPort))
 		opts.Dial = rpcrdma.Dialer(siw.NewDevice(siw.Config{RTRDelay: -1}), addr, rpcrdma.ClientOptions{Credits: 16})
 	}
-	t.Cleanup(func() {
-		cancel()
-		for range servers {
-			<-done
-		}
-		srv.Close()
-	})
-	return opts, nl, srv
+	return opts, nl, e.Srv
 }
 
 func mountN(t *testing.T, opts Options) *Client {

@@ -1,9 +1,12 @@
-// Package exportd runs the export server as `driver server` does: the
+// Package exportd is the one assembly of the export server, used by
+// `driver server`, the demo and every test that needs a server: the
 // volume registry (package volumes), the NFSv3 and MOUNT v3 protocol
-// server (package server) over TCP and RPC-over-RDMA, the NLM v4 and
-// NSM v1 lock services (package lockd) with their rpcbind registrations,
-// and the admin API (package admin) over the registry, until the context
-// ends or one of them fails.
+// server (package server) handed its listeners over TCP and
+// RPC-over-RDMA, the NLM v4 and NSM v1 lock services (package lockd)
+// with their rpcbind registrations, the metrics and the admin API
+// (package admin) over the registry. New opens them (or takes the
+// listeners the caller opened); Serve runs them until the context ends
+// or one of them fails; Run does both.
 package exportd
 
 import (
@@ -69,6 +72,8 @@ type Config struct {
 	// AdminListen is HOST:PORT of the admin API; empty: off. It needs
 	// AdminTokenFile, a file holding the bearer token.
 	AdminListen, AdminTokenFile string
+	// AdminToken is the bearer token itself, in place of AdminTokenFile.
+	AdminToken string
 	// StateDir and SnapshotDir are the volume registry's directories
 	// (volumes.Options).
 	StateDir, SnapshotDir string
@@ -80,13 +85,31 @@ type Config struct {
 	// Metrics, when set, is called once with the server's Prometheus
 	// collectors and serves them until its context ends.
 	Metrics func(ctx context.Context, cs ...prometheus.Collector)
+	// Listeners are sockets the caller opened, served in place of those
+	// Listen and the ports name; Serve (or Close) closes them.
+	Listeners Listeners
+}
+
+// Listeners are the TCP sockets of an export server. A nil one is opened
+// from Config.Listen and its port (NLM and NSM: unless NLMPort < 0;
+// admin: AdminListen, unless empty).
+type Listeners struct {
+	NFS, Mount, NLM, NSM, Admin net.Listener
+}
+
+// Ports are the ports an export server listens on; 0: not served.
+type Ports struct {
+	NFS, Mount, RDMA, NLM, NSM, Admin int
 }
 
 // adminToken reads the admin API's bearer token from c.AdminTokenFile;
 // "" when the admin API is off.
 func (c *Config) adminToken() (string, error) {
-	if c.AdminListen == "" {
+	if c.AdminListen == "" && c.Listeners.Admin == nil {
 		return "", nil
+	}
+	if c.AdminToken != "" {
+		return c.AdminToken, nil
 	}
 	if c.AdminTokenFile == "" {
 		return "", errors.New("--admin-listen needs --admin-token-file: the admin API is never served without a token")
@@ -102,19 +125,49 @@ func (c *Config) adminToken() (string, error) {
 	return token, nil
 }
 
+// Server is an export server whose listeners are open, before or while
+// it serves.
+type Server struct {
+	cfg   Config
+	token string
+	reg   *volumes.Registry
+	srv   *server.Server
+	ls    Listeners
+	rdma  *rpcrdma.Server // nil: NFS/RDMA off
+	dev   verbs.Device
+}
+
 // Run serves cfg until ctx ends, then stops every service and returns
 // nil; or returns the first error of a service (the others are stopped),
-// or a configuration error before anything is served.
+// or a configuration error before anything is served (New, Serve).
 func Run(ctx context.Context, cfg Config) error {
+	s, err := New(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	return s.Serve(ctx)
+}
+
+// New checks cfg, opens the volume registry, makes the protocol server and
+// opens the listeners cfg does not carry: NFS, MOUNT, NLM, NSM and the
+// admin API over TCP, NFS over RPC-over-RDMA (RFC 8267) on cfg.RDMADevice
+// when cfg.RDMAPort > 0. On error, everything opened is closed, the
+// listeners of cfg.Listeners too.
+func New(ctx context.Context, cfg Config) (_ *Server, err error) {
+	s := &Server{cfg: cfg, ls: cfg.Listeners}
+	defer func() {
+		if err != nil {
+			s.Close()
+		}
+	}()
 	exps := cfg.Exports
 	if len(exps) == 0 {
 		exps = []server.Export{{Path: "/"}}
 	}
-	token, err := cfg.adminToken()
-	if err != nil {
-		return err
+	if s.token, err = cfg.adminToken(); err != nil {
+		return nil, err
 	}
-	if cfg.AdminListen != "" {
+	if s.token != "" {
 		for _, e := range exps {
 			if e.Path == "/" && len(e.Clients) == 0 {
 				klog.InfoS("nfs server: warning: the root is exported to every client; handles obtained through it bypass volume quotas and client lists (restrict it: --export /:CONTROLLER-ADDRESS)")
@@ -122,28 +175,115 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	}
 	if cfg.Locks.GracePeriod < 0 {
-		return fmt.Errorf("--grace-period %v: must not be negative", cfg.Locks.GracePeriod)
+		return nil, fmt.Errorf("--grace-period %v: must not be negative", cfg.Locks.GracePeriod)
 	}
 	if cfg.ReadMapBytes < 0 {
-		return fmt.Errorf("--read-map-bytes %d: must not be negative", cfg.ReadMapBytes)
+		return nil, fmt.Errorf("--read-map-bytes %d: must not be negative", cfg.ReadMapBytes)
 	}
 	opts := server.Options{Root: cfg.Root, Exports: exps, Locks: cfg.Locks, ReadMapBytes: cfg.ReadMapBytes}
 	if cfg.HandleKeyFile != "" {
 		if opts.HandleKey, err = os.ReadFile(cfg.HandleKeyFile); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	reg, err := volumes.New(volumes.Options{Root: cfg.Root, StateDir: cfg.StateDir, SnapshotDir: cfg.SnapshotDir, Version: cfg.Version})
-	if err != nil {
-		return err
+	if s.reg, err = volumes.New(volumes.Options{Root: cfg.Root, StateDir: cfg.StateDir, SnapshotDir: cfg.SnapshotDir, Version: cfg.Version}); err != nil {
+		return nil, err
 	}
-	defer reg.Close()
-	opts.Volumes = reg
-	srv, err := server.New(opts)
-	if err != nil {
-		return err
+	opts.Volumes = s.reg
+	if s.srv, err = server.New(opts); err != nil {
+		return nil, err
 	}
-	defer srv.Close()
+	listen := func(l *net.Listener, what string, port int) error {
+		if *l != nil {
+			return nil
+		}
+		var err error
+		if *l, err = net.Listen("tcp", net.JoinHostPort(cfg.Listen, strconv.Itoa(port))); err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		return nil
+	}
+	if err := listen(&s.ls.NFS, "nfs server", cfg.NFSPort); err != nil {
+		return nil, err
+	}
+	if err := listen(&s.ls.Mount, "nfs server", cfg.MountPort); err != nil {
+		return nil, err
+	}
+	if cfg.NLMPort >= 0 {
+		if err := listen(&s.ls.NLM, "nlm", cfg.NLMPort); err != nil {
+			return nil, err
+		}
+		if err := listen(&s.ls.NSM, "nsm", cfg.NSMPort); err != nil {
+			return nil, err
+		}
+	}
+	if s.ls.Admin == nil && cfg.AdminListen != "" {
+		if s.ls.Admin, err = net.Listen("tcp", cfg.AdminListen); err != nil {
+			return nil, fmt.Errorf("admin API: %w", err)
+		}
+	}
+	if cfg.RDMAPort > 0 {
+		s.dev = cfg.RDMADevice
+		if s.dev == nil {
+			s.dev = siw.NewDevice(siw.Config{})
+		}
+		ro := cfg.RDMA
+		if ro.Logger == nil {
+			ro.Logger = s.srv.Logger()
+		}
+		addr := net.JoinHostPort(cfg.Listen, strconv.Itoa(cfg.RDMAPort))
+		if s.rdma, err = rpcrdma.Listen(ctx, s.dev, addr, ro); err != nil {
+			return nil, fmt.Errorf("nfs server: NFS/RDMA on %s: %w", addr, err)
+		}
+	}
+	return s, nil
+}
+
+// Protocol returns the protocol server (its dispatcher, lock manager,
+// counters and RDMA connections).
+func (s *Server) Protocol() *server.Server { return s.srv }
+
+// Registry returns the volume registry.
+func (s *Server) Registry() *volumes.Registry { return s.reg }
+
+// RDMA returns the NFS/RDMA listener; nil when NFS/RDMA is off.
+func (s *Server) RDMA() *rpcrdma.Server { return s.rdma }
+
+// Ports returns the ports listened on.
+func (s *Server) Ports() Ports {
+	p := Ports{NFS: portOf(s.ls.NFS), Mount: portOf(s.ls.Mount), NLM: portOf(s.ls.NLM), NSM: portOf(s.ls.NSM), Admin: portOf(s.ls.Admin)}
+	if s.rdma != nil {
+		p.RDMA = portOf(s.rdma)
+	}
+	return p
+}
+
+// Close closes what New opened, for a Server that is not served (Serve
+// closes everything when it returns).
+func (s *Server) Close() error {
+	for _, l := range []net.Listener{s.ls.NFS, s.ls.Mount, s.ls.NLM, s.ls.NSM, s.ls.Admin} {
+		if l != nil {
+			l.Close()
+		}
+	}
+	if s.rdma != nil {
+		s.rdma.Close()
+	}
+	if s.srv != nil {
+		s.srv.Close()
+	}
+	if s.reg != nil {
+		s.reg.Close()
+	}
+	return nil
+}
+
+// Serve serves every service until ctx ends, then stops them, closes the
+// server and returns nil; or returns the first error of a service (the
+// others are stopped).
+func (s *Server) Serve(ctx context.Context) error {
+	defer s.Close()
+	cfg, srv, reg := s.cfg, s.srv, s.reg
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	if cfg.Metrics != nil {
@@ -155,48 +295,35 @@ func Run(ctx context.Context, cfg Config) error {
 			counters.NewReadMapCollector(srv.ReadMapStats))
 	}
 	errc := make(chan error, 4)
-	go func() { errc <- srv.ListenAndServe(ctx, cfg.Listen, cfg.NFSPort, cfg.MountPort) }()
+	klog.InfoS("nfs server: serving", "root", cfg.Root, "nfs", s.ls.NFS.Addr(), "mount", s.ls.Mount.Addr(), "exports", len(srv.Exports()))
+	go func() { errc <- srv.Serve(ctx, s.ls.NFS, s.ls.Mount) }()
 	n := 1
-	if cfg.NLMPort >= 0 {
-		nlmL, err := net.Listen("tcp", net.JoinHostPort(cfg.Listen, strconv.Itoa(cfg.NLMPort)))
-		if err != nil {
-			return fmt.Errorf("nlm: %w", err)
-		}
-		nsmL, err := net.Listen("tcp", net.JoinHostPort(cfg.Listen, strconv.Itoa(cfg.NSMPort)))
-		if err != nil {
-			nlmL.Close()
-			return fmt.Errorf("nsm: %w", err)
-		}
-		klog.InfoS("nfs server: serving locks", "nlm", nlmL.Addr(), "nsm", nsmL.Addr(), "nsmState", srv.Locks().State(), "grace", srv.Locks().GraceRemaining(), "nsmStateDir", cfg.Locks.StateDir)
+	if s.ls.NLM != nil || s.ls.NSM != nil {
+		klog.InfoS("nfs server: serving locks", "nlm", addrOf(s.ls.NLM), "nsm", addrOf(s.ls.NSM), "nsmState", srv.Locks().State(), "grace", srv.Locks().GraceRemaining(), "nsmStateDir", cfg.Locks.StateDir)
 		n++
-		go func() { errc <- srv.ServeLocks(ctx, nlmL, nsmL) }()
+		go func() { errc <- srv.ServeLocks(ctx, s.ls.NLM, s.ls.NSM) }()
 		if cfg.RPCBind {
-			claimLockPrograms(ctx, cfg.Locks.NodeCallbacks, portOf(nlmL), portOf(nsmL))
-			unregister := registerRPCBind(ctx, cfg.NFSPort, cfg.MountPort, portOf(nlmL), portOf(nsmL))
+			claimLockPrograms(ctx, cfg.Locks.NodeCallbacks, portOf(s.ls.NLM), portOf(s.ls.NSM))
+			unregister := registerRPCBind(ctx, portOf(s.ls.NFS), portOf(s.ls.Mount), portOf(s.ls.NLM), portOf(s.ls.NSM))
 			defer unregister()
 		}
 	}
-	if cfg.AdminListen != "" {
-		h, err := admin.NewHandler(reg, token)
+	if s.ls.Admin != nil {
+		h, err := admin.NewHandler(reg, s.token)
 		if err != nil {
+			cancel()
+			for range n {
+				<-errc
+			}
 			return err
 		}
-		l, err := net.Listen("tcp", cfg.AdminListen)
-		if err != nil {
-			return fmt.Errorf("admin API: %w", err)
-		}
 		n++
-		go func() { errc <- serveAdmin(ctx, l, h, cfg.StateDir) }()
+		go func() { errc <- serveAdmin(ctx, s.ls.Admin, h, cfg.StateDir) }()
 	}
-	if cfg.RDMAPort > 0 {
-		dev := cfg.RDMADevice
-		if dev == nil {
-			dev = siw.NewDevice(siw.Config{})
-		}
+	if s.rdma != nil {
+		klog.InfoS("nfs server: NFS/RDMA device", "addr", s.rdma.Addr(), "device", s.dev.Name(), "transport", s.dev.Transport())
 		n++
-		go func() {
-			errc <- srv.ServeRDMA(ctx, dev, net.JoinHostPort(cfg.Listen, strconv.Itoa(cfg.RDMAPort)), cfg.RDMA)
-		}()
+		go func() { errc <- srv.ServeRDMA(ctx, s.rdma) }()
 	}
 	var first error
 	for range n {

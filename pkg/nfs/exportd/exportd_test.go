@@ -3,6 +3,7 @@ package exportd
 import (
 	"context"
 	"errors"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -10,11 +11,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nfsrdma/nfsrdma-csi/internal/testenv"
+	"github.com/nfsrdma/nfsrdma-csi/internal/testfix/testenv"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/admin"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/client"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/lockd"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/rpcrdma"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/verbs/siw"
 )
 
 // TestRunConfigErrors: a configuration Run refuses is an error before
@@ -129,5 +132,68 @@ func TestRunServesAndStops(t *testing.T) {
 	}
 	if _, err := adm.Status(context.Background()); err == nil || errors.Is(err, admin.ErrUnauthenticated) {
 		t.Fatalf("admin API still answers after Run returned: %v", err)
+	}
+}
+
+// TestNewTakesListeners: New serves the listener the caller opened in
+// place of a port, opens NFS/RDMA itself, and reports both in Ports; a
+// client mounts over each, and the RDMA connection shows the version it
+// negotiated. Serve returns nil once its context ends.
+func TestNewTakesListeners(t *testing.T) {
+	testenv.NeedRoot(t, "the export server (name_to_handle_at, open_by_handle_at)")
+	nl, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{
+		Root: t.TempDir(), Listen: "127.0.0.1", NLMPort: -1,
+		RDMAPort: testenv.FreePort(t), RDMADevice: siw.NewDevice(siw.Config{RTRDelay: -1}),
+		Listeners: Listeners{NFS: nl},
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	s, err := New(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := s.Ports()
+	if p.NFS != nl.Addr().(*net.TCPAddr).Port || p.Mount == 0 || p.RDMA != cfg.RDMAPort || p.NLM != 0 || p.Admin != 0 {
+		t.Fatalf("ports %+v: want NFS %d (the given listener), a MOUNT port, RDMA %d, no NLM, no admin API", p, nl.Addr().(*net.TCPAddr).Port, cfg.RDMAPort)
+	}
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(ctx) }()
+	for _, proto := range []string{"tcp", "rdma"} {
+		o := client.Options{
+			Server: "127.0.0.1", NFSPort: p.NFS, MountPort: p.Mount, Export: "/",
+			AuthSys: sunrpc.AuthSysParams{MachineName: "test"},
+			Retry:   sunrpc.RetryPolicy{Soft: true, Retries: 2},
+		}
+		if proto == "rdma" {
+			o.NFSPort, o.Transport = p.RDMA, "rdma"
+			o.Dial = rpcrdma.Dialer(siw.NewDevice(siw.Config{RTRDelay: -1}), net.JoinHostPort("127.0.0.1", strconv.Itoa(p.RDMA)), rpcrdma.ClientOptions{})
+		}
+		c, err := client.Mount(ctx, o)
+		if err != nil {
+			t.Fatalf("mount over %s: %v", proto, err)
+		}
+		if proto == "rdma" {
+			cs := s.Protocol().RDMAConnections()
+			if len(cs) != 1 || cs[0].Version != rpcrdma.Version2 {
+				t.Errorf("RDMA connections %+v: want one of version %d", cs, rpcrdma.Version2)
+			}
+		}
+		c.Close()
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Serve: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("Serve did not return after its context ended")
+	}
+	if _, err := net.Dial("tcp", nl.Addr().String()); err == nil {
+		t.Error("the given NFS listener still accepts after Serve returned")
 	}
 }

@@ -16,7 +16,24 @@ import (
 	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
 )
 
-func portOf(l net.Listener) int { return l.Addr().(*net.TCPAddr).Port }
+// portOf is l's TCP port; 0 when l is nil.
+func portOf(l interface{ Addr() net.Addr }) int {
+	if l == nil {
+		return 0
+	}
+	if a, ok := l.Addr().(*net.TCPAddr); ok {
+		return a.Port
+	}
+	return 0
+}
+
+// addrOf is l's address; nil when l is nil.
+func addrOf(l net.Listener) net.Addr {
+	if l == nil {
+		return nil
+	}
+	return l.Addr()
+}
 
 // registerRPCBind registers the server's programs over TCP with the local
 // rpcbind if one answers, and returns what undoes it. Ports 0 (unknown)

@@ -17,7 +17,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
 
-	"github.com/nfsrdma/nfsrdma-csi/internal/testenv"
+	"github.com/nfsrdma/nfsrdma-csi/internal/testfix/testenv"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/fuseuring"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/mountopts"
 	nfsserver "github.com/nfsrdma/nfsrdma-csi/pkg/nfs/server"

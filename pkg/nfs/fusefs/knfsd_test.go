@@ -18,7 +18,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/nfsrdma/nfsrdma-csi/internal/kernelpeer"
+	"github.com/nfsrdma/nfsrdma-csi/internal/testfix/kernelpeer"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/client"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/mountopts"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/transport"

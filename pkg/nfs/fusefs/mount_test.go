@@ -3,16 +3,15 @@ package fusefs
 import (
 	"bufio"
 	"context"
-	"net"
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/nfsrdma/nfsrdma-csi/internal/testenv"
+	"github.com/nfsrdma/nfsrdma-csi/internal/testfix/exporttest"
+	"github.com/nfsrdma/nfsrdma-csi/internal/testfix/testenv"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/fuseuring"
 
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/mountopts"
@@ -63,56 +62,11 @@ func startServerRDMA(t testing.TB, sc siw.Config, exp nfsserver.Export, ro rpcrd
 }
 
 // startServerOptions is startServerRDMA with the server's options so (its
-// Root is set to a temp dir).
+// Exports and ReadMapBytes; package exporttest serves a temp dir).
 func startServerOptions(t testing.TB, sc siw.Config, so nfsserver.Options, ro rpcrdma.ServerOptions) *testServer {
 	t.Helper()
-	root := t.TempDir()
-	so.Root = root
-	srv, err := nfsserver.New(so)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	nfsL, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	mountL, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	rsrv, err := rpcrdma.Listen(ctx, siw.NewDevice(sc), "127.0.0.1:0", ro)
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 2)
-	go func() { served <- srv.Serve(ctx, nfsL, mountL) }()
-	go func() { served <- rsrv.Serve(ctx, srv.Dispatcher()) }()
-	var once sync.Once
-	stop := func() {
-		once.Do(func() {
-			cancel()
-			rsrv.Close()
-			rsrv.CloseConnections()
-			for range 2 {
-				select {
-				case <-served:
-				case <-time.After(10 * time.Second):
-					t.Error("server did not stop")
-				}
-			}
-			srv.Close()
-		})
-	}
-	t.Cleanup(stop)
-	return &testServer{
-		root:      root,
-		nfsPort:   nfsL.Addr().(*net.TCPAddr).Port,
-		mountPort: mountL.Addr().(*net.TCPAddr).Port,
-		rdmaPort:  rsrv.Addr().(*net.TCPAddr).Port,
-		rdma:      rsrv,
-		stop:      stop,
-	}
+	e := exporttest.Start(t, exporttest.Options{Exports: so.Exports, ReadMapBytes: so.ReadMapBytes, RDMA: true, SIW: sc, RDMAOptions: ro})
+	return &testServer{root: e.Root, nfsPort: e.NFSPort, mountPort: e.MntPort, rdmaPort: e.RDMAPort, rdma: e.RDMA, stop: e.Stop}
 }
 
 // mounted reports whether dir is a mount point in /proc/mounts.

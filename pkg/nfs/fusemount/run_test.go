@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nfsrdma/nfsrdma-csi/internal/exporttest"
-	"github.com/nfsrdma/nfsrdma-csi/internal/testenv"
+	"github.com/nfsrdma/nfsrdma-csi/internal/testfix/exporttest"
+	"github.com/nfsrdma/nfsrdma-csi/internal/testfix/testenv"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/mountopts"
 )
 

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nfsrdma/nfsrdma-csi/internal/rpctest"
+	"github.com/nfsrdma/nfsrdma-csi/internal/testfix/rpctest"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nlm"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nsm"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"

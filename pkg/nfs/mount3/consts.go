@@ -8,6 +8,11 @@ const (
 	Version = 3
 )
 
+// Port is the TCP port MOUNT v3 is served on by default (IANA
+// "mountd"). The protocol has no fixed port (clients ask rpcbind,
+// RFC 1813 section 5); 20048 is the one Linux rpc.mountd uses.
+const Port = 20048
+
 // Procedure numbers (RFC 1813 section 5.2).
 const (
 	ProcNull    = 0 // MOUNTPROC3_NULL: void -> void

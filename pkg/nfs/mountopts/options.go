@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nfs3"
 )
 
 // ErrBadOption is wrapped by every Parse and SplitSource error: an unknown option,
@@ -26,8 +28,8 @@ const (
 // Default ports and limits.
 const (
 	// DefaultRDMAPort is the NFS/RDMA port used when proto=rdma and no
-	// port (or port=0) is given (RFC 8267 section 5.1, nfs(5)).
-	DefaultRDMAPort = 20049
+	// port (or port=0) is given, as nfs(5) (RFC 8267 section 4.2).
+	DefaultRDMAPort = nfs3.RDMAPort
 	// MaxCredits bounds credits=N (RPC-over-RDMA calls outstanding).
 	MaxCredits = 1024
 	// DefaultReadAheadKB is the kernel read-ahead of a mount, in KiB

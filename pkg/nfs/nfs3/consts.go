@@ -8,9 +8,14 @@ const (
 	Version = 3
 )
 
-// Well-known ports: NFS over TCP (RFC 1813) and NFS/RDMA (RFC 8267 section 4.2, IANA "nfsrdma").
+// Well-known ports, the one definition in this repository of each.
 const (
-	Port     = 2049
+	// Port is NFS over TCP (IANA "nfs"; RFC 1813 section 3.3 leaves
+	// the port to rpcbind, every client and server uses 2049).
+	Port = 2049
+	// RDMAPort is NFS over RPC-over-RDMA (IANA "nfsrdma"): an NFSv3
+	// client may use it without asking rpcbind (RFC 8267 section 4.2,
+	// "RPC Binding"); NFSv4 clients must (RFC 8267 section 6.3).
 	RDMAPort = 20049
 )
 

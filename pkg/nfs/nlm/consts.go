@@ -8,6 +8,11 @@ const (
 	Version = 4
 )
 
+// Port is the TCP port NLM v4 is given when it has a fixed one: 4045, the
+// port of Solaris lockd and of Linux lockd with nlm_tcpport=4045. The
+// protocol has no assigned port; clients ask rpcbind (X/Open XNFS).
+const Port = 4045
+
 // Procedure numbers of NLM v4 (X/Open XNFS section 14.2; NSM_NOTIFY from
 // Linux include/linux/lockd/xdr4.h, NLMPROC_NSM_NOTIFY).
 const (

@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/nfsrdma/nfsrdma-csi/internal/testenv"
+	"github.com/nfsrdma/nfsrdma-csi/internal/testfix/testenv"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nfs3"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/xdr"

@@ -9,12 +9,29 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/nfsrdma/nfsrdma-csi/internal/testenv"
+	"github.com/nfsrdma/nfsrdma-csi/internal/testfix/testenv"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/mount3"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nfs3"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/rpcrdma"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/verbs"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/xdr"
 )
+
+// serveRDMA opens the NFS/RDMA listener on addr through dev, the
+// transport logging to srv's Logger unless opts has one, and serves srv
+// on it until ctx ends (srv.ServeRDMA), as package exportd does; these
+// tests cannot import exportd (it imports this package).
+func serveRDMA(ctx context.Context, srv *Server, dev verbs.Device, addr string, opts rpcrdma.ServerOptions) error {
+	if opts.Logger == nil {
+		opts.Logger = srv.Logger()
+	}
+	l, err := rpcrdma.Listen(ctx, dev, addr, opts)
+	if err != nil {
+		return err
+	}
+	return srv.ServeRDMA(ctx, l)
+}
 
 // testEnv is a running server on 127.0.0.1 over a root directory.
 type testEnv struct {

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nfsrdma/nfsrdma-csi/internal/kernelpeer"
-	"github.com/nfsrdma/nfsrdma-csi/internal/testenv"
+	"github.com/nfsrdma/nfsrdma-csi/internal/testfix/kernelpeer"
+	"github.com/nfsrdma/nfsrdma-csi/internal/testfix/testenv"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/client"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/lockd"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nlm"
@@ -93,7 +93,7 @@ func testKernelClientLocks(t *testing.T, proto string) {
 		rl.Close()
 		servers++
 		go func() {
-			done <- srv.ServeRDMA(ctx, siw.NewDevice(siw.Config{}), rdmaAddr, rpcrdma.ServerOptions{Credits: 16})
+			done <- serveRDMA(ctx, srv, siw.NewDevice(siw.Config{}), rdmaAddr, rpcrdma.ServerOptions{Credits: 16})
 		}()
 		_, rport, _ := net.SplitHostPort(rdmaAddr)
 		nfsOpts = "proto=rdma,port=" + rport

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nfsrdma/nfsrdma-csi/internal/kernelpeer"
-	"github.com/nfsrdma/nfsrdma-csi/internal/testenv"
+	"github.com/nfsrdma/nfsrdma-csi/internal/testfix/kernelpeer"
+	"github.com/nfsrdma/nfsrdma-csi/internal/testfix/testenv"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/rpcrdma"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/verbs/siw"
 )
@@ -51,7 +51,7 @@ func TestKernelClientOverRDMA(t *testing.T) {
 	done := make(chan error, 2)
 	go func() { done <- srv.Serve(ctx, nl, ml) }()
 	go func() {
-		done <- srv.ServeRDMA(ctx, siw.NewDevice(siw.Config{}), rdmaAddr, rpcrdma.ServerOptions{Credits: 16, SendDDP: true, Inline: rpcrdma.SDDPInline}) // as driver server runs by default
+		done <- serveRDMA(ctx, srv, siw.NewDevice(siw.Config{}), rdmaAddr, rpcrdma.ServerOptions{Credits: 16, SendDDP: true, Inline: rpcrdma.SDDPInline}) // as driver server runs by default
 	}()
 	defer func() {
 		cancel()

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nfsrdma/nfsrdma-csi/internal/testenv"
+	"github.com/nfsrdma/nfsrdma-csi/internal/testfix/testenv"
 )
 
 // libnfsTool returns the path of a libnfs-utils tool: skip if missing,

@@ -3,37 +3,25 @@ package server
 import (
 	"context"
 	"errors"
-	"fmt"
 
 	"k8s.io/klog/v2"
 
 	"github.com/nfsrdma/nfsrdma-csi/pkg/rpcrdma"
-	"github.com/nfsrdma/nfsrdma-csi/pkg/verbs"
 )
 
-// DefaultRDMAPort is the port of NFS over RDMA (RFC 8267 section 5.1:
-// 20049, "nfsrdma").
-const DefaultRDMAPort = 20049
-
-// ServeRDMA serves NFS v3 over RPC-over-RDMA version 1 (RFC 8166, with the
-// RFC 8267 binding) on addr ("host:port") through dev until ctx ends, then
-// returns nil; or the listener's error. MOUNT stays on TCP (RFC 8267 section
-// 5.1), served by Serve. opts sets the credits per connection and the
-// receive budget; SetMachineGrants (set by the volume registry), the
-// grants per machine name. The transport logs to opts.Logger, or when nil
-// to the server's Logger.
-func (s *Server) ServeRDMA(ctx context.Context, dev verbs.Device, addr string, opts rpcrdma.ServerOptions) error {
-	if opts.Logger == nil {
-		opts.Logger = s.log
-	}
-	l, err := rpcrdma.Listen(ctx, dev, addr, opts)
-	if err != nil {
-		return fmt.Errorf("nfs server: NFS/RDMA on %s: %w", addr, err)
-	}
+// ServeRDMA serves NFS v3 over RPC-over-RDMA (RFC 8166 and the version 2
+// draft, with the RFC 8267 binding) on the listener l (rpcrdma.Listen,
+// opened by package exportd for driver server) until ctx ends, then
+// closes l and returns nil; or the listener's error. MOUNT stays on TCP
+// (RFC 8267 section 5.1), served by Serve. l's options set the credits
+// per connection and the receive budget; SetMachineGrants (set by the
+// volume registry), the grants per machine name. Give l the server's
+// Logger to have the transport log where the server does.
+func (s *Server) ServeRDMA(ctx context.Context, l *rpcrdma.Server) error {
 	defer l.Close()
 	s.setRDMA(l)
-	klog.InfoS("nfs server: serving NFS over RDMA", "addr", l.Addr(), "device", dev.Name(), "transport", dev.Transport())
-	err = l.Serve(ctx, s.rpc)
+	klog.InfoS("nfs server: serving NFS over RDMA", "addr", l.Addr())
+	err := l.Serve(ctx, s.rpc)
 	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 		return nil
 	}

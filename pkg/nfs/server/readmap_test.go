@@ -19,7 +19,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/nfsrdma/nfsrdma-csi/internal/testenv"
+	"github.com/nfsrdma/nfsrdma-csi/internal/testfix/testenv"
 	client "github.com/nfsrdma/nfsrdma-csi/pkg/nfs/client"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nfs3"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/rpcrdma"
@@ -99,7 +99,7 @@ func serveOurClientOn(t *testing.T, srv *Server, proto string, dev verbs.Device,
 		l.Close()
 		servers++
 		go func() {
-			served <- srv.ServeRDMA(ctx, dev, addr, rpcrdma.ServerOptions{Credits: 16, MaxVersion: vers})
+			served <- serveRDMA(ctx, srv, dev, addr, rpcrdma.ServerOptions{Credits: 16, MaxVersion: vers})
 		}()
 		opts.Transport = "rdma"
 		opts.Dial = rpcrdma.Dialer(siw.NewDevice(siw.Config{RTRDelay: -1}), addr, rpcrdma.ClientOptions{Metrics: rdma, MaxVersion: vers})

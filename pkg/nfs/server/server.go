@@ -24,13 +24,6 @@ import (
 	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
 )
 
-// Default ports (RFC 8267 section 5.1 for NFS; MOUNT has no fixed port,
-// 20048 is what Linux rpc.mountd uses).
-const (
-	DefaultNFSPort   = nfs3.Port
-	DefaultMountPort = 20048
-)
-
 // Transfer sizes advertised in FSINFO (RFC 1813 section 3.3.19), bytes.
 const (
 	MaxIO       = 1 << 20 // rtmax, wtmax
@@ -236,6 +229,10 @@ func (s *Server) ReadMapStats() ReadMapStats { return s.rmap.stats() }
 // Locks returns the NLM/NSM lock manager.
 func (s *Server) Locks() *lockd.Manager { return s.locks }
 
+// Logger returns the logger of the RPC layer (Options.Logger, or klog's),
+// for the transports handed to the server.
+func (s *Server) Logger() *slog.Logger { return s.log }
+
 // Dispatcher returns the RPC dispatcher serving NFS v3, MOUNT v3, NLM v4 and NSM v1,
 // for any transport (sunrpc.ServeTCP, RPC-over-RDMA).
 func (s *Server) Dispatcher() *sunrpc.Server { return s.rpc }
@@ -245,7 +242,8 @@ func (s *Server) WriteVerf() nfs3.WriteVerf { return s.wverf }
 
 // Serve serves NFS on nfsL and MOUNT on mountL (either may be nil) over
 // TCP until ctx ends, then closes the listeners and returns nil, or the
-// first accept error.
+// first accept error. The listeners are opened by the caller (package
+// exportd for driver server).
 func (s *Server) Serve(ctx context.Context, nfsL, mountL net.Listener) error {
 	return s.serveTCP(ctx, nfsL, mountL)
 }
@@ -284,22 +282,6 @@ func (s *Server) serveTCP(ctx context.Context, ls ...net.Listener) error {
 		}
 	}
 	return first
-}
-
-// ListenAndServe listens on host:nfsPort and host:mountPort (TCP) and
-// serves until ctx ends (see Serve).
-func (s *Server) ListenAndServe(ctx context.Context, host string, nfsPort, mountPort int) error {
-	nl, err := net.Listen("tcp", net.JoinHostPort(host, fmt.Sprint(nfsPort)))
-	if err != nil {
-		return fmt.Errorf("nfs server: %w", err)
-	}
-	ml, err := net.Listen("tcp", net.JoinHostPort(host, fmt.Sprint(mountPort)))
-	if err != nil {
-		nl.Close()
-		return fmt.Errorf("nfs server: %w", err)
-	}
-	klog.InfoS("nfs server: serving", "root", s.root, "nfs", nl.Addr(), "mount", ml.Addr(), "exports", len(s.exports.Load().list))
-	return s.Serve(ctx, nl, ml)
 }
 
 // Close stops the lock manager and releases the root descriptor. Call it

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nfsrdma/nfsrdma-csi/internal/testenv"
+	"github.com/nfsrdma/nfsrdma-csi/internal/testfix/testenv"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/admin"
 	client "github.com/nfsrdma/nfsrdma-csi/pkg/nfs/client"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/volumes"
@@ -70,7 +70,7 @@ func startVolEnv(t testing.TB, root, state string, rdma bool, exps ...Export) *v
 		l.Close()
 		e.servers++
 		go func() {
-			e.done <- srv.ServeRDMA(ctx, siw.NewDevice(siw.Config{RTRDelay: -1}), e.rdmaAddr, rpcrdma.ServerOptions{Credits: 16})
+			e.done <- serveRDMA(ctx, srv, siw.NewDevice(siw.Config{RTRDelay: -1}), e.rdmaAddr, rpcrdma.ServerOptions{Credits: 16})
 		}()
 	}
 	h, err := admin.NewHandler(reg, testAdminToken)

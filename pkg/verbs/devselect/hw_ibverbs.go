@@ -43,7 +43,7 @@ func hardware(ctx context.Context, serverAddr, override string) (verbs.Device, C
 	if mapped != "" {
 		via += ", rdmamap: " + mapped
 	}
-	name, rerr := ibverbs.ResolveDevice(ctx, net.JoinHostPort(host, "20049"))
+	name, rerr := ibverbs.ResolveDevice(ctx, host)
 	if override != "" && override != OverrideIbverbs {
 		if _, ok := find(devs, override); !ok {
 			return nil, Choice{Device: override, Reason: fmt.Sprintf("no RDMA device %s (libibverbs has %s)", override, names(devs))}, fmt.Errorf("%w: %s", ErrNotFound, override)

@@ -573,7 +573,7 @@ func ResolveDevice(ctx context.Context, addr string) (string, error) {
 		return "", fmt.Errorf("%w: the host has none", ErrNoDevice)
 	}
 	if _, _, err := net.SplitHostPort(addr); err != nil {
-		addr = net.JoinHostPort(addr, "20049")
+		addr = net.JoinHostPort(addr, "0") // the route does not depend on the port
 	}
 	ip, port, err := splitAddr(ctx, addr)
 	if err != nil {

@@ -61,7 +61,7 @@ func tools() string {
 		return d
 	}
 	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "../../../shared/kernel-peer")
+	return filepath.Join(filepath.Dir(file), "../../../../shared/kernel-peer")
 }
 
 // Check runs the peer's `check`: it fails the test when the guest logged a

@@ -8,7 +8,8 @@ import (
 	"time"
 )
 
-// RPCBindAddr is where a local rpcbind (portmapper) answers.
+// RPCBindAddr is where a local rpcbind (portmapper) answers: port 111,
+// sunrpc.PortmapPort (testenv cannot import pkg/sunrpc, whose tests use it).
 const RPCBindAddr = "127.0.0.1:111"
 
 // NeedRPCBind returns RPCBindAddr once a local rpcbind answers there. When

@@ -43,7 +43,7 @@ func NeedRootFUSE(t testing.TB) {
 // RepoRoot is the repository's root directory.
 func RepoRoot() string {
 	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..")
+	return filepath.Join(filepath.Dir(file), "..", "..", "..")
 }
 
 var (
