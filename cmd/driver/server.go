@@ -30,10 +30,11 @@ func newServerCmd() *cobra.Command {
 		Short: "Run the NFSv3 export server (NFS over RDMA and TCP, MOUNT v3 over TCP) on a local directory",
 		Long: `Serve a local directory over NFS version 3 (RFC 1813), with MOUNT v3 on its
 own port, until SIGINT or SIGTERM. Each --export names a directory under --root
-as clients mount it ("/" is the root itself), optionally with the clients
-allowed (addresses or CIDRs, comma-separated; default every client) and
-options (ro, rw, root_squash, no_root_squash; default rw,no_root_squash).
-Without --export, the root is exported read-write to every client.
+as clients mount it ("/" is the root itself), the clients allowed (addresses
+or CIDRs, comma-separated, or * for every client) and options (ro, rw,
+root_squash, no_root_squash; default rw,root_squash). Without --export nothing
+is exported but the volumes the admin API registers, each to the nodes it is
+granted to.
 NFS is also served over RPC-over-RDMA (RFC 8166/8267) on --rdma-port through the
 software iWARP provider (0 turns it off). Each connection has --credits receive
 buffers, the most it can be granted; it is granted its pod's credits (set by the
@@ -62,12 +63,15 @@ token from --admin-token-file, required) is served on its own address: it
 registers volume directories as their own exports ("/" + path) with a quota
 (NFS3ERR_NOSPC past it; FSSTAT reports it) and a client list (empty: nobody),
 and makes server-side snapshots (into --snapshot-dir) and clones. The registry
-is kept in --state-dir and survives restarts. Bind the admin API to an address
-the pod network cannot reach, and restrict the root export (--export /:CIDR) to
-the controller: handles obtained through it bypass volume quotas and lists.`,
+is kept in --state-dir and survives restarts; the server makes and removes the
+volume directories itself, so the controller needs no NFS access. Bind the
+admin API to an address the pod network cannot reach. A root export (--export
+/:CLIENTS) holds every volume, and handles obtained through it bypass volume
+quotas and client lists: give it to administrators' hosts only, with a
+--handle-key-file.`,
 		Example: `  driver server --root /srv/nfs --export /vol1:10.0.0.0/8:rw --export /vol2:127.0.0.1:ro
   mount -t nfs -o vers=3,proto=tcp,port=2049,mountport=20048 127.0.0.1:/vol1 /mnt
-  driver server --root /srv/nfs --export /:10.0.0.5 --admin-listen 10.0.0.1:20050 --admin-token-file /etc/nfsrdma/admin-token`,
+  driver server --root /srv/nfs --admin-listen 10.0.0.1:20050 --admin-token-file /etc/nfsrdma/admin-token`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			for _, s := range exports {
@@ -102,7 +106,7 @@ the controller: handles obtained through it bypass volume quotas and lists.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&cfg.Root, "root", "", "local directory to serve (required)")
-	f.StringArrayVar(&exports, "export", nil, "export PATH[:CIDR[,CIDR]][:ro|rw[,root_squash]] (repeatable)")
+	f.StringArrayVar(&exports, "export", nil, "export PATH:CLIENTS[:OPTS]: CLIENTS addresses or CIDRs (comma-separated) or *, OPTS ro|rw,root_squash|no_root_squash (default rw,root_squash); repeatable; none: only the admin API's volumes")
 	f.StringVar(&cfg.HandleKeyFile, "handle-key-file", "", "file holding the secret that authenticates file handles (default: derived from the root directory)")
 	f.StringVar(&cfg.Listen, "listen", "127.0.0.1", "address to listen on")
 	f.IntVar(&cfg.NFSPort, "nfs-port", nfs3.Port, "TCP port of NFS v3")

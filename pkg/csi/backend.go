@@ -24,14 +24,14 @@ type ServerPorts struct {
 	Admin int // the export server's admin API; 0: none (a third-party server)
 }
 
-// backend is the controller's connection to one share of one server: a
-// user-space NFS client over TCP (no kernel mount) and, for our export
-// server, the admin API client.
+// backend is the controller's connection to one share of one server: for
+// our export server the admin API client, for a third-party server a
+// user-space NFS client over TCP (no kernel mount).
 type backend struct {
 	server string
 	share  string
-	nfs    *client.Client
-	admin  *admin.Client // nil: a third-party NFS server (no quota, ACL, snapshots)
+	nfs    *client.Client // a third-party NFS server's share; nil with an admin API
+	admin  *admin.Client  // nil: a third-party NFS server (no quota, ACL, snapshots)
 }
 
 // backends caches one backend per server and share.
@@ -92,9 +92,12 @@ func CreditPusher(ports ServerPorts, token string) func(ctx context.Context, ser
 	}
 }
 
-// get returns the backend of server and share, mounting the share (MOUNT
-// and FSINFO over TCP) on first use. A dead connection is replaced on the
-// next call that fails.
+// get returns the backend of server and share. For our export server (an
+// admin API is configured) that is the admin API client alone: every
+// volume operation goes through it and the controller needs no NFS
+// access to the server. For a third-party server it mounts the share
+// (MOUNT and FSINFO over TCP) on first use. A dead connection is replaced
+// on the next call that fails.
 func (bs *backends) get(ctx context.Context, server, share string) (*backend, error) {
 	key := server + idSep + share
 	bs.mu.Lock()
@@ -104,36 +107,44 @@ func (bs *backends) get(ctx context.Context, server, share string) (*backend, er
 	if b != nil {
 		return b, nil
 	}
-	retry := sunrpc.RetryPolicy{Soft: true, Retries: 2, Timeout: bs.callTimeout}
-	c, err := client.Mount(ctx, client.Options{
-		Server: server, Export: share, NFSPort: bs.ports.NFS, MountPort: bs.ports.Mount,
-		AuthSys: sunrpc.AuthSysParams{MachineName: "nfsrdma-controller"},
-		Retry:   retry,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("mount %s:%s: %w", server, share, err)
-	}
-	// Whether the server has an admin API is configuration (ports.Admin
-	// and the token, adminClient): a refused connection (the export
-	// server starts NFS before its admin listener) is an error the CO
-	// retries, never a cached "third-party server" verdict.
-	b = &backend{server: server, share: share, nfs: c, admin: bs.adminClient(server)}
+	b = &backend{server: server, share: share, admin: bs.adminClient(server)}
 	if b.admin != nil {
+		// Whether the server has an admin API is configuration (ports.Admin
+		// and the token, adminClient): a refused connection (the export
+		// server starts NFS before its admin listener) is an error the CO
+		// retries, never a cached "third-party server" verdict.
 		if _, err := b.admin.Status(ctx); err != nil {
-			_ = c.Close()
 			return nil, fmt.Errorf("admin API of %s: %w", server, err)
 		}
+	} else {
+		retry := sunrpc.RetryPolicy{Soft: true, Retries: 2, Timeout: bs.callTimeout}
+		c, err := client.Mount(ctx, client.Options{
+			Server: server, Export: share, NFSPort: bs.ports.NFS, MountPort: bs.ports.Mount,
+			AuthSys: sunrpc.AuthSysParams{MachineName: "nfsrdma-controller"},
+			Retry:   retry,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("mount %s:%s: %w", server, share, err)
+		}
+		b.nfs = c
 	}
 	bs.mu.Lock()
 	if o := bs.m[key]; o != nil {
 		bs.mu.Unlock()
-		_ = c.Close()
+		b.close()
 		return o, nil
 	}
 	bs.m[key] = b
 	bs.mu.Unlock()
 	klog.InfoS("controller: connected to export server", "server", server, "share", share, "admin", b.admin != nil)
 	return b, nil
+}
+
+// close closes b's NFS connection, if it has one.
+func (b *backend) close() {
+	if b.nfs != nil {
+		_ = b.nfs.Close()
+	}
 }
 
 // drop forgets b after a connection error, so the next call reconnects.
@@ -144,7 +155,7 @@ func (bs *backends) drop(b *backend) {
 		delete(bs.m, key)
 	}
 	bs.mu.Unlock()
-	_ = b.nfs.Close()
+	b.close()
 }
 
 // close closes every connection.
@@ -152,7 +163,7 @@ func (bs *backends) close() {
 	bs.mu.Lock()
 	defer bs.mu.Unlock()
 	for k, b := range bs.m {
-		_ = b.nfs.Close()
+		b.close()
 		delete(bs.m, k)
 	}
 }

@@ -78,9 +78,10 @@ func (c *controller) probe(ctx context.Context) error {
 	defer cancel()
 	for _, s := range c.be.servers() {
 		if a := c.be.adminClient(s); a != nil {
-			if _, err := a.Status(ctx); err == nil {
-				continue
+			if _, err := a.Status(ctx); err != nil {
+				return fmt.Errorf("admin API of %s: %w", s, err)
 			}
+			continue
 		}
 		b, err := c.be.get(ctx, s, "/")
 		if err != nil {
@@ -214,15 +215,21 @@ func (c *controller) CreateVolume(ctx context.Context, req *csipb.CreateVolumeRe
 			return nil, toStatus(err, "admin")
 		}
 	}
-	if err := c.makeDir(ctx, b, p.SubDir, p.Mode); err != nil {
-		if codeOf(err) == codes.Unavailable {
-			c.be.drop(b)
+	if b.admin == nil {
+		if err := c.makeDir(ctx, b, p.SubDir, p.Mode); err != nil {
+			if codeOf(err) == codes.Unavailable {
+				c.be.drop(b)
+			}
+			return nil, toStatus(err, "create volume directory")
 		}
-		return nil, toStatus(err, "create volume directory")
-	}
-	if b.admin != nil {
-		if _, err := b.admin.PutVolume(ctx, id.adminPath(), quota, map[string]string{metaVolumeID: id.String()}); err != nil {
-			return nil, toStatus(err, "register volume")
+		if quota > 0 {
+			klog.InfoS("controller: capacity not enforced: the server has no admin API", "volume", name, "server", p.Server, "bytes", quota)
+		}
+	} else {
+		// the server makes the directory: the controller has no NFS
+		// access to its root
+		if _, err := b.admin.CreateVolume(ctx, id.adminPath(), quota, p.Mode, map[string]string{metaVolumeID: id.String()}); err != nil {
+			return nil, toStatus(err, "create volume")
 		}
 		if from != (admin.Clone{}) {
 			from.Dest = id.adminPath()
@@ -230,8 +237,6 @@ func (c *controller) CreateVolume(ctx context.Context, req *csipb.CreateVolumeRe
 				return nil, err
 			}
 		}
-	} else if quota > 0 {
-		klog.InfoS("controller: capacity not enforced: the server has no admin API", "volume", name, "server", p.Server, "bytes", quota)
 	}
 	klog.InfoS("controller: volume created", "name", name, "id", id.String(), "bytes", quota, "source", from)
 	return &csipb.CreateVolumeResponse{Volume: &csipb.Volume{
@@ -358,10 +363,20 @@ func (c *controller) DeleteVolume(ctx context.Context, req *csipb.DeleteVolumeRe
 	}
 	defer unlock()
 	if b.admin != nil {
-		// first: no node keeps access to a volume being deleted
-		if err := b.admin.DeleteVolume(ctx, id.adminPath()); err != nil {
-			return nil, toStatus(err, "unregister volume")
+		// the export goes first (no node keeps access to a volume being
+		// deleted), then the server disposes of the directory
+		how := admin.DirectoryDelete
+		switch id.OnDelete {
+		case onDeleteRetain:
+			how = admin.DirectoryRetain
+		case onDeleteArchive:
+			how = admin.DirectoryArchive
 		}
+		if err := b.admin.DeleteVolume(ctx, id.adminPath(), how); err != nil {
+			return nil, toStatus(err, "delete volume")
+		}
+		klog.InfoS("controller: volume deleted", "id", id.String(), "onDelete", id.OnDelete)
+		return &csipb.DeleteVolumeResponse{}, nil
 	}
 	switch id.OnDelete {
 	case onDeleteRetain:

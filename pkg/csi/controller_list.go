@@ -119,13 +119,11 @@ func (c *controller) ControllerGetVolume(ctx context.Context, req *csipb.Control
 		resp.Volume.CapacityBytes = v.QuotaBytes
 		resp.Status.PublishedNodeIds = publishedNodes(v)
 		klog.V(4).InfoS("controller: volume", "id", id.String(), "usage", usage(v))
+		return resp, nil
 	}
 	// the directory itself must still be there
 	if _, _, err := b.nfs.LookupPath(ctx, b.nfs.Root(), id.SubDir, false); err != nil {
-		if codeOf(err) == codes.NotFound && b.admin == nil {
-			return nil, toStatus(err, "volume "+id.String())
-		}
-		klog.InfoS("controller: volume registered but its directory is not reachable", "id", id.String(), "err", err)
+		return nil, toStatus(err, "volume "+id.String())
 	}
 	return resp, nil
 }
@@ -152,6 +150,14 @@ func (c *controller) GetCapacity(ctx context.Context, req *csipb.GetCapacityRequ
 		b, err := c.be.get(ctx, s, share)
 		if err != nil {
 			return nil, status.Error(codes.Unavailable, err.Error())
+		}
+		if b.admin != nil {
+			st, err := b.admin.Status(ctx)
+			if err != nil {
+				return nil, toStatus(err, "admin status")
+			}
+			total += st.FreeBytes
+			continue
 		}
 		fs, err := b.nfs.Fsstat(ctx, b.nfs.Root())
 		if err != nil {

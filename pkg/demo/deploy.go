@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"sync"
@@ -21,7 +20,6 @@ import (
 	"github.com/nfsrdma/nfsrdma-csi/pkg/csi"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/csi/mounter"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/exportd"
-	nfsserver "github.com/nfsrdma/nfsrdma-csi/pkg/nfs/server"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/rpcrdma"
 )
 
@@ -133,7 +131,6 @@ func (d *deployment) startServer() error {
 	}
 	srv, err := exportd.New(ctx, exportd.Config{
 		Root:       d.root,
-		Exports:    []nfsserver.Export{{Path: "/", Clients: []netip.Prefix{netip.MustParsePrefix(serverHost + "/32")}}},
 		Listen:     serverHost,
 		RDMAPort:   rdmaPort,
 		RDMA:       rpcrdma.ServerOptions{Credits: serverCredits},

@@ -86,7 +86,7 @@ func testNodeLockCallbacks(t *testing.T, bin, rpcbind, proto string, hostNetwork
 		t.Fatal(err)
 	}
 	nfsP, mntP, rdmaP, nlmP, nsmP := testenv.FreePort(t), testenv.FreePort(t), testenv.FreePort(t), testenv.FreePort(t), testenv.FreePort(t)
-	args := []string{"server", "--root", root, "--export", "/:127.0.0.1/32:rw", "--listen", "127.0.0.1", "--state-dir=",
+	args := []string{"server", "--root", root, "--export", "/:127.0.0.1/32:rw,no_root_squash", "--listen", "127.0.0.1", "--state-dir=",
 		"--nfs-port", strconv.Itoa(nfsP), "--mount-port", strconv.Itoa(mntP), "--rdma-port", strconv.Itoa(rdmaP),
 		"--nlm-port", strconv.Itoa(nlmP), "--nsm-port", strconv.Itoa(nsmP), "--rpcbind=" + strconv.FormatBool(hostNetwork)}
 	if hostNetwork {

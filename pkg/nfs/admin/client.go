@@ -158,6 +158,18 @@ func (c *Client) PutVolume(ctx context.Context, path string, quotaBytes int64, m
 	return v, err
 }
 
+// CreateVolume makes directory path (relative to the server root) when it
+// is missing, its missing parents with mode 0755, sets its mode to mode
+// (permission bits, setgid, sticky), and registers it as PutVolume does;
+// idempotent. Errors: those of PutVolume, and ErrPrecondition when a
+// component of path is not a directory (or is a symlink or a mount point).
+func (c *Client) CreateVolume(ctx context.Context, path string, quotaBytes int64, mode uint32, meta map[string]string) (Volume, error) {
+	req := QuotaRequest{QuotaBytes: quotaBytes, Meta: meta, Create: &DirRequest{Mode: mode}}
+	var v Volume
+	err := c.volumeCall(ctx, http.MethodPut, "/v1/volumes/", path, "", req, &v)
+	return v, err
+}
+
 // GetVolume returns the registered volume path with its usage; ErrNotFound
 // when it is not registered.
 func (c *Client) GetVolume(ctx context.Context, path string) (Volume, error) {
@@ -173,11 +185,19 @@ func (c *Client) ListVolumes(ctx context.Context) ([]Volume, error) {
 	return l.Volumes, err
 }
 
-// DeleteVolume unregisters volume path (its export disappears; the
-// directory stays, the controller removes it over NFS) and cancels a clone
-// job filling it. Idempotent: nil when it is not registered.
-func (c *Client) DeleteVolume(ctx context.Context, path string) error {
-	return c.volumeCall(ctx, http.MethodDelete, "/v1/volumes/", path, "", nil, nil)
+// DeleteVolume unregisters volume path (its export disappears) and
+// cancels a clone job filling it; then, as directory says, keeps its
+// directory (DirectoryRetain, or ""), removes its tree (DirectoryDelete)
+// or renames it "archived-NAME" (DirectoryArchive). Idempotent: nil when
+// it is not registered and the directory is already gone. Errors:
+// ErrInvalid for a bad path or directory, ErrPrecondition when the
+// directory contains or lies in another volume.
+func (c *Client) DeleteVolume(ctx context.Context, path string, directory ...string) error {
+	q := ""
+	if len(directory) > 0 && directory[0] != "" {
+		q = "?directory=" + url.QueryEscape(directory[0])
+	}
+	return c.volumeCall(ctx, http.MethodDelete, "/v1/volumes/", path, q, nil, nil)
 }
 
 // Grant adds a.Node's entry to the client list of volume path, or

@@ -29,6 +29,8 @@ type Service interface {
 	Volume(path string) (Volume, error)
 	AddVolume(path string, quotaBytes int64, meta map[string]string) (Volume, error)
 	RemoveVolume(path string) error
+	MakeVolumeDir(path string, mode uint32) error
+	RemoveVolumeDir(path, how string) error
 	Grant(path string, a Access) error
 	Revoke(path, node string) error
 	Snapshots() []Snapshot
@@ -69,11 +71,30 @@ func NewHandler(s Service, token string) (http.Handler, error) {
 		if !readJSON(w, r, &q) {
 			return
 		}
+		if q.Create != nil {
+			if err := s.MakeVolumeDir(r.PathValue("path"), q.Create.Mode); err != nil {
+				reply(w, r, nil, err)
+				return
+			}
+		}
 		v, err := s.AddVolume(r.PathValue("path"), q.QuotaBytes, q.Meta)
 		reply(w, r, v, err)
 	})
 	mux.HandleFunc("DELETE /v1/volumes/{path...}", func(w http.ResponseWriter, r *http.Request) {
-		reply(w, r, nil, s.RemoveVolume(r.PathValue("path")))
+		how := r.URL.Query().Get("directory")
+		switch how {
+		case "":
+			how = DirectoryRetain
+		case DirectoryRetain, DirectoryDelete, DirectoryArchive:
+		default:
+			reply(w, r, nil, fmt.Errorf("%w: directory=%q: want %s, %s or %s", ErrInvalid, how, DirectoryRetain, DirectoryDelete, DirectoryArchive))
+			return
+		}
+		if err := s.RemoveVolume(r.PathValue("path")); err != nil {
+			reply(w, r, nil, err)
+			return
+		}
+		reply(w, r, nil, s.RemoveVolumeDir(r.PathValue("path"), how))
 	})
 	mux.HandleFunc("PUT /v1/access/{path...}", func(w http.ResponseWriter, r *http.Request) {
 		var a Access

@@ -17,8 +17,8 @@
 //	GET    /v1/status                       Status
 //	GET    /v1/volumes                      {"volumes": [Volume...]}
 //	GET    /v1/volumes/{path...}            Volume
-//	PUT    /v1/volumes/{path...}            {"quotaBytes": N} -> Volume
-//	DELETE /v1/volumes/{path...}            (empty)
+//	PUT    /v1/volumes/{path...}            {"quotaBytes": N, "create": {"mode": M}} -> Volume
+//	DELETE /v1/volumes/{path...}?directory=retain|delete|archive  (empty)
 //	PUT    /v1/access/{path...}             Access -> Volume
 //	DELETE /v1/access/{path...}?node=NODE   (empty)
 //	GET    /v1/snapshots                    {"snapshots": [Snapshot...]}
@@ -211,7 +211,25 @@ type QuotaRequest struct {
 	QuotaBytes int64 `json:"quotaBytes"`
 	// Meta replaces the volume's metadata; absent (nil) keeps it.
 	Meta map[string]string `json:"meta,omitempty"`
+	// Create, when set, makes the directory first if it is missing (its
+	// missing parents with mode 0755) and sets its mode to Create.Mode.
+	Create *DirRequest `json:"create,omitempty"`
 }
+
+// DirRequest asks the server to make a volume's directory.
+type DirRequest struct {
+	// Mode is the directory's permission bits, setgid and sticky
+	// (e.g. 0o777); the server's umask does not apply.
+	Mode uint32 `json:"mode"`
+}
+
+// What DELETE /v1/volumes/{path}?directory=HOW does with the directory
+// once the volume is unregistered (the CSI parameter onDelete).
+const (
+	DirectoryRetain  = "retain"  // keep it (the default)
+	DirectoryDelete  = "delete"  // remove it and its tree
+	DirectoryArchive = "archive" // rename it "archived-NAME" beside itself
+)
 
 // SnapshotRequest is the body of PUT /v1/snapshots/{id}.
 type SnapshotRequest struct {

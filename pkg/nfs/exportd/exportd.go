@@ -42,8 +42,8 @@ const DefaultReadMapBytes = 256 << 20
 type Config struct {
 	// Root is the local directory served (server.Options.Root).
 	Root string
-	// Exports is the static export table; empty: the root, read-write to
-	// every client.
+	// Exports is the static export table; empty: none (only the volumes
+	// the admin API registers are exported, each to the nodes granted).
 	Exports []server.Export
 	// HandleKeyFile holds the secret that authenticates file handles
 	// (server.Options.HandleKey); empty: derived from the root.
@@ -161,17 +161,21 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 		}
 	}()
 	exps := cfg.Exports
-	if len(exps) == 0 {
-		exps = []server.Export{{Path: "/"}}
-	}
 	if s.token, err = cfg.adminToken(); err != nil {
 		return nil, err
 	}
-	if s.token != "" {
-		for _, e := range exps {
-			if e.Path == "/" && len(e.Clients) == 0 {
-				klog.InfoS("nfs server: warning: the root is exported to every client; handles obtained through it bypass volume quotas and client lists (restrict it: --export /:CONTROLLER-ADDRESS)")
-			}
+	for _, e := range exps {
+		if e.Path != "/" || (e.ExplicitClients && len(e.Clients)+len(e.ReadOnlyClients) == 0) {
+			continue
+		}
+		if len(e.Clients)+len(e.ReadOnlyClients) == 0 {
+			klog.InfoS("nfs server: warning: the root is exported to every client; it holds every volume, and handles obtained through it bypass volume quotas and client lists", "rootSquash", e.RootSquash)
+		} else {
+			klog.InfoS("nfs server: the root is exported; it holds every volume, and handles obtained through it bypass volume quotas and client lists",
+				"clients", e.Clients, "readOnlyClients", e.ReadOnlyClients, "rootSquash", e.RootSquash)
+		}
+		if cfg.HandleKeyFile == "" {
+			klog.InfoS("nfs server: warning: the root is exported without --handle-key-file: give the server a handle key of its own (the default key is derived from the root directory)")
 		}
 	}
 	if cfg.Locks.GracePeriod < 0 {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -15,6 +16,7 @@ import (
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/admin"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/client"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/lockd"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/server"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/rpcrdma"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/verbs/siw"
@@ -162,6 +164,16 @@ func TestNewTakesListeners(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() { done <- s.Serve(ctx) }()
+	// without Exports nothing is exported: not even the root
+	mc, err := client.Mount(ctx, client.Options{Server: "127.0.0.1", NFSPort: p.NFS, MountPort: p.Mount, Export: "/",
+		AuthSys: sunrpc.AuthSysParams{MachineName: "test"}, Retry: sunrpc.RetryPolicy{Soft: true, Retries: 2}})
+	if err == nil {
+		mc.Close()
+		t.Fatal("the root mounted from a server given no exports")
+	}
+	if err := s.Protocol().SetExports([]server.Export{{Path: "/", Clients: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}}}); err != nil {
+		t.Fatal(err)
+	}
 	for _, proto := range []string{"tcp", "rdma"} {
 		o := client.Options{
 			Server: "127.0.0.1", NFSPort: p.NFS, MountPort: p.Mount, Export: "/",

@@ -239,7 +239,7 @@ func startFaultServer(t *testing.T) *faultServer {
 	// Each line read is the log file of a new instance; the launcher
 	// answers with its PID.
 	s.sh = exec.Command("/bin/sh", "-c", `while read -r log; do "$@" >"$log" 2>&1 & echo $!; done`, "launcher",
-		s.bin, "server", "--root", s.root, "--listen", "127.0.0.1",
+		s.bin, "server", "--root", s.root, "--export", "/:127.0.0.1:rw,no_root_squash", "--listen", "127.0.0.1",
 		"--nfs-port", strconv.Itoa(s.nfsPort), "--mount-port", strconv.Itoa(s.mountPort),
 		"--rdma-port", strconv.Itoa(s.rdmaPort), "--state-dir", "")
 	var err error

@@ -180,16 +180,18 @@ func (t *exportTable) find(p string) (*export, string) {
 	return best, rel
 }
 
-// ParseExport parses the command-line form PATH[:CLIENTS][:OPTS]: CLIENTS
-// is a comma-separated list of addresses or CIDRs (IPv6 included; "*" or
-// empty: every client), OPTS a comma-separated list of ro, rw, root_squash,
-// no_root_squash. Defaults: every client, rw, no_root_squash.
+// ParseExport parses the command-line form PATH:CLIENTS[:OPTS], as
+// exports(5) has it: CLIENTS is a comma-separated list of addresses or
+// CIDRs (IPv6 included), or "*" for every client, and must be given; OPTS
+// a comma-separated list of ro, rw, root_squash, no_root_squash. Defaults:
+// rw, root_squash (uid and gid 0 of callers mapped to 65534, as knfsd).
 func ParseExport(s string) (Export, error) {
+	const want = "want PATH:CLIENTS[:OPTS], CLIENTS addresses or CIDRs (comma-separated) or *, OPTS ro|rw,root_squash|no_root_squash"
 	path, rest, _ := strings.Cut(s, ":")
 	if path == "" {
-		return Export{}, fmt.Errorf("export %q: want PATH[:CIDR[,CIDR]][:ro|rw[,root_squash]]", s)
+		return Export{}, fmt.Errorf("export %q: %s", s, want)
 	}
-	e := Export{Path: cleanPath(path)}
+	e := Export{Path: cleanPath(path), RootSquash: true}
 	if i := strings.LastIndexByte(rest, ':'); i >= 0 || isOptions(rest) {
 		opts := rest[i+1:]
 		if isOptions(opts) {
@@ -208,8 +210,13 @@ func ParseExport(s string) (Export, error) {
 			}
 		}
 	}
+	if rest == "" {
+		return Export{}, fmt.Errorf("export %q: no clients (give * for every client): %s", s, want)
+	}
+	every := false
 	for _, f := range strings.Split(rest, ",") {
-		if f == "" || f == "*" {
+		if f == "*" {
+			every = true
 			continue
 		}
 		p, err := volumes.ParsePrefix(f)
@@ -217,6 +224,9 @@ func ParseExport(s string) (Export, error) {
 			return Export{}, fmt.Errorf("export %q: %w", s, err)
 		}
 		e.Clients = append(e.Clients, p)
+	}
+	if every {
+		e.Clients = nil
 	}
 	return e, nil
 }

@@ -1,6 +1,8 @@
 package server
 
 import (
+	"slices"
+
 	"golang.org/x/sys/unix"
 
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nfs3"
@@ -13,7 +15,7 @@ const nobody = 65534
 // identity is the caller's AUTH_SYS identity after squashing.
 type identity struct {
 	uid, gid uint32
-	groups   []uint32 // aliases the request
+	groups   []uint32 // aliases the request, unless squashed
 }
 
 // setIdentity computes the caller's identity under export ex.
@@ -30,6 +32,16 @@ func (c *call) setIdentity(ex *export) {
 		}
 		if c.id.gid == 0 {
 			c.id.gid = nobody
+		}
+		// group 0 among the supplementary groups too, as knfsd does
+		if slices.Contains(c.id.groups, 0) {
+			g := slices.Clone(c.id.groups)
+			for i := range g {
+				if g[i] == 0 {
+					g[i] = nobody
+				}
+			}
+			c.id.groups = g
 		}
 	}
 }

@@ -469,6 +469,23 @@ func TestProtocol(t *testing.T) {
 		wantStatus(t, "squashed root CREATE in 0755 root dir", n.create(rootFH, "sq", nfs3.CreateHow{}).Status, nfs3.ErrAccess)
 		n.do(nfs3.ProcSetattr, &nfs3.SetattrArgs{Object: ud.Obj.FH, Attr: sattrMode(0o777)}, &sr)
 		wantStatus(t, "squashed root chmod of another's dir", sr.Status, nfs3.ErrPerm)
+		// group 0 among the supplementary groups is squashed too: a file
+		// of uid 1000, group 0, mode 0060 is not readable by uid 5 in groups [0]
+		sq[0].RootSquash = false
+		if err := env.srv.SetExports(sq); err != nil {
+			t.Fatal(err)
+		}
+		grp := n.create(rootFH, "group0", nfs3.CreateHow{Attr: sattrMode(0o060)})
+		wantStatus(t, "CREATE group0", grp.Status, nfs3.OK)
+		n.do(nfs3.ProcSetattr, &nfs3.SetattrArgs{Object: grp.Obj.FH, Attr: nfs3.Sattr{SetUID: true, UID: 1000, SetGID: true, GID: 0}}, &sr)
+		wantStatus(t, "chown group0", sr.Status, nfs3.OK)
+		g0 := nfsc{t, env.client(t, false, 5, 5, 0)}
+		wantStatus(t, "READ in group 0, no squash", g0.read(grp.Obj.FH, 0, 1).Status, nfs3.OK)
+		sq[0].RootSquash = true
+		if err := env.srv.SetExports(sq); err != nil {
+			t.Fatal(err)
+		}
+		wantStatus(t, "READ in group 0, squashed", g0.read(grp.Obj.FH, 0, 1).Status, nfs3.ErrAccess)
 		sq[0].RootSquash = false
 		env.srv.SetExports(sq)
 	})
@@ -607,14 +624,16 @@ func TestParseExport(t *testing.T) {
 		want Export
 		bad  bool
 	}{
-		{in: "/vol", want: Export{Path: "/vol"}},
-		{in: "vol/", want: Export{Path: "/vol"}},
-		{in: "/vol:10.0.0.0/8,127.0.0.1:ro", want: Export{Path: "/vol", ReadOnly: true, Clients: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("127.0.0.1/32")}}},
+		{in: "/vol", bad: true},  // no clients
+		{in: "/v:ro", bad: true}, // no clients
+		{in: "vol/:*", want: Export{Path: "/vol", RootSquash: true}},
+		{in: "/vol:10.0.0.0/8,127.0.0.1:ro", want: Export{Path: "/vol", ReadOnly: true, RootSquash: true, Clients: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("127.0.0.1/32")}}},
 		{in: "/:*:rw,root_squash", want: Export{Path: "/", RootSquash: true}},
+		{in: "/:10.1.2.3:rw,no_root_squash", want: Export{Path: "/", Clients: []netip.Prefix{netip.MustParsePrefix("10.1.2.3/32")}}},
 		{in: "/v:notanip", bad: true},
-		{in: "/v:ro", want: Export{Path: "/v", ReadOnly: true}},
-		{in: "/v:fd00::/8,::1:ro", want: Export{Path: "/v", ReadOnly: true, Clients: []netip.Prefix{netip.MustParsePrefix("fd00::/8"), netip.MustParsePrefix("::1/128")}}},
-		{in: "/v:fd00::1", want: Export{Path: "/v", Clients: []netip.Prefix{netip.MustParsePrefix("fd00::1/128")}}},
+		{in: "/v:*:ro", want: Export{Path: "/v", ReadOnly: true, RootSquash: true}},
+		{in: "/v:fd00::/8,::1:ro", want: Export{Path: "/v", ReadOnly: true, RootSquash: true, Clients: []netip.Prefix{netip.MustParsePrefix("fd00::/8"), netip.MustParsePrefix("::1/128")}}},
+		{in: "/v:fd00::1", want: Export{Path: "/v", RootSquash: true, Clients: []netip.Prefix{netip.MustParsePrefix("fd00::1/128")}}},
 		{in: "", bad: true},
 	} {
 		got, err := ParseExport(tc.in)
