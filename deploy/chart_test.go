@@ -309,7 +309,8 @@ func checkServer(t *testing.T, objs []object) {
 	ss := find[*appsv1.StatefulSet](t, objs, "StatefulSet", serverNm)
 	spec := &ss.Spec.Template.Spec
 	c := container(t, spec, "server")
-	wantArgs := []string{"server", "--root=/export", "--export=/:0.0.0.0/0", "--listen=0.0.0.0", "--nfs-port=2049",
+	// no --export: the root is exported to no one, each volume to its nodes
+	wantArgs := []string{"server", "--root=/export", "--listen=0.0.0.0", "--nfs-port=2049",
 		"--mount-port=20048", "--rdma-port=20049", "--nlm-port=4045", "--nsm-port=4046", "--credits=32", "--credits-budget=512", "--rdma-read-chunks=true", "--rdma-send-ddp=true", "--admin-listen=0.0.0.0:20050",
 		"--admin-token-file=/etc/nfsrdma/admin/token", "--state-dir=/var/lib/nfsrdma-server", "--read-map-bytes=268435456", "--metrics-address=:9812", "--v=2"}
 	if !reflect.DeepEqual(c.Args, wantArgs) {
@@ -370,6 +371,41 @@ func checkServer(t *testing.T, objs []object) {
 	if adminOpen {
 		t.Error("NetworkPolicy lets more than the controller pods reach the admin port")
 	}
+	// with no node CIDRs set, the NFS ports admit no one
+	if from, ok := nfsPortSources(t, np); ok {
+		t.Errorf("NetworkPolicy admits %v to the NFS ports without server.networkPolicy.nodeCIDRs", from)
+	}
+}
+
+// nfsPorts are the export server's ports a client mounts through.
+var nfsPorts = []string{"nfs", "mount", "nfs-rdma", "nlm", "nsm"}
+
+// nfsPortSources returns the sources the NetworkPolicy np admits to the
+// NFS ports (ok false: none; a nil list with ok: every source), failing t
+// when a rule opens only some of them or mixes them with other ports.
+func nfsPortSources(t *testing.T, np *networkingv1.NetworkPolicy) (from []networkingv1.NetworkPolicyPeer, ok bool) {
+	t.Helper()
+	for _, rule := range np.Spec.Ingress {
+		var names []string
+		for _, p := range rule.Ports {
+			if p.Port != nil {
+				names = append(names, p.Port.String())
+			}
+		}
+		if !slices.ContainsFunc(names, func(n string) bool { return slices.Contains(nfsPorts, n) }) {
+			continue
+		}
+		slices.Sort(names)
+		want := slices.Sorted(slices.Values(nfsPorts))
+		if !slices.Equal(names, want) {
+			t.Errorf("NFS rule ports %v, want %v", names, want)
+		}
+		if ok {
+			t.Error("two NetworkPolicy rules for the NFS ports")
+		}
+		from, ok = rule.From, true
+	}
+	return from, ok
 }
 
 func checkStorageClass(t *testing.T, objs []object) {
@@ -586,6 +622,48 @@ func TestChartVariants(t *testing.T) {
 		}
 	})
 	t.Run("BuiltinRegistration", func(t *testing.T) { checkBuiltinRegistration(t) })
+	t.Run("NodeCIDRs", func(t *testing.T) {
+		objs := renderObjects(t, "server.networkPolicy.nodeCIDRs={10.0.0.0/24,fd00::/64}", "server.rootExport.clients={10.9.9.9}")
+		np := find[*networkingv1.NetworkPolicy](t, objs, "NetworkPolicy", serverNm)
+		from, ok := nfsPortSources(t, np)
+		var cidrs []string
+		for _, p := range from {
+			if p.IPBlock == nil || p.PodSelector != nil || p.NamespaceSelector != nil || len(p.IPBlock.Except) != 0 {
+				t.Errorf("NFS source %+v: want an ipBlock", p)
+				continue
+			}
+			cidrs = append(cidrs, p.IPBlock.CIDR)
+		}
+		if !ok || !slices.Equal(cidrs, []string{"10.0.0.0/24", "fd00::/64", "10.9.9.9/32"}) {
+			t.Errorf("NFS ports admit %v (rule %v), want the node CIDRs and the root export's client", cidrs, ok)
+		}
+		// the root export: its own list, read-only and squashed by default
+		ss := find[*appsv1.StatefulSet](t, objs, "StatefulSet", serverNm)
+		if c := ss.Spec.Template.Spec.Containers[0]; !slices.Contains(c.Args, "--export=/:10.9.9.9:ro,root_squash") {
+			t.Errorf("server args %v: no root export to 10.9.9.9", c.Args)
+		}
+		// the metrics port stays open to every source
+		open := false
+		for _, rule := range np.Spec.Ingress {
+			for _, p := range rule.Ports {
+				open = open || (p.Port != nil && p.Port.String() == "metrics" && len(rule.From) == 0)
+			}
+		}
+		if !open {
+			t.Error("metrics port not open")
+		}
+	})
+	t.Run("RootExportEveryone", func(t *testing.T) {
+		objs := renderObjects(t, "server.rootExport.clients={*}", "server.rootExport.rootSquash=false", "server.rootExport.readOnly=false")
+		np := find[*networkingv1.NetworkPolicy](t, objs, "NetworkPolicy", serverNm)
+		if from, ok := nfsPortSources(t, np); !ok || from != nil {
+			t.Errorf("root export to every client: NFS ports admit %v (rule %v), want every source", from, ok)
+		}
+		ss := find[*appsv1.StatefulSet](t, objs, "StatefulSet", serverNm)
+		if c := ss.Spec.Template.Spec.Containers[0]; !slices.Contains(c.Args, "--export=/:*:rw,no_root_squash") {
+			t.Errorf("server args %v", c.Args)
+		}
+	})
 	t.Run("ServerHostNetwork", func(t *testing.T) {
 		objs := renderObjects(t, "server.hostNetwork=true")
 		ss := find[*appsv1.StatefulSet](t, objs, "StatefulSet", serverNm)

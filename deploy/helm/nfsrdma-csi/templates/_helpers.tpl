@@ -43,3 +43,28 @@ readOnlyRootFilesystem: true
 capabilities:
   drop: ["ALL"]
 {{- end -}}
+
+{{/* A CIDR from an address or a CIDR (an address becomes /32 or /128). */}}
+{{- define "nfsrdma-csi.cidr" -}}
+{{- if contains "/" . -}}
+{{- . -}}
+{{- else if contains ":" . -}}
+{{- printf "%s/128" . -}}
+{{- else -}}
+{{- printf "%s/32" . -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The export server's NFS, MOUNT, NFS/RDMA, NLM and NSM ports, as NetworkPolicy ports. */}}
+{{- define "nfsrdma-csi.nfsPorts" -}}
+- port: nfs
+  protocol: TCP
+- port: mount
+  protocol: TCP
+- port: nfs-rdma
+  protocol: TCP
+- port: nlm
+  protocol: TCP
+- port: nsm
+  protocol: TCP
+{{- end -}}
