@@ -319,6 +319,11 @@ func checkServer(t *testing.T, objs []object) {
 	if len(ss.Spec.VolumeClaimTemplates) != 1 || ss.Spec.VolumeClaimTemplates[0].Name != "export" {
 		t.Errorf("volumeClaimTemplates %v", ss.Spec.VolumeClaimTemplates)
 	}
+	// the token's Secret is mounted whole (a subPath mount would never see
+	// a rotated token)
+	if m := mountAt(c, "/etc/nfsrdma/admin"); m == nil || m.SubPath != "" || !m.ReadOnly {
+		t.Errorf("admin token mount %+v", m)
+	}
 	if m := mountAt(c, "/export"); m == nil || m.Name != "export" {
 		t.Errorf("/export mount %+v", m)
 	}

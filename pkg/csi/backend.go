@@ -37,7 +37,7 @@ type backend struct {
 // backends caches one backend per server and share.
 type backends struct {
 	ports ServerPorts
-	token string
+	token admin.TokenSource // nil: no admin API
 	// callTimeout bounds each NFS call of the controller (soft mount).
 	callTimeout time.Duration
 
@@ -48,7 +48,7 @@ type backends struct {
 	known map[string]struct{}
 }
 
-func newBackends(ports ServerPorts, token string, servers []string) *backends {
+func newBackends(ports ServerPorts, token admin.TokenSource, servers []string) *backends {
 	b := &backends{ports: ports, token: token, callTimeout: 15 * time.Second, m: map[string]*backend{}, known: map[string]struct{}{}}
 	for _, s := range servers {
 		b.known[s] = struct{}{}
@@ -71,19 +71,19 @@ func (bs *backends) servers() []string {
 // controller is configured without one (ports.Admin 0 or no token: the
 // admin API is never served without a token).
 func (bs *backends) adminClient(server string) *admin.Client {
-	if bs.ports.Admin == 0 || bs.token == "" {
+	if bs.ports.Admin == 0 || bs.token == nil {
 		return nil
 	}
 	u := "http://" + net.JoinHostPort(server, strconv.Itoa(bs.ports.Admin))
-	return admin.NewClient(u, bs.token, nil)
+	return admin.NewTokenClient(u, bs.token, nil)
 }
 
 // CreditPusher returns the credits.Config.Push that gives an export
 // server its pods' credit grants through its admin API (PUT /v1/credits
 // on ports.Admin with token), or nil when there is no admin API
 // (ports.Admin 0 or no token: third-party servers, nothing to push).
-func CreditPusher(ports ServerPorts, token string) func(ctx context.Context, server string, grants map[string]int) error {
-	if ports.Admin == 0 || token == "" {
+func CreditPusher(ports ServerPorts, token admin.TokenSource) func(ctx context.Context, server string, grants map[string]int) error {
+	if ports.Admin == 0 || token == nil {
 		return nil
 	}
 	bs := &backends{ports: ports, token: token}

@@ -21,6 +21,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/nfsrdma/nfsrdma-csi/pkg/metrics"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/admin"
 )
 
 // DriverName is the CSI driver name registered with Kubernetes.
@@ -37,8 +38,10 @@ type Config struct {
 	Controller bool
 	// Ports of the export servers the controller manages.
 	Ports ServerPorts
-	// AdminToken authenticates the controller to export servers' admin API.
-	AdminToken string
+	// AdminToken authenticates the controller to export servers' admin
+	// API, asked at every request (admin.TokenFile follows a rotated
+	// Secret); nil: no admin API, third-party servers only.
+	AdminToken admin.TokenSource
 	// Servers are export servers known from the start (ListVolumes,
 	// ListSnapshots and GetCapacity look there besides the servers seen
 	// in CreateVolume).

@@ -19,6 +19,7 @@ import (
 
 	"github.com/nfsrdma/nfsrdma-csi/pkg/csi"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/csi/mounter"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/admin"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/exportd"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/rpcrdma"
 )
@@ -176,7 +177,7 @@ func (d *deployment) startPlugins(ctx context.Context, exe string) error {
 		return err
 	}
 	ctrl, err := csi.New(csi.Config{Version: "demo", Endpoint: "unix://" + d.ctrlSock, Controller: true,
-		Ports: d.ports, AdminToken: d.token, Servers: []string{serverHost}})
+		Ports: d.ports, AdminToken: admin.StaticToken(d.token), Servers: []string{serverHost}})
 	if err != nil {
 		return err
 	}

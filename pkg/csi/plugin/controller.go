@@ -7,10 +7,8 @@ package plugin
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"strconv"
-	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/klog/v2"
@@ -19,6 +17,7 @@ import (
 	"github.com/nfsrdma/nfsrdma-csi/pkg/csi/credits"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/csi/health"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/metrics"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/admin"
 )
 
 // ControllerConfig says how RunController runs.
@@ -54,13 +53,15 @@ type ControllerConfig struct {
 // Kubernetes API. Errors: reading the token file, the endpoint's
 // (csi.New, Driver.Run).
 func RunController(ctx context.Context, cfg ControllerConfig) error {
-	token := ""
+	var token admin.TokenSource
 	if cfg.AdminTokenFile != "" {
-		b, err := os.ReadFile(cfg.AdminTokenFile)
+		// read again whenever the file changes: a rotated Secret is
+		// followed without a restart
+		f, err := admin.NewTokenFile(cfg.AdminTokenFile)
 		if err != nil {
-			return fmt.Errorf("admin token: %w", err)
+			return err
 		}
-		token = strings.TrimSpace(string(b))
+		token = f
 	}
 	cm := metrics.NewCSI(nil)
 	d, err := csi.New(csi.Config{Version: cfg.Version, Endpoint: cfg.Endpoint, Controller: true,

@@ -22,19 +22,28 @@ const maxAnswer = 64 << 20
 // Client calls the admin API of one export server. It is safe for
 // concurrent use.
 type Client struct {
-	base  string
-	token string
-	hc    *http.Client
+	base   string
+	tokens TokenSource
+	hc     *http.Client
 }
 
 // NewClient returns a client of the server at baseURL (e.g.
 // "http://10.0.0.5:20050") sending token as its bearer token. hc nil means
 // an http.Client with a DefaultTimeout (30 s) timeout.
 func NewClient(baseURL, token string, hc *http.Client) *Client {
+	return NewTokenClient(baseURL, StaticToken(token), hc)
+}
+
+// NewTokenClient is NewClient with the token of ts, asked at every
+// request: a TokenFile's rotated token is sent from the request after the
+// change; and while the server has not seen the rotation yet (it answers
+// 401 to the new token), a request is sent again once with the previous
+// token, for RotationGrace after the change.
+func NewTokenClient(baseURL string, ts TokenSource, hc *http.Client) *Client {
 	if hc == nil {
 		hc = &http.Client{Timeout: DefaultTimeout}
 	}
-	return &Client{base: strings.TrimRight(baseURL, "/"), token: token, hc: hc}
+	return &Client{base: strings.TrimRight(baseURL, "/"), tokens: ts, hc: hc}
 }
 
 // escapePath escapes each segment of a volume path (one leading "/"
@@ -82,24 +91,27 @@ func (c *Client) snapshotCall(ctx context.Context, method, id string, in, out an
 // do sends method on p (already escaped, with its query) with in as the
 // JSON body (nil: none) and decodes the answer into out (nil: ignored).
 func (c *Client) do(ctx context.Context, method, p string, in, out any) error {
-	var body io.Reader
+	var body []byte
 	if in != nil {
 		b, err := json.Marshal(in)
 		if err != nil {
 			return fmt.Errorf("admin: %s %s: %w", method, p, err)
 		}
-		body = bytes.NewReader(b)
+		body = b
 	}
-	req, err := http.NewRequestWithContext(ctx, method, c.base+p, body)
+	tok, err := tokenOf(c.tokens)
 	if err != nil {
 		return fmt.Errorf("admin: %s %s: %w", method, p, err)
 	}
-	req.Header.Set("Authorization", "Bearer "+c.token)
-	req.Header.Set("Accept", "application/json")
-	if in != nil {
-		req.Header.Set("Content-Type", "application/json")
+	resp, err := c.send(ctx, method, p, body, tok)
+	if err == nil && resp.StatusCode == http.StatusUnauthorized {
+		if f, ok := c.tokens.(*TokenFile); ok {
+			if prev := f.previous(); prev != "" && prev != tok {
+				resp.Body.Close()
+				resp, err = c.send(ctx, method, p, body, prev)
+			}
+		}
 	}
-	resp, err := c.hc.Do(req)
 	if err != nil {
 		return fmt.Errorf("admin: %s %s: %w", method, p, err)
 	}
@@ -123,6 +135,24 @@ func (c *Client) do(ctx context.Context, method, p string, in, out any) error {
 		return fmt.Errorf("%w: %s %s: bad answer: %w", ErrInternal, method, p, err)
 	}
 	return nil
+}
+
+// send sends one request with bearer token tok.
+func (c *Client) send(ctx context.Context, method, p string, body []byte, tok string) (*http.Response, error) {
+	var r io.Reader
+	if body != nil {
+		r = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+p, r)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+tok)
+	req.Header.Set("Accept", "application/json")
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	return c.hc.Do(req)
 }
 
 // Status returns the server's version, root and capacity.

@@ -1,8 +1,6 @@
 package admin
 
 import (
-	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -50,10 +48,17 @@ type Service interface {
 // controller only (never on the pod network). An empty token is
 // ErrNoToken.
 func NewHandler(s Service, token string) (http.Handler, error) {
-	if token == "" {
-		return nil, ErrNoToken
+	return NewTokenHandler(s, StaticToken(token))
+}
+
+// NewTokenHandler is NewHandler with the token of ts, asked at every
+// request: a TokenFile's rotated token is required from the request after
+// the change, and its previous token still accepted for RotationGrace.
+// ErrNoToken when ts has no token now.
+func NewTokenHandler(s Service, ts TokenSource) (http.Handler, error) {
+	if _, err := tokenOf(ts); err != nil {
+		return nil, err
 	}
-	want := sha256.Sum256([]byte(token))
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, r *http.Request) {
 		st, err := s.Status()
@@ -172,8 +177,7 @@ func NewHandler(s Service, token string) (http.Handler, error) {
 	})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		got := sha256.Sum256([]byte(tok))
-		if !ok || subtle.ConstantTimeCompare(got[:], want[:]) != 1 {
+		if !ok || !checkToken(ts, tok) {
 			klog.V(1).InfoS("admin: request refused: bad or missing token", "remote", r.RemoteAddr, "method", r.Method, "path", r.URL.Path)
 			w.Header().Set("WWW-Authenticate", `Bearer realm="nfsrdma-server"`)
 			writeError(w, http.StatusUnauthorized, CodeUnauthenticated, "missing or wrong bearer token")

@@ -8,7 +8,10 @@
 // # Wire protocol
 //
 // HTTP/1.1 with JSON bodies. Every request carries "Authorization: Bearer
-// TOKEN"; a missing or wrong token is 401. Errors are a JSON object
+// TOKEN"; a missing or wrong token is 401. With the token in a file
+// (TokenFile: a Kubernetes Secret's), the server and the client follow a
+// rotation without a restart (the previous token is accepted, and tried,
+// for RotationGrace), and the token is never logged. Errors are a JSON object
 // {"error": "message", "code": "NotFound"} with the code's status:
 // NotFound 404, InvalidArgument 400, AlreadyExists 409, FailedPrecondition
 // 412, Unauthenticated 401, Internal 500. Volume paths and clone

@@ -17,7 +17,6 @@ import (
 	"net/http"
 	"os"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -102,34 +101,27 @@ type Ports struct {
 	NFS, Mount, RDMA, NLM, NSM, Admin int
 }
 
-// adminToken reads the admin API's bearer token from c.AdminTokenFile;
-// "" when the admin API is off.
-func (c *Config) adminToken() (string, error) {
+// adminToken returns the admin API's token source: AdminToken, else the
+// file AdminTokenFile, read again whenever it changes (admin.TokenFile);
+// nil when the admin API is off.
+func (c *Config) adminToken() (admin.TokenSource, error) {
 	if c.AdminListen == "" && c.Listeners.Admin == nil {
-		return "", nil
+		return nil, nil
 	}
 	if c.AdminToken != "" {
-		return c.AdminToken, nil
+		return admin.StaticToken(c.AdminToken), nil
 	}
 	if c.AdminTokenFile == "" {
-		return "", errors.New("--admin-listen needs --admin-token-file: the admin API is never served without a token")
+		return nil, errors.New("--admin-listen needs --admin-token-file: the admin API is never served without a token")
 	}
-	b, err := os.ReadFile(c.AdminTokenFile)
-	if err != nil {
-		return "", fmt.Errorf("admin token: %w", err)
-	}
-	token := strings.TrimSpace(string(b))
-	if token == "" {
-		return "", fmt.Errorf("admin token file %s is empty", c.AdminTokenFile)
-	}
-	return token, nil
+	return admin.NewTokenFile(c.AdminTokenFile)
 }
 
 // Server is an export server whose listeners are open, before or while
 // it serves.
 type Server struct {
 	cfg   Config
-	token string
+	token admin.TokenSource // nil: no admin API
 	reg   *volumes.Registry
 	srv   *server.Server
 	ls    Listeners
@@ -313,7 +305,7 @@ func (s *Server) Serve(ctx context.Context) error {
 		}
 	}
 	if s.ls.Admin != nil {
-		h, err := admin.NewHandler(reg, s.token)
+		h, err := admin.NewTokenHandler(reg, s.token)
 		if err != nil {
 			cancel()
 			for range n {
