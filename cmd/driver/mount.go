@@ -44,6 +44,12 @@ Options (-o, comma-separated, nfs(5) vocabulary; unknown options are errors):
   local_lock=none|all|flock|posix
                        which locks stay local to this mount [none]
   lockport=N           the server's NLM port over TCP [ask rpcbind]
+  xprtsec=none|tls|mtls
+                       RPC-with-TLS (RFC 9289) on NFS over TCP, MOUNT and NLM: tls
+                       verifies the server's certificate (--tls-ca), mtls also
+                       presents this node's (--tls-cert, --tls-key); never falls
+                       back to plaintext. With proto=rdma the NFS/RDMA connection
+                       itself is not covered (TLS is defined for TCP only) [none]
 
 Locks: a process blocked in F_SETLKW or flock(2) waits for the server's NLM
 GRANTED callback, served on a TCP port of this process registered with the
@@ -70,6 +76,9 @@ servers are told of a reboot of the node so that they free its old locks.`,
 	f.StringVar(&cfg.MachineName, "machine-name", "", "AUTH_SYS machine name of NFS calls (default: the host name); the CSI node plugin sets the pod's identity")
 	f.StringVar(&cfg.LockCallerName, "lock-caller-name", "", "caller_name of NLM locks, the name servers know this node by (default: the host name); the CSI node plugin sets the node's name")
 	f.StringVar(&cfg.NodeLockSocket, "node-lock-socket", "", "unix socket of the node's lock callback service (driver mounter --lock-socket) to take NLM/NSM callbacks from, instead of serving them in this process (the mounter sets it)")
+	f.StringVar(&cfg.TLS.CA, "tls-ca", "", "PEM file of the authorities the server's certificate must chain to, with xprtsec=tls or mtls (default: the system's roots)")
+	f.StringVar(&cfg.TLS.Cert, "tls-cert", "", "PEM file of this node's certificate, presented with xprtsec=mtls (the export server grants volumes to the node it names)")
+	f.StringVar(&cfg.TLS.Key, "tls-key", "", "PEM file of the key of --tls-cert")
 	f.StringVar(&cfg.StateDir, "state-dir", "", "directory of the node's NSM state (reboot counter, servers to notify after a reboot), shared by the node's mounts; none: kept in memory")
 	return cmd
 }

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 
@@ -24,6 +26,10 @@ func newServerCmd() *cobra.Command {
 		metricsAddr    string
 		rdmaReadChunks bool
 		rdmaSendDDP    bool
+		tlsCert        string
+		tlsKey         string
+		tlsClientCA    string
+		tlsMode        string
 	)
 	cmd := &cobra.Command{
 		Use:   "server",
@@ -96,6 +102,21 @@ quotas and client lists: give it to administrators' hosts only, with a
 					serveMetrics(ctx, metricsAddr, newRegistry(cs...))
 				}
 			}
+			switch tlsMode {
+			case "optional", "required":
+			default:
+				return fmt.Errorf("--tls=%q: want optional or required", tlsMode)
+			}
+			if tlsCert != "" || tlsKey != "" || tlsClientCA != "" || tlsMode == "required" {
+				var err error
+				if cfg.TLS, err = exportd.LoadTLS(tlsCert, tlsKey, tlsClientCA); err != nil {
+					return err
+				}
+				cfg.TLSRequired = tlsMode == "required"
+				if cfg.TLSRequired && tlsClientCA == "" {
+					return errors.New("--tls=required needs --tls-client-ca: nodes are known by their certificates")
+				}
+			}
 			cfg.RDMA.NoResponderReadChunks = !rdmaReadChunks
 			if rdmaSendDDP {
 				cfg.RDMA.SendDDP = true
@@ -130,6 +151,10 @@ quotas and client lists: give it to administrators' hosts only, with a
 	f.StringVar(&cfg.Locks.NodeCallbacks, "node-lock-socket", "", "unix socket of this node's lock callback service (driver mounter --lock-socket): with --rpcbind on a node that runs mounts, the GRANTED, GRANTED_MSG and SM_NOTIFY callbacks for the node's mounts, which reach this server because it holds NLM and NSM in the node's rpcbind, are relayed there (empty: off)")
 	f.StringVar(&cfg.Locks.Name, "nsm-name", "", "the name this server gives in SM_NOTIFY, as clients know it (default: the address each notification leaves from)")
 	f.Int64Var(&cfg.ReadMapBytes, "read-map-bytes", exportd.DefaultReadMapBytes, "bytes of files kept mapped to answer NFS READ from the page cache without a copy (4 MiB windows, least recently used unmapped first); 0: READ copies with pread")
+	f.StringVar(&tlsCert, "tls-cert", "", "PEM file of the server's certificate: RPC-with-TLS (RFC 9289) is offered on NFS, MOUNT, NLM and NSM over TCP")
+	f.StringVar(&tlsKey, "tls-key", "", "PEM file of the key of --tls-cert")
+	f.StringVar(&tlsClientCA, "tls-client-ca", "", "PEM file of the authorities of the nodes' certificates: a client whose certificate verifies is known by its name (first DNS SAN, else CN), and is granted the volumes published to the node of that name")
+	f.StringVar(&tlsMode, "tls", "optional", "optional: TLS offered, nodes known by certificate or address; required: NFS, MOUNT and NLM over TCP only inside RPC-with-TLS with a node certificate (plaintext calls denied AUTH_TOOWEAK), volumes granted by certificate name only; needs --rdma-port 0")
 	f.BoolVar(&cfg.RPCBind, "rpcbind", true, "register NFS, MOUNT, NLM and NSM with the rpcbind at 127.0.0.1:111 when one answers")
 	_ = cmd.MarkFlagRequired("root")
 	return cmd

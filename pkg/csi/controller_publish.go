@@ -48,7 +48,7 @@ func (c *controller) ControllerPublishVolume(ctx context.Context, req *csipb.Con
 	if err != nil {
 		return nil, status.Error(codes.NotFound, err.Error())
 	}
-	_, addr, err := parseNodeID(req.GetNodeId())
+	name, addr, err := parseNodeID(req.GetNodeId())
 	if err != nil {
 		return nil, status.Error(codes.NotFound, err.Error())
 	}
@@ -77,7 +77,7 @@ func (c *controller) ControllerPublishVolume(ctx context.Context, req *csipb.Con
 			return &csipb.ControllerPublishVolumeResponse{}, nil
 		}
 	}
-	if err := b.admin.Grant(ctx, id.adminPath(), admin.Access{Node: req.GetNodeId(), Addrs: []string{addr.String()}, ReadOnly: ro}); err != nil {
+	if err := b.admin.Grant(ctx, id.adminPath(), admin.Access{Node: req.GetNodeId(), Name: name, Addrs: []string{addr.String()}, ReadOnly: ro}); err != nil {
 		return nil, toStatus(err, "grant")
 	}
 	klog.InfoS("controller: volume published", "volume", id.String(), "node", req.GetNodeId(), "readonly", ro)

@@ -123,7 +123,7 @@ func (s *Server) start(addr string, grace time.Duration) {
 		GracePeriod:   grace,
 		RetryInterval: time.Minute,
 		Logger:        slog.New(slog.NewTextHandler(io.Discard, nil)),
-		FileKey: func(fh []byte, _ net.Addr) (string, nlm.Stat) {
+		FileKey: func(fh []byte, _ *sunrpc.Request) (string, nlm.Stat) {
 			s.mu.Lock()
 			s.keys[string(fh)] = true
 			s.mu.Unlock()

@@ -107,6 +107,11 @@ const (
 type Access struct {
 	// Node is the CSI node id.
 	Node string `json:"node"`
+	// Name is the node's name as its RPC-with-TLS certificate names it
+	// (its first DNS subjectAltName, else its CN; RFC 9289 section
+	// 5.2.1): a client whose verified certificate names it is granted
+	// the volume whatever its address. Empty: addresses only.
+	Name string `json:"name,omitempty"`
 	// Addrs are the IP addresses or CIDRs the node's calls come from.
 	Addrs []string `json:"addrs"`
 	// ReadOnly makes every modifying NFS call of the node fail with

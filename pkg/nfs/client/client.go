@@ -59,14 +59,14 @@ func Mount(ctx context.Context, opts Options) (*Client, error) {
 	cred := opts.AuthSys
 	copts := sunrpc.ClientOptions{AuthSys: &cred, Retry: opts.Retry}
 	if opts.MountPort == 0 {
-		p, err := GetPort(ctx, hostPort(opts.Server, opts.RPCBindPort), mount3.Program, mount3.Version, opts.TCP)
+		p, err := GetPort(ctx, hostPort(opts.Server, opts.RPCBindPort), mount3.Program, mount3.Version, opts.rpcbindTCP())
 		if err != nil {
 			return nil, err
 		}
 		opts.MountPort = p
 	}
 	maddr := hostPort(opts.Server, opts.MountPort)
-	mnt, err := sunrpc.NewClient(sunrpc.TCPDialer(maddr, opts.TCP), copts)
+	mnt, err := sunrpc.NewClient(sunrpc.TCPDialer(maddr, opts.tcpFor(mount3.Program, mount3.Version)), copts)
 	if err != nil {
 		return nil, err
 	}
@@ -92,14 +92,14 @@ func Mount(ctx context.Context, opts Options) (*Client, error) {
 	dial := opts.Dial
 	if dial == nil {
 		if opts.NFSPort == 0 {
-			p, err := GetPort(ctx, hostPort(opts.Server, opts.RPCBindPort), nfs3.Program, nfs3.Version, opts.TCP)
+			p, err := GetPort(ctx, hostPort(opts.Server, opts.RPCBindPort), nfs3.Program, nfs3.Version, opts.rpcbindTCP())
 			if err != nil {
 				umount(mnt, opts.Export)
 				return nil, err
 			}
 			opts.NFSPort = p
 		}
-		dial = sunrpc.TCPDialer(hostPort(opts.Server, opts.NFSPort), opts.TCP)
+		dial = sunrpc.TCPDialer(hostPort(opts.Server, opts.NFSPort), opts.tcpFor(nfs3.Program, nfs3.Version))
 		opts.Transport = "tcp"
 	}
 	if opts.WrapDial != nil {

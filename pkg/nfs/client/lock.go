@@ -286,14 +286,14 @@ func (l *Locker) connect(ctx context.Context) (rpc *sunrpc.Client, join bool, er
 		if rb == 0 {
 			rb = PortmapPort
 		}
-		p, err := GetPort(ctx, hostPort(o.Server, rb), nlm.Program, nlm.Version, o.TCP)
+		p, err := GetPort(ctx, hostPort(o.Server, rb), nlm.Program, nlm.Version, o.rpcbindTCP())
 		if err != nil {
 			return nil, false, fmt.Errorf("%w: %w", ErrLockService, err)
 		}
 		port = p
 	}
 	cred := o.AuthSys
-	rpc, err = sunrpc.NewClient(sunrpc.TCPDialer(hostPort(o.Server, port), o.TCP), sunrpc.ClientOptions{AuthSys: &cred, Retry: o.Retry})
+	rpc, err = sunrpc.NewClient(sunrpc.TCPDialer(hostPort(o.Server, port), o.tcpFor(nlm.Program, nlm.Version)), sunrpc.ClientOptions{AuthSys: &cred, Retry: o.Retry})
 	if err != nil {
 		return nil, false, fmt.Errorf("%w: %w", ErrLockService, err)
 	}

@@ -59,7 +59,11 @@ type Options struct {
 	// WrapDial, when set, wraps the NFS dialer (Dial or the TCP default),
 	// e.g. to observe every call and byte for metrics.
 	WrapDial func(sunrpc.DialFunc) sunrpc.DialFunc
-	// TCP configures the TCP transports this package dials.
+	// TCP configures the TCP transports this package dials. Its XprtSec
+	// and TLS (RPC-with-TLS, RFC 9289; nfs(5) xprtsec=) apply to NFS over
+	// TCP, MOUNT and NLM; rpcbind is asked in plaintext, as Linux does.
+	// An RPC-over-RDMA Dial is not covered: RFC 9289 defines TLS for TCP
+	// only.
 	TCP sunrpc.TCPOptions
 	// Retry is the RPC retransmission policy of the NFS client (hard by
 	// default, as a "hard" mount). MOUNT and rpcbind calls use it too.
@@ -82,4 +86,20 @@ type Options struct {
 	// Lock configures the NLM client (Client.Locks); it connects to the
 	// server's NLM service at the first lock call.
 	Lock LockOptions
+}
+
+// tcpFor returns o.TCP for the connections to program prog version vers,
+// which name them in their AUTH_TLS probe (RFC 9289 section 4.1).
+func (o *Options) tcpFor(prog, vers uint32) sunrpc.TCPOptions {
+	t := o.TCP
+	t.ProbeProg, t.ProbeVers = prog, vers
+	return t
+}
+
+// rpcbindTCP returns o.TCP for rpcbind queries: plaintext (rpcbind does
+// not speak RPC-with-TLS; Linux asks it in plaintext too).
+func (o *Options) rpcbindTCP() sunrpc.TCPOptions {
+	t := o.TCP
+	t.XprtSec, t.TLS = sunrpc.XprtSecNone, nil
+	return t
 }

@@ -11,6 +11,7 @@ package exportd
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -73,6 +74,15 @@ type Config struct {
 	AdminListen, AdminTokenFile string
 	// AdminToken is the bearer token itself, in place of AdminTokenFile.
 	AdminToken string
+	// TLS offers RPC-with-TLS (RFC 9289) on NFS, MOUNT, NLM and NSM over
+	// TCP (server.Options.TLS): the server's certificate and the
+	// authorities of the nodes' certificates. Nil: plaintext only.
+	TLS *tls.Config
+	// TLSRequired requires RPC-with-TLS with a node certificate on NFS,
+	// MOUNT and NLM over TCP and grants volumes by certificate name only
+	// (server.Options.TLSRequired). NFS over RDMA cannot carry TLS: it
+	// needs RDMAPort 0.
+	TLSRequired bool
 	// StateDir and SnapshotDir are the volume registry's directories
 	// (volumes.Options).
 	StateDir, SnapshotDir string
@@ -176,7 +186,14 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if cfg.ReadMapBytes < 0 {
 		return nil, fmt.Errorf("--read-map-bytes %d: must not be negative", cfg.ReadMapBytes)
 	}
-	opts := server.Options{Root: cfg.Root, Exports: exps, Locks: cfg.Locks, ReadMapBytes: cfg.ReadMapBytes}
+	if cfg.TLSRequired && cfg.TLS == nil {
+		return nil, errors.New("--tls=required needs --tls-cert and --tls-key (and --tls-client-ca, the authority of the nodes' certificates)")
+	}
+	if cfg.TLSRequired && cfg.RDMAPort != 0 {
+		return nil, errors.New("--tls=required: NFS over RDMA cannot carry RPC-with-TLS (RFC 9289 defines it for TCP; RDMA traffic bypasses the host's TCP stack), so a node on it would be known by its address alone: serve it with --rdma-port 0, or use --tls=optional")
+	}
+	opts := server.Options{Root: cfg.Root, Exports: exps, Locks: cfg.Locks, ReadMapBytes: cfg.ReadMapBytes,
+		TLS: cfg.TLS, TLSRequired: cfg.TLSRequired}
 	if cfg.HandleKeyFile != "" {
 		if opts.HandleKey, err = os.ReadFile(cfg.HandleKeyFile); err != nil {
 			return nil, err

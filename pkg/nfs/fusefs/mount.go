@@ -44,6 +44,9 @@ type Config struct {
 	// Transport names Dial's transport in logs (client.Options.Transport,
 	// e.g. "rdma/siw").
 	Transport string
+	// TCP configures the client's TCP connections, RPC-with-TLS included
+	// (client.Options.TCP; transport.TCPForMount builds it).
+	TCP sunrpc.TCPOptions
 	// FD, when positive, is an open /dev/fuse file descriptor that a
 	// privileged process already mounted on the mount point (mount(2)
 	// with "fd=FD", the libfuse /dev/fd/N convention): Serve answers the
@@ -100,7 +103,7 @@ func ClientOptions(cfg Config) (client.Options, error) {
 	if o.Proto == mountopts.ProtoRDMA && cfg.Dial == nil {
 		return client.Options{}, fmt.Errorf("%w: proto=rdma needs an RPC-over-RDMA dialer (Config.Dial)", mountopts.ErrBadOption)
 	}
-	co.Dial, co.Transport = cfg.Dial, cfg.Transport
+	co.Dial, co.Transport, co.TCP = cfg.Dial, cfg.Transport, cfg.TCP
 	return co, nil
 }
 

@@ -56,6 +56,8 @@ type Config struct {
 	// NSM callbacks from instead of serving them itself
 	// (client.UseNodeCallbacks).
 	NodeLockSocket string
+	// TLS are the PEM files of xprtsec=tls or mtls (RPC-with-TLS).
+	TLS transport.TLSFiles
 	// UnmountTimeout bounds the unmount once ctx ends, and again the
 	// wait for a lazily unmounted mount; 0 means 10 s.
 	UnmountTimeout time.Duration
@@ -148,6 +150,9 @@ func mount(ctx context.Context, cfg Config) (*fusefs.Mount, mountMetrics, error)
 		return nil, mm, err
 	}
 	fc.Dial, fc.Transport = tr.Dial, tr.Name
+	if fc.TCP, err = transport.TCPForMount(server, o, cfg.TLS); err != nil {
+		return nil, mm, err
+	}
 	m, err := fusefs.NewMount(ctx, cfg.Dir, fc)
 	return m, mm, err
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nlm"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
 )
 
 // Defaults (Linux lockd's nlm_grace_period and nlm_timeout).
@@ -49,11 +50,12 @@ type Options struct {
 	// name or address clients know it by). Empty: the local address of
 	// the connection to each client.
 	Name string
-	// FileKey checks an NLM file handle for a client at peer and returns
-	// the key its locks are kept under (the same for every handle of one
-	// file), or a status: nlm.StaleFH for an unknown handle. Nil: the
-	// handle's bytes are the key.
-	FileKey func(fh []byte, peer net.Addr) (string, nlm.Stat)
+	// FileKey checks an NLM file handle for the client of req (its
+	// address, its RPC-with-TLS session) and returns the key its locks
+	// are kept under (the same for every handle of one file), or a
+	// status: nlm.StaleFH for an unknown handle. Nil: the handle's bytes
+	// are the key.
+	FileKey func(fh []byte, req *sunrpc.Request) (string, nlm.Stat)
 	// LookupPort returns the TCP port of program prog version vers on
 	// host (an IP address); nil means asking rpcbind at host:111
 	// (sunrpc.PortmapGetPort).

@@ -85,7 +85,7 @@ func (m *Manager) async(f proc, resProc uint32) sunrpc.Handler {
 func (m *Manager) request(req *sunrpc.Request, l *nlm.Lock, exclusive bool) (Request, nlm.Stat) {
 	key := string(l.FH)
 	if m.opts.FileKey != nil {
-		k, st := m.opts.FileKey(l.FH, req.Peer)
+		k, st := m.opts.FileKey(l.FH, req)
 		if st != nlm.Granted {
 			return Request{}, st
 		}

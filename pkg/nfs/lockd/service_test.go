@@ -3,7 +3,6 @@ package lockd
 import (
 	"bytes"
 	"errors"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -195,7 +194,7 @@ func TestServiceCancel(t *testing.T) {
 // are PROC_UNAVAIL, NSM_NOTIFY from an unprivileged port SYSTEM_ERR.
 func TestServiceBadRequests(t *testing.T) {
 	p := newPeer(t)
-	s := startManager(t, Options{LookupPort: p.lookup, FileKey: func(fh []byte, _ net.Addr) (string, nlm.Stat) {
+	s := startManager(t, Options{LookupPort: p.lookup, FileKey: func(fh []byte, _ *sunrpc.Request) (string, nlm.Stat) {
 		if !bytes.HasPrefix(fh, []byte("fh")) {
 			return "", nlm.StaleFH
 		}

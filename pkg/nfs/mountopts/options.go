@@ -141,7 +141,22 @@ type Options struct {
 	// offers it (the fuse module's enable_uring), /dev/fuse elsewhere;
 	// FuseURingOn fails the mount without it.
 	FuseURing string
+	// XprtSec is the transport security of the mount's TCP connections
+	// (nfs(5) xprtsec=none|tls|mtls; RFC 9289 RPC-with-TLS): XprtSecNone
+	// (the default) plaintext; XprtSecTLS a TLS 1.3 session in which the
+	// server's certificate is verified; XprtSecMTLS that and the mount's
+	// own certificate presented. It covers NFS over TCP, MOUNT and NLM;
+	// with proto=rdma the NFS connection itself is not covered (RFC 9289
+	// defines TLS for TCP only) and only MOUNT and NLM use it.
+	XprtSec string
 }
+
+// xprtsec values (nfs(5)).
+const (
+	XprtSecNone = "none"
+	XprtSecTLS  = "tls"
+	XprtSecMTLS = "mtls"
+)
 
 // fuse_uring values.
 const (
@@ -175,7 +190,7 @@ func (o *Options) LocalPosix() bool {
 func Default() Options {
 	return Options{
 		Proto: ProtoTCP, Vers: 3, Timeo: 60 * time.Second, Retrans: 2, ReadAheadKB: DefaultReadAheadKB,
-		LocalLock: LocalLockNone, NConnect: 1, FuseURing: FuseURingOff,
+		LocalLock: LocalLockNone, NConnect: 1, FuseURing: FuseURingOff, XprtSec: XprtSecNone,
 		ACRegMin: 3 * time.Second, ACRegMax: 60 * time.Second,
 		ACDirMin: 30 * time.Second, ACDirMax: 60 * time.Second,
 	}
@@ -310,6 +325,13 @@ func Parse(s string) (Options, error) {
 				o.FuseURing = val
 			default:
 				err = fmt.Errorf("%w: fuse_uring=%q: want off, auto or on", ErrBadOption, val)
+			}
+		case "xprtsec":
+			switch val {
+			case XprtSecNone, XprtSecTLS, XprtSecMTLS:
+				o.XprtSec = val
+			default:
+				err = fmt.Errorf("%w: xprtsec=%q: want none, tls or mtls", ErrBadOption, val)
 			}
 		case "nconnect":
 			o.NConnect, err = num(1, MaxNConnect)

@@ -89,7 +89,7 @@ func (c *call) open(fh *nfs3.FH) (obj, nfs3.Status) {
 	if ex == nil {
 		return o, nfs3.ErrBadHandle
 	}
-	allowed, ro := ex.access(peerAddr(c.req.Peer))
+	allowed, ro := ex.accessBy(callerOf(c.req), c.s.nameOnly)
 	if !allowed {
 		return o, nfs3.ErrAccess
 	}

@@ -7,11 +7,13 @@ import (
 	"net"
 	"net/netip"
 	"path"
+	"slices"
 	"strings"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/volumes"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
 )
 
 // Export is one exported directory.
@@ -37,12 +39,56 @@ type Export struct {
 	ReadOnly bool
 	// RootSquash maps uid 0 (and gid 0) to 65534, as knfsd's root_squash.
 	RootSquash bool
+	// Nodes and ReadOnlyNodes are the names of the nodes allowed to use
+	// the export read-write and read-only, known by the name of their
+	// verified RPC-with-TLS certificate (sunrpc.TLSInfo.PeerName; RFC
+	// 9289 section 5.2.1) whatever their address. Volume exports get
+	// them from the registry (admin.Access.Name).
+	Nodes, ReadOnlyNodes []string
 }
 
-// Allows reports whether the client at addr may use e.
+// Allows reports whether the client at addr, without a certificate, may
+// use e.
 func (e *Export) Allows(addr netip.Addr) bool {
 	ok, _ := e.access(addr)
 	return ok
+}
+
+// caller is who makes a call: its address and, over RPC-with-TLS with a
+// certificate that verified, the certificate's name.
+type caller struct {
+	addr netip.Addr
+	name string
+}
+
+// callerOf returns the caller of req.
+func callerOf(req *sunrpc.Request) caller {
+	c := caller{addr: peerAddr(req.Peer)}
+	if req.TLS != nil && req.TLS.Verified() {
+		c.name = req.TLS.PeerName
+	}
+	return c
+}
+
+// accessBy reports whether c may use e, and whether only read-only: a
+// certificate naming one of Nodes or ReadOnlyNodes is enough; otherwise
+// the address decides (Clients, ReadOnlyClients), except on an export
+// with an explicit list (a volume's) when nameOnly is set: a server that
+// requires RPC-with-TLS with client certificates takes an address alone
+// for no node.
+func (e *Export) accessBy(c caller, nameOnly bool) (allowed, readOnly bool) {
+	if c.name != "" {
+		if slices.Contains(e.Nodes, c.name) {
+			return true, e.ReadOnly
+		}
+		if slices.Contains(e.ReadOnlyNodes, c.name) {
+			return true, true
+		}
+	}
+	if nameOnly && e.ExplicitClients {
+		return false, false
+	}
+	return e.access(c.addr)
 }
 
 // access reports whether the client at addr may use e, and whether only

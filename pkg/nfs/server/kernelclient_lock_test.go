@@ -156,7 +156,7 @@ func testKernelClientLocks(t *testing.T, proto string) {
 		t.Fatal(err)
 	}
 	fh := lk.Object
-	key, st := srv.lockKey(fh.Bytes(), &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	key, st := srv.lockKey(fh.Bytes(), &sunrpc.Request{Peer: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)}})
 	if st != nlm.Granted {
 		t.Fatal("lock key:", st)
 	}

@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"errors"
-	"net"
 	"strconv"
 
 	"k8s.io/klog/v2"
@@ -17,7 +16,7 @@ import (
 // the same locks. NLM4_STALE_FH for a handle that does not verify or
 // whose export is gone, NLM4_FAILED for a client the export does not
 // allow (as Linux nfsd's nlm_fopen maps errors other than staleness).
-func (s *Server) lockKey(fh []byte, peer net.Addr) (string, nlm.Stat) {
+func (s *Server) lockKey(fh []byte, req *sunrpc.Request) (string, nlm.Stat) {
 	id, kh, err := s.seal.parseHandle(fh)
 	if err != nil {
 		return "", nlm.StaleFH
@@ -26,7 +25,7 @@ func (s *Server) lockKey(fh []byte, peer net.Addr) (string, nlm.Stat) {
 	if ex == nil {
 		return "", nlm.StaleFH
 	}
-	if !ex.Allows(peerAddr(peer)) {
+	if ok, _ := ex.accessBy(callerOf(req), s.nameOnly); !ok {
 		return "", nlm.Failed
 	}
 	return strconv.Itoa(int(kh.Type())) + ":" + string(kh.Bytes()), nlm.Granted

@@ -48,8 +48,7 @@ func (s *Server) doMnt(req *sunrpc.Request, p string, r *mount3.MntRes) mount3.S
 	if ex == nil {
 		return mount3.ErrNoEnt
 	}
-	peer := peerAddr(req.Peer)
-	if !ex.Allows(peer) {
+	if ok, _ := ex.accessBy(callerOf(req), s.nameOnly); !ok {
 		return mount3.ErrAccess
 	}
 	if rel == "." {
@@ -83,7 +82,7 @@ func (s *Server) doMnt(req *sunrpc.Request, p string, r *mount3.MntRes) mount3.S
 	}
 	r.AuthFlavors = []uint32{uint32(sunrpc.AuthSys), uint32(sunrpc.AuthNone)}
 	s.mu.Lock()
-	e := mount3.MountEntry{Hostname: peer.String(), Directory: cleanPath(p)}
+	e := mount3.MountEntry{Hostname: peerAddr(req.Peer).String(), Directory: cleanPath(p)}
 	if !slices.Contains(s.mounts, e) {
 		s.mounts = append(s.mounts, e)
 	}

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -68,6 +69,20 @@ type Options struct {
 	// recently used unmapped first; less than one window is one window).
 	// 0: READ copies the data with pread(2).
 	ReadMapBytes int64
+
+	// TLS offers RPC-with-TLS (RFC 9289) on the TCP services Serve and
+	// ServeLocks serve: the server's certificate and ClientCAs, the
+	// authorities of the nodes' certificates (a client's verified
+	// certificate names it for the exports' Nodes). Nil: plaintext only.
+	TLS *tls.Config
+	// TLSRequired makes NFS, MOUNT and NLM over TCP require RPC-with-TLS
+	// with a client certificate that verifies (sunrpc.XprtSecMTLS: calls
+	// of a plaintext connection are denied AUTH_TOOWEAK), and a volume
+	// export (ExplicitClients) admits a node by its certificate's name
+	// only, never by its address alone. NSM stays optional (SM_NOTIFY
+	// from clients that do not speak TLS). It needs TLS. RPC-over-RDMA
+	// connections (ServeRDMA) cannot carry TLS: serve none with it.
+	TLSRequired bool
 }
 
 // Server is an NFSv3 + MOUNT v3 export server over a local directory. Its
@@ -103,6 +118,9 @@ type Server struct {
 	locks     *lockd.Manager
 	locksOnce sync.Once
 
+	tls      *tls.Config // Options.TLS
+	nameOnly bool        // Options.TLSRequired
+
 	closed atomic.Bool
 }
 
@@ -130,7 +148,12 @@ func New(opts Options) (*Server, error) {
 	if log == nil {
 		log = slog.New(logr.ToSlogHandler(klog.Background()))
 	}
-	s := &Server{root: opts.Root, rootFD: fd, rpc: sunrpc.NewServer(log), log: log, seal: newSealer(key), rmap: newReadMap(opts.ReadMapBytes)}
+	if opts.TLSRequired && opts.TLS == nil {
+		unix.Close(fd)
+		return nil, errors.New("nfs server: RPC-with-TLS required without a TLS configuration")
+	}
+	s := &Server{root: opts.Root, rootFD: fd, rpc: sunrpc.NewServer(log), log: log, seal: newSealer(key), rmap: newReadMap(opts.ReadMapBytes),
+		tls: opts.TLS, nameOnly: opts.TLSRequired}
 	rand.Read(s.wverf[:])
 	s.exports.Store(&exportTable{byID: map[uint32]*export{}})
 	if opts.Volumes != nil {
@@ -245,7 +268,17 @@ func (s *Server) WriteVerf() nfs3.WriteVerf { return s.wverf }
 // first accept error. The listeners are opened by the caller (package
 // exportd for driver server).
 func (s *Server) Serve(ctx context.Context, nfsL, mountL net.Listener) error {
-	return s.serveTCP(ctx, nfsL, mountL)
+	return s.serveTCP(ctx, s.tcpOptions(s.nameOnly), nfsL, mountL)
+}
+
+// tcpOptions returns the TCP options of a listener: RPC-with-TLS offered
+// with Options.TLS, required with client certificates when required.
+func (s *Server) tcpOptions(required bool) sunrpc.TCPOptions {
+	o := sunrpc.TCPOptions{MaxRecordSize: MaxIO + 64<<10, Logger: s.log, TLS: s.tls}
+	if required {
+		o.XprtSec = sunrpc.XprtSecMTLS
+	}
+	return o
 }
 
 // ServeLocks serves NLM v4 on nlmL and NSM v1 on nsmL (either may be nil)
@@ -254,10 +287,24 @@ func (s *Server) Serve(ctx context.Context, nfsL, mountL net.Listener) error {
 // before a restart).
 func (s *Server) ServeLocks(ctx context.Context, nlmL, nsmL net.Listener) error {
 	s.locksOnce.Do(s.locks.Start)
-	return s.serveTCP(ctx, nlmL, nsmL)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() {
+		err := s.serveTCP(ctx, s.tcpOptions(false), nsmL)
+		if err != nil {
+			cancel()
+		}
+		errc <- err
+	}()
+	err := s.serveTCP(ctx, s.tcpOptions(s.nameOnly), nlmL)
+	if err != nil {
+		cancel()
+	}
+	return errors.Join(err, <-errc)
 }
 
-func (s *Server) serveTCP(ctx context.Context, ls ...net.Listener) error {
+func (s *Server) serveTCP(ctx context.Context, opts sunrpc.TCPOptions, ls ...net.Listener) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	errc := make(chan error, len(ls))
@@ -268,7 +315,7 @@ func (s *Server) serveTCP(ctx context.Context, ls ...net.Listener) error {
 		}
 		n++
 		go func() {
-			err := sunrpc.ServeTCP(ctx, l, s.rpc, sunrpc.TCPOptions{MaxRecordSize: MaxIO + 64<<10, Logger: s.log})
+			err := sunrpc.ServeTCP(ctx, l, s.rpc, opts)
 			if err != nil {
 				cancel()
 			}

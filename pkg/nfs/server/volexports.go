@@ -48,7 +48,8 @@ func (s *Server) SetVolumeExports(exps []volumes.Export) error {
 			continue
 		}
 		e := Export{Path: ve.Path, ExplicitClients: true,
-			Clients: slices.Clone(ve.Clients), ReadOnlyClients: slices.Clone(ve.ReadOnlyClients)}
+			Clients: slices.Clone(ve.Clients), ReadOnlyClients: slices.Clone(ve.ReadOnlyClients),
+			Nodes: slices.Clone(ve.Nodes), ReadOnlyNodes: slices.Clone(ve.ReadOnlyNodes)}
 		var ex *export
 		if old := known[cleanPath(ve.Path)]; old != nil && old.dev == ve.Dev && old.ino == ve.Ino {
 			// resolved before: its root handle stands, even if the

@@ -7,9 +7,12 @@
 package transport
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"strconv"
 
 	"github.com/go-logr/logr"
@@ -87,4 +90,66 @@ func ConnCredits(o mountopts.Options) int {
 		c = DefaultCredits
 	}
 	return max(c/max(o.NConnect, 1), 1)
+}
+
+// TLSFiles are the PEM files of a mount's RPC-with-TLS (xprtsec=tls or
+// mtls): CA holds the certificates of the authorities a server's
+// certificate must chain to ("": the system's roots); Cert and Key the
+// mount's own certificate and key, presented with xprtsec=mtls (the
+// node's certificate, whose name the export server grants volumes to).
+type TLSFiles struct {
+	CA, Cert, Key string
+}
+
+// LogRDMANotTLS is the message of the log line a proto=rdma mount with
+// xprtsec=tls or mtls writes: its NFS connection is not protected.
+const LogRDMANotTLS = "transport: xprtsec applies to MOUNT and NLM only: the NFS/RDMA connection cannot run RPC-with-TLS (RFC 9289 defines it for TCP; RDMA traffic bypasses the host's TCP stack)"
+
+// TCPForMount returns the TCP options of the mount of server with options
+// o (client.Options.TCP): with xprtsec=tls or mtls an RPC-with-TLS policy
+// (RFC 9289) and a TLS configuration of f's files: the roots of f.CA, the
+// server's name server, and with mtls the certificate f.Cert and key
+// f.Key. The zero options for xprtsec=none. Errors wrap
+// mountopts.ErrBadOption: a file that cannot be read or parsed, mtls
+// without a certificate, certificate files given for xprtsec=none.
+func TCPForMount(server string, o mountopts.Options, f TLSFiles) (sunrpc.TCPOptions, error) {
+	var t sunrpc.TCPOptions
+	if o.XprtSec == "" || o.XprtSec == mountopts.XprtSecNone {
+		if f != (TLSFiles{}) {
+			return t, fmt.Errorf("%w: TLS files given without xprtsec=tls or mtls", mountopts.ErrBadOption)
+		}
+		return t, nil
+	}
+	sec, err := sunrpc.ParseXprtSec(o.XprtSec)
+	if err != nil {
+		return t, fmt.Errorf("%w: %w", mountopts.ErrBadOption, err)
+	}
+	cfg := &tls.Config{ServerName: server}
+	if f.CA != "" {
+		pem, err := os.ReadFile(f.CA)
+		if err != nil {
+			return t, fmt.Errorf("%w: xprtsec=%s: CA file: %w", mountopts.ErrBadOption, o.XprtSec, err)
+		}
+		cfg.RootCAs = x509.NewCertPool()
+		if !cfg.RootCAs.AppendCertsFromPEM(pem) {
+			return t, fmt.Errorf("%w: xprtsec=%s: CA file %s holds no PEM certificate", mountopts.ErrBadOption, o.XprtSec, f.CA)
+		}
+	}
+	switch {
+	case sec == sunrpc.XprtSecMTLS && (f.Cert == "" || f.Key == ""):
+		return t, fmt.Errorf("%w: xprtsec=mtls needs the mount's certificate and key files", mountopts.ErrBadOption)
+	case sec == sunrpc.XprtSecMTLS:
+		cert, err := tls.LoadX509KeyPair(f.Cert, f.Key)
+		if err != nil {
+			return t, fmt.Errorf("%w: xprtsec=mtls: certificate %s, key %s: %w", mountopts.ErrBadOption, f.Cert, f.Key, err)
+		}
+		// presented whatever authorities the server names: a server
+		// that does not trust it must refuse it, not see no certificate
+		cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &cert, nil }
+	}
+	if o.Proto == mountopts.ProtoRDMA {
+		klog.InfoS(LogRDMANotTLS, "server", server, "xprtsec", o.XprtSec)
+	}
+	t.XprtSec, t.TLS = sec, cfg
+	return t, nil
 }

@@ -39,7 +39,8 @@ type Options struct {
 
 // Export is a registered volume's export as the protocol server installs
 // it: Path is "/"+the volume path, Clients and ReadOnlyClients the
-// addresses of the nodes granted (an empty list allows nobody), Dev and
+// addresses of the nodes granted (an empty list allows nobody), Nodes and
+// ReadOnlyNodes their names (admin.Access.Name), Dev and
 // Ino the directory it was found at, and Volume the quota every modifying
 // call through the export goes through. Missing marks a volume whose
 // directory was not found: it is not exported, but its path stays taken
@@ -48,6 +49,8 @@ type Export struct {
 	Path            string
 	Clients         []netip.Prefix
 	ReadOnlyClients []netip.Prefix
+	Nodes           []string
+	ReadOnlyNodes   []string
 	Dev, Ino        uint64
 	Volume          *Volume
 	Missing         bool

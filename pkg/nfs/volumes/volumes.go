@@ -60,6 +60,13 @@ func (v *Volume) exportLocked() Export {
 	}
 	ex := Export{Path: "/" + v.path, Dev: v.dir.dev, Ino: v.dir.ino, Volume: v}
 	for _, a := range v.access {
+		switch {
+		case a.Name == "":
+		case a.ReadOnly:
+			ex.ReadOnlyNodes = append(ex.ReadOnlyNodes, a.Name)
+		default:
+			ex.Nodes = append(ex.Nodes, a.Name)
+		}
 		for _, s := range a.Addrs {
 			p, err := ParsePrefix(s)
 			if err != nil {
@@ -389,7 +396,10 @@ func checkAccess(a admin.Access) (admin.Access, error) {
 	if len(a.Addrs) == 0 {
 		return a, fmt.Errorf("%w: node %q: no address", admin.ErrInvalid, a.Node)
 	}
-	out := admin.Access{Node: a.Node, ReadOnly: a.ReadOnly, Addrs: make([]string, 0, len(a.Addrs))}
+	if len(a.Name) > 253 || strings.ContainsFunc(a.Name, func(r rune) bool { return r <= ' ' || r == 0x7f }) {
+		return a, fmt.Errorf("%w: node %q: name %q: want a DNS name of at most 253 bytes", admin.ErrInvalid, a.Node, a.Name)
+	}
+	out := admin.Access{Node: a.Node, Name: a.Name, ReadOnly: a.ReadOnly, Addrs: make([]string, 0, len(a.Addrs))}
 	for _, s := range a.Addrs {
 		p, err := ParsePrefix(strings.TrimSpace(s))
 		if err != nil {

@@ -1,0 +1,331 @@
+package exportd
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nfsrdma/nfsrdma-csi/internal/testfix/testenv"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/admin"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/client"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/mount3"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/mountopts"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nfs3"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/transport"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
+)
+
+// pki is a test certificate authority writing PEM files in dir.
+type pki struct {
+	t    *testing.T
+	dir  string
+	cert *x509.Certificate
+	key  *ecdsa.PrivateKey
+	file string // the CA certificate's PEM file
+}
+
+func newPKI(t *testing.T, dir, name string) *pki {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, _ := x509.ParseCertificate(der)
+	p := &pki{t: t, dir: dir, cert: cert, key: key, file: filepath.Join(dir, name+"-ca.pem")}
+	writePEM(t, p.file, "CERTIFICATE", der)
+	return p
+}
+
+// issue writes a certificate for name (its DNS SAN; ips its IP SANs),
+// valid from notBefore to notAfter, and its key; it returns their files.
+func (p *pki) issue(name string, ips []net.IP, usage x509.ExtKeyUsage, notBefore, notAfter time.Time) (certFile, keyFile string) {
+	t := p.t
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	serial, _ := rand.Int(rand.Reader, big.NewInt(1<<62))
+	tmpl := &x509.Certificate{
+		SerialNumber: serial, Subject: pkix.Name{CommonName: name}, DNSNames: []string{name}, IPAddresses: ips,
+		NotBefore: notBefore, NotAfter: notAfter,
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.cert, &key.PublicKey, p.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := filepath.Join(p.dir, name+"-"+serial.String())
+	writePEM(t, base+".pem", "CERTIFICATE", der)
+	writePEM(t, base+"-key.pem", "EC PRIVATE KEY", kder)
+	return base + ".pem", base + "-key.pem"
+}
+
+func writePEM(t *testing.T, file, typ string, der []byte) {
+	t.Helper()
+	if err := os.WriteFile(file, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// tlsEnv is an export server with RPC-with-TLS and two volumes: "vol",
+// published to node "node-a" at an address that is not the test's (so
+// that only its certificate can name it), and "byaddr", published to a
+// node at 127.0.0.1 that has no name.
+type tlsEnv struct {
+	ca, other *pki
+	srv       *Server
+	ports     Ports
+}
+
+func startTLSServer(t *testing.T, required bool, ca *pki, serverCert, serverKey string) *tlsEnv {
+	t.Helper()
+	testenv.NeedRoot(t, "the export server (name_to_handle_at, open_by_handle_at)")
+	root := t.TempDir()
+	for _, d := range []string{"vol", "byaddr"} {
+		if err := os.Mkdir(filepath.Join(root, d), 0o777); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := Config{Root: root, Listen: "127.0.0.1", NLMPort: -1, RDMAPort: 0, TLSRequired: required}
+	if ca != nil {
+		var err error
+		if cfg.TLS, err = LoadTLS(serverCert, serverKey, ca.file); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s, err := New(ctx, cfg)
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	reg := s.Registry()
+	for _, v := range []struct {
+		path string
+		acc  admin.Access
+	}{
+		{"vol", admin.Access{Node: "node-a@10.9.9.9", Name: "node-a", Addrs: []string{"10.9.9.9"}}},
+		{"byaddr", admin.Access{Node: "node-b@127.0.0.1", Addrs: []string{"127.0.0.1"}}},
+	} {
+		if _, err := reg.AddVolume(v.path, 0, nil); err != nil {
+			t.Fatal(err)
+		}
+		if err := reg.Grant(v.path, v.acc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("Serve: %v", err)
+			}
+		case <-time.After(20 * time.Second):
+			t.Error("the export server did not stop")
+		}
+	})
+	return &tlsEnv{ca: ca, srv: s, ports: s.Ports()}
+}
+
+// mount mounts export over TCP with the options opts (nfs(5), parsed as
+// driver mount does) and the TLS files f.
+func (e *tlsEnv) mount(t *testing.T, export, opts string, f transport.TLSFiles) (*client.Client, error) {
+	t.Helper()
+	o, err := mountopts.Parse(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tcp, err := transport.TCPForMount("127.0.0.1", o, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	return client.Mount(ctx, client.Options{
+		Server: "127.0.0.1", NFSPort: e.ports.NFS, MountPort: e.ports.Mount, Export: export,
+		AuthSys: sunrpc.AuthSysParams{MachineName: "test"},
+		Retry:   sunrpc.RetryPolicy{Soft: true, Retries: 1, Timeout: 5 * time.Second},
+		TCP:     tcp,
+	})
+}
+
+// writeRead creates a file in c's export, writes and reads it back.
+func writeRead(t *testing.T, c *client.Client) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	fh, _, err := c.CreateFile(ctx, c.Root(), "f", 0o644, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := c.OpenFile(fh)
+	if _, err := f.WriteAt(ctx, []byte("over TLS"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 8)
+	if n, err := c.OpenFile(fh).ReadAt(ctx, buf, 0); err != nil || string(buf[:n]) != "over TLS" {
+		t.Fatalf("read back %q, %v", buf[:n], err)
+	}
+}
+
+// TestRPCWithTLS: our client and our export server over real sockets with
+// generated certificates: xprtsec=tls (TLS 1.3, the server verified, the
+// client known by address only), xprtsec=mtls with a node certificate
+// granted a volume by name, certificates refused at the handshake
+// (expired, from another CA), xprtsec=mtls against a server without TLS,
+// and, on a server requiring TLS, a plaintext client denied AUTH_TOOWEAK
+// and an address no longer enough.
+func TestRPCWithTLS(t *testing.T) {
+	dir := t.TempDir()
+	ca, other := newPKI(t, dir, "cluster"), newPKI(t, dir, "other")
+	now := time.Now()
+	srvCert, srvKey := ca.issue("nfs-server", []net.IP{net.IPv4(127, 0, 0, 1)}, x509.ExtKeyUsageServerAuth, now.Add(-time.Minute), now.Add(time.Hour))
+	nodeA, nodeAKey := ca.issue("node-a", nil, x509.ExtKeyUsageClientAuth, now.Add(-time.Minute), now.Add(time.Hour))
+	expired, expiredKey := ca.issue("node-a", nil, x509.ExtKeyUsageClientAuth, now.Add(-2*time.Hour), now.Add(-time.Hour))
+	foreign, foreignKey := other.issue("node-a", nil, x509.ExtKeyUsageClientAuth, now.Add(-time.Minute), now.Add(time.Hour))
+	base := "proto=tcp,soft,retrans=1"
+
+	t.Run("optional", func(t *testing.T) {
+		e := startTLSServer(t, false, ca, srvCert, srvKey)
+
+		// xprtsec=tls: a TLS 1.3 session, the server's certificate checked
+		o, _ := mountopts.Parse(base + ",xprtsec=tls")
+		tcp, err := transport.TCPForMount("127.0.0.1", o, transport.TLSFiles{CA: ca.file})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tcp.ProbeProg, tcp.ProbeVers = nfs3.Program, nfs3.Version
+		rc, err := sunrpc.NewClient(sunrpc.TCPDialer("127.0.0.1:"+strconv.Itoa(e.ports.NFS), tcp), sunrpc.ClientOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := rc.Null(ctx, nfs3.Program, nfs3.Version); err != nil {
+			t.Fatal(err)
+		}
+		if st, ok := rc.TLSState(); !ok || st.Version != tls.VersionTLS13 || st.NegotiatedProtocol != sunrpc.ALPNProtocol {
+			t.Fatalf("TLS state %v: version %#x, ALPN %q; want TLS 1.3, sunrpc", ok, st.Version, st.NegotiatedProtocol)
+		}
+		rc.Close()
+
+		// ... without a client certificate the node is its address:
+		// "byaddr" (granted to 127.0.0.1) mounts, "vol" (node-a) does not
+		c, err := e.mount(t, "/byaddr", base+",xprtsec=tls", transport.TLSFiles{CA: ca.file})
+		if err != nil {
+			t.Fatal(err)
+		}
+		writeRead(t, c)
+		c.Close()
+		if _, err := e.mount(t, "/vol", base+",xprtsec=tls", transport.TLSFiles{CA: ca.file}); !errors.Is(err, mount3.ErrAccess) {
+			t.Fatalf("vol of node-a mounted without its certificate: %v", err)
+		}
+		// a server certificate from another CA is refused by the client
+		if _, err := e.mount(t, "/byaddr", base+",xprtsec=tls", transport.TLSFiles{CA: other.file}); !errors.Is(err, sunrpc.ErrTLSHandshake) {
+			t.Fatalf("server certificate of another CA: %v", err)
+		}
+
+		// xprtsec=mtls with node-a's certificate: "vol" is granted by name
+		c, err = e.mount(t, "/vol", base+",xprtsec=mtls", transport.TLSFiles{CA: ca.file, Cert: nodeA, Key: nodeAKey})
+		if err != nil {
+			t.Fatal(err)
+		}
+		writeRead(t, c)
+		c.Close()
+
+		// refused at the handshake: expired, another CA
+		for name, f := range map[string]transport.TLSFiles{
+			"expired":    {CA: ca.file, Cert: expired, Key: expiredKey},
+			"another CA": {CA: ca.file, Cert: foreign, Key: foreignKey},
+		} {
+			_, err := e.mount(t, "/vol", base+",xprtsec=mtls", f)
+			if !errors.Is(err, sunrpc.ErrTLSHandshake) {
+				t.Fatalf("%s client certificate: %v, want %v", name, err, sunrpc.ErrTLSHandshake)
+			}
+		}
+	})
+
+	t.Run("no-tls-server", func(t *testing.T) {
+		e := startTLSServer(t, false, nil, "", "")
+		_, err := e.mount(t, "/byaddr", base+",xprtsec=mtls", transport.TLSFiles{CA: ca.file, Cert: nodeA, Key: nodeAKey})
+		if !errors.Is(err, sunrpc.ErrTLSRefused) || !strings.Contains(err.Error(), "refused RPC-with-TLS") {
+			t.Fatalf("xprtsec=mtls against a server without TLS: %v, want %v", err, sunrpc.ErrTLSRefused)
+		}
+	})
+
+	t.Run("required", func(t *testing.T) {
+		e := startTLSServer(t, true, ca, srvCert, srvKey)
+		// a plaintext client: every call denied AUTH_ERROR AUTH_TOOWEAK
+		_, err := e.mount(t, "/byaddr", base, transport.TLSFiles{})
+		var ae *sunrpc.AuthError
+		if !errors.As(err, &ae) || ae.Stat != sunrpc.AuthTooWeak {
+			t.Fatalf("plaintext client of a server requiring TLS: %v, want AUTH_TOOWEAK", err)
+		}
+		// xprtsec=tls without a certificate: refused at the handshake
+		if _, err := e.mount(t, "/byaddr", base+",xprtsec=tls", transport.TLSFiles{CA: ca.file}); !errors.Is(err, sunrpc.ErrTLSHandshake) {
+			t.Fatalf("no client certificate on a server requiring one: %v", err)
+		}
+		// node-a by its certificate: its volume mounts; the address alone
+		// no longer grants "byaddr"
+		c, err := e.mount(t, "/vol", base+",xprtsec=mtls", transport.TLSFiles{CA: ca.file, Cert: nodeA, Key: nodeAKey})
+		if err != nil {
+			t.Fatal(err)
+		}
+		writeRead(t, c)
+		c.Close()
+		if _, err := e.mount(t, "/byaddr", base+",xprtsec=mtls", transport.TLSFiles{CA: ca.file, Cert: nodeA, Key: nodeAKey}); !errors.Is(err, mount3.ErrAccess) {
+			t.Fatalf("volume granted by address to a TLS-required server's client: %v", err)
+		}
+	})
+
+	t.Run("required-rdma", func(t *testing.T) {
+		testenv.NeedRoot(t, "the export server")
+		cfg := Config{Root: t.TempDir(), Listen: "127.0.0.1", NLMPort: -1, RDMAPort: testenv.FreePort(t), TLSRequired: true}
+		var err error
+		if cfg.TLS, err = LoadTLS(srvCert, srvKey, ca.file); err != nil {
+			t.Fatal(err)
+		}
+		s, err := New(context.Background(), cfg)
+		if err == nil {
+			s.Close()
+			t.Fatal("TLS required with NFS over RDMA on")
+		}
+		if !strings.Contains(err.Error(), "RDMA cannot carry RPC-with-TLS") {
+			t.Fatalf("error %v does not say why", err)
+		}
+	})
+}
