@@ -101,7 +101,7 @@ func (c *Client) do(ctx context.Context, method, p string, in, out any) error {
 	}
 	tok, err := tokenOf(c.tokens)
 	if err != nil {
-		return fmt.Errorf("admin: %s %s: %w", method, p, err)
+		return fmt.Errorf("%w: %s %s: %w", ErrUnauthenticated, method, p, err)
 	}
 	resp, err := c.send(ctx, method, p, body, tok)
 	if err == nil && resp.StatusCode == http.StatusUnauthorized {
