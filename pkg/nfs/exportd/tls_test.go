@@ -100,9 +100,9 @@ func writePEM(t *testing.T, file, typ string, der []byte) {
 // that only its certificate can name it), and "byaddr", published to a
 // node at 127.0.0.1 that has no name.
 type tlsEnv struct {
-	ca, other *pki
-	srv       *Server
-	ports     Ports
+	ca    *pki
+	srv   *Server
+	ports Ports
 }
 
 func startTLSServer(t *testing.T, required bool, ca *pki, serverCert, serverKey string) *tlsEnv {
