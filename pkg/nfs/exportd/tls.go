@@ -6,10 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"os"
+
+	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
 )
 
 // LoadTLS returns the RPC-with-TLS configuration of an export server
-// (Config.TLS) from PEM files: its certificate and key, and clientCA, the
+// (Config.TLS) from PEM files: its certificate and key (read again when
+// they change, sunrpc.KeyPairFiles), and clientCA, the
 // authorities of the nodes' certificates ("": clients' certificates are
 // not asked for, so no node is known by name). Errors: a file that
 // cannot be read or parsed.
@@ -17,11 +20,13 @@ func LoadTLS(certFile, keyFile, clientCA string) (*tls.Config, error) {
 	if certFile == "" || keyFile == "" {
 		return nil, errors.New("RPC-with-TLS needs --tls-cert and --tls-key")
 	}
-	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	kp, err := sunrpc.LoadKeyPairFiles(certFile, keyFile)
 	if err != nil {
-		return nil, fmt.Errorf("server certificate %s, key %s: %w", certFile, keyFile, err)
+		return nil, fmt.Errorf("server certificate: %w", err)
 	}
-	cfg := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS13}
+	// the files are read again when renewed (a Secret's update), from
+	// the next handshake
+	cfg := &tls.Config{GetCertificate: kp.Certificate, MinVersion: tls.VersionTLS13}
 	if clientCA != "" {
 		pem, err := os.ReadFile(clientCA)
 		if err != nil {

@@ -279,6 +279,62 @@ func TestRPCWithTLS(t *testing.T) {
 		}
 	})
 
+	t.Run("rotation", func(t *testing.T) {
+		// the server's and the node's certificate files are replaced in
+		// place; the next connections present the new ones, no restart
+		d := t.TempDir()
+		sc, sk := filepath.Join(d, "server.pem"), filepath.Join(d, "server-key.pem")
+		nc, nk := filepath.Join(d, "node.pem"), filepath.Join(d, "node-key.pem")
+		install(t, srvCert, sc)
+		install(t, srvKey, sk)
+		install(t, nodeA, nc)
+		install(t, nodeAKey, nk)
+		e := startTLSServer(t, false, ca, sc, sk)
+		serverName := func() string {
+			t.Helper()
+			o, _ := mountopts.Parse(base + ",xprtsec=tls")
+			tcp, err := transport.TCPForMount("127.0.0.1", o, transport.TLSFiles{CA: ca.file})
+			if err != nil {
+				t.Fatal(err)
+			}
+			rc, err := sunrpc.NewClient(sunrpc.TCPDialer("127.0.0.1:"+strconv.Itoa(e.ports.NFS), tcp), sunrpc.ClientOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer rc.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := rc.Null(ctx, nfs3.Program, nfs3.Version); err != nil {
+				t.Fatal(err)
+			}
+			st, _ := rc.TLSState()
+			return st.PeerCertificates[0].Subject.CommonName
+		}
+		if n := serverName(); n != "nfs-server" {
+			t.Fatalf("server certificate %q", n)
+		}
+		renewed, renewedKey := ca.issue("nfs-server-renewed", []net.IP{net.IPv4(127, 0, 0, 1)}, x509.ExtKeyUsageServerAuth, now.Add(-time.Minute), now.Add(time.Hour))
+		install(t, renewedKey, sk)
+		install(t, renewed, sc)
+		if n := serverName(); n != "nfs-server-renewed" {
+			t.Fatalf("server certificate after renewal %q", n)
+		}
+
+		c, err := e.mount(t, "/vol", base+",xprtsec=mtls", transport.TLSFiles{CA: ca.file, Cert: nc, Key: nk})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Close()
+		// the node's files now name node-b: its next mount is node-b's,
+		// which has no grant on vol
+		nodeB, nodeBKey := ca.issue("node-b", nil, x509.ExtKeyUsageClientAuth, now.Add(-time.Minute), now.Add(time.Hour))
+		install(t, nodeBKey, nk)
+		install(t, nodeB, nc)
+		if _, err := e.mount(t, "/vol", base+",xprtsec=mtls", transport.TLSFiles{CA: ca.file, Cert: nc, Key: nk}); !errors.Is(err, mount3.ErrAccess) {
+			t.Fatalf("mount with the replaced node certificate: %v", err)
+		}
+	})
+
 	t.Run("no-tls-server", func(t *testing.T) {
 		e := startTLSServer(t, false, nil, "", "")
 		_, err := e.mount(t, "/byaddr", base+",xprtsec=mtls", transport.TLSFiles{CA: ca.file, Cert: nodeA, Key: nodeAKey})
@@ -328,4 +384,21 @@ func TestRPCWithTLS(t *testing.T) {
 			t.Fatalf("error %v does not say why", err)
 		}
 	})
+}
+
+// install copies file src over dst atomically (a new file renamed over
+// it), as certificate agents and kubelet replace files.
+func install(t *testing.T, src, dst string) {
+	t.Helper()
+	b, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmp := dst + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, dst); err != nil {
+		t.Fatal(err)
+	}
 }

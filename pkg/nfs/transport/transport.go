@@ -139,13 +139,13 @@ func TCPForMount(server string, o mountopts.Options, f TLSFiles) (sunrpc.TCPOpti
 	case sec == sunrpc.XprtSecMTLS && (f.Cert == "" || f.Key == ""):
 		return t, fmt.Errorf("%w: xprtsec=mtls needs the mount's certificate and key files", mountopts.ErrBadOption)
 	case sec == sunrpc.XprtSecMTLS:
-		cert, err := tls.LoadX509KeyPair(f.Cert, f.Key)
+		// read again when renewed: each reconnection presents the
+		// current certificate
+		kp, err := sunrpc.LoadKeyPairFiles(f.Cert, f.Key)
 		if err != nil {
-			return t, fmt.Errorf("%w: xprtsec=mtls: certificate %s, key %s: %w", mountopts.ErrBadOption, f.Cert, f.Key, err)
+			return t, fmt.Errorf("%w: xprtsec=mtls: %w", mountopts.ErrBadOption, err)
 		}
-		// presented whatever authorities the server names: a server
-		// that does not trust it must refuse it, not see no certificate
-		cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &cert, nil }
+		cfg.GetClientCertificate = kp.ClientCertificate
 	}
 	if o.Proto == mountopts.ProtoRDMA {
 		klog.InfoS(LogRDMANotTLS, "server", server, "xprtsec", o.XprtSec)
