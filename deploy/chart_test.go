@@ -658,6 +658,27 @@ func TestChartVariants(t *testing.T) {
 			t.Error("metrics port not open")
 		}
 	})
+	t.Run("ServerTLS", func(t *testing.T) {
+		objs := renderObjects(t, "server.tls.secretName=nfs-server-tls", "server.tls.mode=required", "server.ports.rdma=0")
+		ss := find[*appsv1.StatefulSet](t, objs, "StatefulSet", serverNm)
+		c := ss.Spec.Template.Spec.Containers[0]
+		if !hasAll(c.Args, "--tls-cert=/etc/nfsrdma/tls/tls.crt", "--tls-key=/etc/nfsrdma/tls/tls.key",
+			"--tls-client-ca=/etc/nfsrdma/tls/ca.crt", "--tls=required", "--rdma-port=0") {
+			t.Errorf("server args %v", c.Args)
+		}
+		if m := mountAt(&c, "/etc/nfsrdma/tls"); m == nil || m.SubPath != "" || !m.ReadOnly {
+			t.Errorf("TLS Secret mount %+v", m)
+		} else if v := volume(&ss.Spec.Template.Spec, m.Name); v == nil || v.Secret == nil || v.Secret.SecretName != "nfs-server-tls" {
+			t.Errorf("TLS volume %+v", v)
+		}
+		// default: no TLS flags
+		def := find[*appsv1.StatefulSet](t, renderObjects(t), "StatefulSet", serverNm)
+		for _, a := range def.Spec.Template.Spec.Containers[0].Args {
+			if strings.HasPrefix(a, "--tls") {
+				t.Errorf("default server args carry %s", a)
+			}
+		}
+	})
 	t.Run("RootExportEveryone", func(t *testing.T) {
 		objs := renderObjects(t, "server.rootExport.clients={*}", "server.rootExport.rootSquash=false", "server.rootExport.readOnly=false")
 		np := find[*networkingv1.NetworkPolicy](t, objs, "NetworkPolicy", serverNm)
@@ -699,6 +720,8 @@ func TestChartVariants(t *testing.T) {
 			{"node.mounter.updateStrategy=Recreate"},
 			{"node.registration.mode=kubelet"},
 			{"controller.livenessProbe.mode=exec"},
+			{"server.tls.secretName=s", "server.tls.mode=required"}, // NFS over RDMA still on
+			{"server.tls.secretName=s", "server.tls.mode=always"},
 		} {
 			if _, err := runHelm(t, templateArgs(sets...)...); err == nil {
 				t.Errorf("helm template with %v: no error", sets)
