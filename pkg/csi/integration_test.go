@@ -52,6 +52,15 @@ func (e *env) volume(name string, bytes int64, params map[string]string) (string
 		VolumeId: id, NodeId: "node1@127.0.0.1", VolumeCapability: mountCap(), VolumeContext: cv.GetVolume().GetVolumeContext()}); err != nil {
 		t.Fatal("ControllerPublishVolume:", err)
 	}
+	// the server is given the node's name beside its address: the name a
+	// node's RPC-with-TLS certificate grants it the volume by
+	if vid, err := parseVolumeID(id); err == nil && e.adminP != 0 {
+		v, err := admin.NewClient("http://127.0.0.1:"+strconv.Itoa(e.adminP), e.token, nil).GetVolume(ctx, vid.adminPath())
+		if err != nil || len(v.Access) != 1 || v.Access[0].Node != "node1@127.0.0.1" || v.Access[0].Name != "node1" ||
+			!slices.Equal(v.Access[0].Addrs, []string{"127.0.0.1"}) {
+			t.Fatalf("access list after ControllerPublishVolume: %+v, %v", v.Access, err)
+		}
+	}
 	target := filepath.Join(e.targetRoot, "pods", name, "mount")
 	vc := map[string]string{ctxPodName: "pod-" + name, ctxPodNamespace: "default", ctxPodUID: "uid-" + name}
 	for k, v := range cv.GetVolume().GetVolumeContext() {
