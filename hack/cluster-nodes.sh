@@ -6,7 +6,8 @@
 # own state, sockets and pod CIDR (POD_NET.K.0/24). Node 1 is this host.
 #
 # Routing: this host routes between the nodes (POD_NET.K.0/24 via NODES_NET.K); a node
-# routes this host's address, the Service range and every pod range to this host. No
+# routes this host's address, the Service range and every pod range to this host; pods
+# route every pod range and the nodes' addresses (host-network pods) to their node. No
 # node and no pod has a default route: nothing leaves the machine.
 
 NODES_BRIDGE=nfsrdma-nodes NODES_NET=10.87.0 POD_NET=10.88
@@ -58,7 +59,7 @@ node_up() {
   ip netns exec "$ns" sysctl -qw net.ipv4.ip_forward=1
   # configuration
   cp "$CLUSTER_DIR/kubeconfig" "$dir/kubeconfig"
-  write_cni "$dir" "nfsrdma0" "$POD_NET.$k.0/24" "$POD_NET.$k.1" "$POD_NET.0.0/16"
+  write_cni "$dir" "nfsrdma0" "$POD_NET.$k.0/24" "$POD_NET.$k.1" "$POD_NET.0.0/16" "$NODES_NET.0/24"
   write_containerd "$dir" "$run"
   write_kubelet "$dir" "$run" "$addr"
   write_kube_proxy "$dir" "$name" "$addr" 10256 10249
