@@ -62,13 +62,14 @@ func (c *cluster) lockAcrossNodes(t *testing.T) {
 	sh(t, "kubectl -n "+apps+" wait --for=condition=Ready pod/holder pod/waiter --timeout=180s")
 	sh(t, "kubectl -n "+apps+" get pods -o wide")
 	// the holder takes the lock and keeps it until /tmp/release exists in its pod,
-	// then prints the time it let go (ns since the epoch; the nodes share a clock)
-	sh(t, "kubectl -n "+apps+" exec holder -- sh -c 'touch /data/lockfile && (setsid sh -c \"fcntllock -hold /tmp/release /data/lockfile w 0 0; date +%s%N\" >/tmp/holder.log 2>&1 &) && sleep 1 && cat /tmp/holder.log'")
+	// then prints the time it let go (the machine's uptime, to 10 ms: the nodes share
+	// the clock)
+	sh(t, "kubectl -n "+apps+" exec holder -- sh -c 'touch /data/lockfile && (setsid sh -c \"fcntllock -hold /tmp/release /data/lockfile w 0 0; cat /proc/uptime\" >/tmp/holder.log 2>&1 &) && sleep 1 && cat /tmp/holder.log'")
 	waitOut(t, 30*time.Second, "the holder holds the lock", "kubectl -n "+apps+" exec holder -- cat /tmp/holder.log",
 		func(o string) bool { return strings.HasPrefix(o, "locked") })
 	sh(t, "kubectl -n "+apps+" exec waiter -- fcntllock -test /data/lockfile w 0 0")
 
-	cmd := "kubectl -n " + apps + " exec waiter -- sh -c 'fcntllock -wait /data/lockfile w 0 0 && date +%s%N'"
+	cmd := "kubectl -n " + apps + " exec waiter -- sh -c 'fcntllock -wait /data/lockfile w 0 0 && cat /proc/uptime'"
 	fmt.Printf("$ %s &\n", cmd)
 	wt := exec.Command("bash", "-c", cmd)
 	wout := &strings.Builder{}
@@ -95,29 +96,34 @@ func (c *cluster) lockAcrossNodes(t *testing.T) {
 		_ = wt.Process.Kill()
 		t.Fatalf("the waiter was not granted the lock within a minute of the release: %s", wout.String())
 	}
-	released := lastInt(waitOut(t, 30*time.Second, "the holder let go", "kubectl -n "+apps+" exec holder -- cat /tmp/holder.log",
+	released := uptime(waitOut(t, 30*time.Second, "the holder let go", "kubectl -n "+apps+" exec holder -- cat /tmp/holder.log",
 		func(o string) bool { return strings.Contains(o, "released") }))
-	granted := lastInt(wout.String())
+	granted := uptime(wout.String())
 	if released == 0 || granted == 0 {
-		t.Fatalf("no times to compare: released %d, granted %d", released, granted)
+		t.Fatalf("no times to compare: released %v, granted %v", released, granted)
 	}
-	delay := time.Duration(granted - released)
+	delay := granted - released
 	fmt.Printf("the waiter on %s was granted the lock %v after the holder on %s let go\n", w[len(w)-1], delay.Round(time.Millisecond), w[0])
 	// the waiter's node says how: by the server's GRANTED callback
 	node := c.podNode(t, "waiter")
-	out := sh(t, c.onNode(node, "grep -h 'granted by' /var/lib/nfsrdma/mounts/*.log | tail -5"))
+	out := sh(t, c.onNode(node, "grep -h 'granted by' /var/lib/nfsrdma/*.log | tail -5"))
 	if !strings.Contains(out, "granted by callback") {
 		t.Errorf("the waiter's mount on %s logs no lock granted by callback", node)
 	}
 	sh(t, "kubectl -n "+apps+" delete pod holder waiter --wait=true --timeout=90s")
 }
 
-// lastInt returns the last line of s that is a number, 0 when none is.
-func lastInt(s string) int64 {
-	var v int64
+// uptime returns the time in the last line of s that is /proc/uptime's (seconds
+// since boot, then idle time), 0 when none is.
+func uptime(s string) time.Duration {
+	var v time.Duration
 	for _, l := range strings.Split(s, "\n") {
-		if n, err := strconv.ParseInt(strings.TrimSpace(l), 10, 64); err == nil {
-			v = n
+		f := strings.Fields(l)
+		if len(f) != 2 {
+			continue
+		}
+		if x, err := strconv.ParseFloat(f[0], 64); err == nil {
+			v = time.Duration(x * float64(time.Second))
 		}
 	}
 	return v
