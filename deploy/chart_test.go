@@ -192,6 +192,11 @@ func checkController(t *testing.T, objs []object) {
 			t.Errorf("%s args %v lack the CSI address or leader election", name, c.Args)
 		}
 	}
+	// the second DeleteVolume attempt after a pod goes away must come after
+	// kubelet's next node status (10 s), when the volume is detached
+	if p := container(t, spec, "csi-provisioner"); !hasAll(p.Args, "--retry-interval-start=15s") {
+		t.Errorf("csi-provisioner args %v lack --retry-interval-start=15s", p.Args)
+	}
 	lp := container(t, spec, "liveness-probe")
 	if !hasAll(lp.Args, "--csi-address=/csi/csi.sock", "--health-port=29752") {
 		t.Errorf("liveness-probe args %v", lp.Args)

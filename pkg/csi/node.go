@@ -102,7 +102,9 @@ type publishSpec struct {
 
 // spec derives the mount from the volume ID and context: a provisioned
 // volume (ID from CreateVolume, context from the controller) or an
-// ephemeral inline volume (context: server, share, optional subDir).
+// ephemeral inline volume (context: server, share, optional subDir,
+// transport and mountOptions, the latter `driver mount -o` options such as
+// mountport=20048 for a server without rpcbind).
 func (n *node) spec(req *csipb.NodePublishVolumeRequest) (publishSpec, error) {
 	vc := req.GetVolumeContext()
 	var s publishSpec
@@ -126,6 +128,9 @@ func (n *node) spec(req *csipb.NodePublishVolumeRequest) (publishSpec, error) {
 		}
 		if t := vc[ParamTransport]; t != "" {
 			opts = append(opts, "proto="+t)
+		}
+		if mo := vc[ctxMountOptions]; mo != "" {
+			opts = append(opts, mo)
 		}
 	} else {
 		id, err := parseVolumeID(req.GetVolumeId())

@@ -54,13 +54,20 @@ func openChild(o *obj, name string) (obj, error) {
 
 // created finishes the creation of name in o: it makes the new object the
 // caller's (group: the directory's if it is set-gid), applies sa, and
-// fills r's handle and attributes. On failure the object is removed. In
-// a volume, the new inode and its blocks are charged (and charged back on
-// failure).
+// fills r's handle and attributes. A directory made in a set-gid
+// directory is set-gid too, whatever mode sa asks for (as Linux's
+// inode_init_owner, which knfsd keeps by not applying MKDIR's mode
+// again). On failure the object is removed. In a volume, the new inode
+// and its blocks are charged (and charged back on failure).
 func (c *call) created(o *obj, name string, sa *nfs3.Sattr, r *nfs3.CreateRes, isDir bool) nfs3.Status {
 	gid := c.id.gid
 	if o.st.Mode&unix.S_ISGID != 0 {
 		gid = o.st.Gid
+		if isDir && sa.SetMode {
+			a := *sa
+			a.Mode |= unix.S_ISGID
+			sa = &a
+		}
 	}
 	ch, err := openChild(o, name)
 	st := statusOf(err)
