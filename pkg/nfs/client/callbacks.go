@@ -243,6 +243,13 @@ func (s *callbackService) granted(a *nlm.TestArgs, peer net.Addr) nlm.Stat {
 			return nlm.Granted
 		}
 	}
+	// from another address than the server's (a Service address translated to
+	// the server pod's, NAT): the waiter confirms with the server by LOCK at once
+	for _, l := range ls {
+		if !l.fromServer(peer) && l.wake(a, peer) {
+			return nlm.Granted
+		}
+	}
 	klog.V(2).InfoS("NLM GRANTED for no waiting lock", "peer", peer, "svid", a.Lock.Svid)
 	return nlm.Denied
 }
@@ -275,6 +282,15 @@ func (s *callbackService) grantedMsg(a *nlm.TestArgs, peer net.Addr) nlm.Stat {
 		}
 		if to == nil {
 			to = l
+		}
+	}
+	if st != nlm.Granted {
+		// from another address than the server's: confirmed by LOCK (see granted)
+		for _, l := range ls {
+			if !l.fromServer(peer) && l.wake(a, peer) {
+				to, st = l, nlm.Granted
+				break
+			}
 		}
 	}
 	if st != nlm.Granted {

@@ -174,8 +174,14 @@ type waiter struct {
 	fh             string
 	svid           int32
 	offset, length uint64
-	granted        chan struct{} // closed by GRANTED
-	done           bool          // granted already (guarded by Locker.mu)
+	granted        chan struct{} // closed by GRANTED from the server's address
+	// wake is signalled by a GRANTED that names this lock but comes from another
+	// address than the one the mount reaches the server at (a Service address the
+	// cluster translates, NAT): the waiter re-sends its LOCK at once, and only the
+	// server's answer on the mount's own connection completes it.
+	wake    chan struct{}
+	wokenBy string // the address of the GRANTED that woke it (guarded by Locker.mu)
+	done    bool   // granted already (guarded by Locker.mu)
 }
 
 // Locker is the NLM v4 client of one mount: it locks byte ranges of the
@@ -501,7 +507,8 @@ func (l *Locker) Lock(ctx context.Context, r LockRequest, wait bool) error {
 	lk := l.nlmLock(r.FH, o, r.Start, r.End)
 	var w *waiter
 	if wait {
-		w = &waiter{fh: string(r.FH.Bytes()), svid: o.svid, offset: lk.Offset, length: lk.Length, granted: make(chan struct{})}
+		w = &waiter{fh: string(r.FH.Bytes()), svid: o.svid, offset: lk.Offset, length: lk.Length,
+			granted: make(chan struct{}), wake: make(chan struct{}, 1)}
 		l.mu.Lock()
 		l.waiters[w] = struct{}{}
 		l.mu.Unlock()
@@ -512,6 +519,7 @@ func (l *Locker) Lock(ctx context.Context, r LockRequest, wait bool) error {
 		}()
 	}
 	var blockedAt time.Time // when the server first answered NLM4_BLOCKED
+	woken := ""             // the address of a GRANTED that woke the wait, to confirm
 	for {
 		a := nlm.LockArgs{Cookie: l.newCookie(), Block: wait, Exclusive: r.Exclusive, Lock: lk, State: l.state()}
 		var res nlm.Res
@@ -530,12 +538,17 @@ func (l *Locker) Lock(ctx context.Context, r LockRequest, wait bool) error {
 			return err
 		}
 		if st != nlm.Blocked || !wait {
-			if st == nlm.Granted && !blockedAt.IsZero() {
+			switch {
+			case st == nlm.Granted && woken != "":
+				l.callbacks.Add(1)
+				klog.InfoS("NLM: blocked lock granted by callback", "server", l.srv.Server, "svid", o.svid, "waited", time.Since(blockedAt), "from", woken, "confirmed", "LOCK")
+			case st == nlm.Granted && !blockedAt.IsZero():
 				l.retries.Add(1)
 				klog.InfoS("NLM: blocked lock granted by retry", "server", l.srv.Server, "svid", o.svid, "waited", time.Since(blockedAt))
 			}
 			return statErr(st)
 		}
+		woken = ""
 		if blockedAt.IsZero() {
 			blockedAt = time.Now()
 		}
@@ -549,6 +562,11 @@ func (l *Locker) Lock(ctx context.Context, r LockRequest, wait bool) error {
 			l.callbacks.Add(1)
 			klog.InfoS("NLM: blocked lock granted by callback", "server", l.srv.Server, "svid", o.svid, "waited", time.Since(blockedAt))
 			return nil
+		case <-w.wake:
+			t.Stop()
+			l.mu.Lock()
+			woken = w.wokenBy
+			l.mu.Unlock()
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
@@ -743,6 +761,27 @@ func (l *Locker) granted(a *nlm.TestArgs) bool {
 			if !w.done {
 				w.done = true
 				close(w.granted)
+			}
+			return true
+		}
+	}
+	return false
+}
+
+// wake wakes the blocked LOCK a GRANTED from peer names when peer is not the
+// address the mount reaches the server at: the waiter re-sends its LOCK at once
+// and is completed only by the server's answer on the mount's connection, so a
+// GRANTED from anyone else cannot hand a process a lock the server did not grant.
+// It reports whether a waiter matched.
+func (l *Locker) wake(a *nlm.TestArgs, peer net.Addr) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for w := range l.waiters {
+		if w.svid == a.Lock.Svid && w.fh == string(a.Lock.FH) && w.offset == a.Lock.Offset && w.length == a.Lock.Length && !w.done {
+			w.wokenBy = peer.String()
+			select {
+			case w.wake <- struct{}{}:
+			default:
 			}
 			return true
 		}

@@ -649,3 +649,62 @@ func TestClientRebootFreesLocks(t *testing.T) {
 	}
 	testenv.Eventually(t, 10*time.Second, "the old locks freed", func() bool { return b.Lock(ctx, req(2, 4002, 0, 0, true), false) == nil })
 }
+
+// TestLockGrantedFromOtherAddress: a GRANTED that names a blocked lock but comes
+// from another address than the one the mount reaches the server at (a Service
+// address the cluster translates to the server pod's) wakes the waiter, which
+// re-sends its LOCK at once and is completed by the server's answer: long before
+// its re-send timer, and counted as granted by callback. A GRANTED for the same
+// lock while the server still blocks it (anyone else's) completes nothing.
+func TestLockGrantedFromOtherAddress(t *testing.T) {
+	srv := startNLM(t)
+	a := newTestLocker(t, srv, "host-a", LockOptions{})
+	b := newTestLocker(t, srv, "host-b", LockOptions{Poll: time.Minute})
+	ctx := testenv.Context(t, 30*time.Second)
+	if err := a.Lock(ctx, req(1, 1001, 0, MaxLockOffset, true), false); err != nil {
+		t.Fatal(err)
+	}
+	got := lockAsync(ctx, b, req(2, 1002, 100, 199, true))
+	waitBlocked(t, srv, 1)
+	// the mount reached the server at a Service address
+	b.mu.Lock()
+	b.serverIP = net.ParseIP("10.96.0.10")
+	var w *waiter
+	for x := range b.waiters {
+		w = x
+	}
+	b.mu.Unlock()
+	if w == nil {
+		t.Fatal("no waiter")
+	}
+	// a GRANTED from elsewhere while the lock is still held: the waiter asks the
+	// server again, which still blocks it
+	spoof := nlm.TestArgs{Cookie: []byte("x"), Exclusive: true, Lock: nlm.Lock{CallerName: "host-b", FH: []byte(w.fh), Svid: w.svid, Offset: w.offset, Length: w.length}}
+	if st := callbacks.granted(&spoof, &net.TCPAddr{IP: net.ParseIP("192.0.2.99"), Port: 1}); st != nlm.Granted {
+		t.Fatalf("GRANTED naming a blocked lock answered %v", st)
+	}
+	select {
+	case err := <-got:
+		t.Fatalf("a GRANTED not confirmed by the server completed the wait: %v", err)
+	case <-time.After(500 * time.Millisecond):
+	}
+	t0 := time.Now()
+	if err := a.Unlock(ctx, req(1, 1001, 0, MaxLockOffset, false)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("not granted (re-send every minute); calls %+v", srv.Calls())
+	}
+	t.Logf("granted %v after the unlock", time.Since(t0).Round(time.Millisecond))
+	if st := b.Stats(); st.Callbacks != 1 || st.Retries != 0 {
+		t.Fatalf("stats %+v: want the GRANTED callback, confirmed by LOCK, to complete the wait", st)
+	}
+	if r := srv.Held(1002); len(r) != 1 || r[0].Start != 100 || r[0].End != 199 {
+		t.Fatalf("server holds %v for b", r)
+	}
+}
