@@ -84,7 +84,7 @@ func (c *cluster) lockAcrossNodes(t *testing.T) {
 	select {
 	case err := <-done:
 		t.Fatalf("the waiter did not block on the holder's lock: %v: %s", err, wout.String())
-	case <-time.After(4 * time.Second):
+	case <-time.After(4500 * time.Millisecond): // between two of the waiter's 1 s re-sends
 		fmt.Println("(the waiter is blocked in F_SETLKW)")
 	}
 	sh(t, "kubectl -n "+apps+" exec holder -- touch /tmp/release")
