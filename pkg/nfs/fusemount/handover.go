@@ -133,4 +133,3 @@ func recordHandover(dir, direction string, st fusefs.HandoverStats, err error) {
 	klog.InfoS("mount: handover done", "dir", dir, "direction", direction, "from_version", st.From, "to_version", st.To,
 		"paused", st.Paused, "nodes", st.Nodes, "files", st.Files, "locks", st.Locks, "requests_carried", st.Held)
 }
-
