@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/nfsrdma/nfsrdma-csi/internal/testfix/exporttest"
+	"github.com/nfsrdma/nfsrdma-csi/internal/testfix/lockdtest"
 	"github.com/nfsrdma/nfsrdma-csi/internal/testfix/testenv"
 )
 
@@ -147,12 +148,7 @@ func newHandoverEnv(t *testing.T, opts string) *handoverEnv {
 	if opts == "" {
 		opts = e.TCPOptions() + ",nolock"
 	}
-	sd := t.TempDir()
-	h := &handoverEnv{root: filepath.Join(e.Root, "vol"), dir: t.TempDir(), opts: opts}
-	for i := range h.sock {
-		h.sock[i] = filepath.Join(sd, "handover-"+strconv.Itoa(i)+".sock")
-	}
-	return h
+	return newHandoverEnvExport(t, e, opts)
 }
 
 func (h *handoverEnv) cfg(gen int, version string) Config {
@@ -280,4 +276,218 @@ func logHandovers(t *testing.T, ps ...*mountProc) {
 			}
 		}
 	}
+}
+
+// locker is a python3 process taking fcntl locks on a file
+// (../fusefs/testdata/lockhelper.py).
+type locker struct {
+	cmd   *exec.Cmd
+	in    io.WriteCloser
+	lines chan string
+}
+
+func startLocker(t *testing.T, path string) *locker {
+	t.Helper()
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("python3 not found: the lock test's lockers are python3 processes")
+	}
+	cmd := exec.Command(py, "-u", "../fusefs/testdata/lockhelper.py")
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	l := &locker{cmd: cmd, in: in, lines: make(chan string, 16)}
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			l.lines <- sc.Text()
+		}
+		close(l.lines)
+	}()
+	t.Cleanup(func() {
+		in.Close()
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	l.must(t, "open "+path, "ok")
+	return l
+}
+
+func (l *locker) send(t *testing.T, c string) {
+	t.Helper()
+	if _, err := io.WriteString(l.in, c+"\n"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (l *locker) answer(d time.Duration) (string, bool) {
+	select {
+	case a, ok := <-l.lines:
+		return a, ok
+	case <-time.After(d):
+		return "", false
+	}
+}
+
+func (l *locker) must(t *testing.T, c, want string) {
+	t.Helper()
+	l.send(t, c)
+	if a, _ := l.answer(20 * time.Second); a != want {
+		t.Fatalf("%s: %q, want %q", c, a, want)
+	}
+}
+
+// A lock held across a handover stays held by the same owner (svid) on
+// the server, and a process blocked in F_SETLKW at the handover is
+// granted the lock once the holder unlocks through the successor.
+func TestHandoverBlockedLock(t *testing.T) {
+	testenv.NeedRootFUSE(t)
+	e := exporttest.Start(t, exporttest.Options{Node: "n"})
+	nlm := lockdtest.Start(t)
+	h := newHandoverEnv(t, e.TCPOptions()+",lockport="+strconv.Itoa(nlm.Port))
+	h.root = filepath.Join(e.Root, "vol")
+	if err := os.WriteFile(filepath.Join(h.root, "f"), make([]byte, 1000), 0o666); err != nil {
+		t.Fatal(err)
+	}
+	p0 := startMount(t, h.cfg(0, "v0"))
+	holder := startLocker(t, filepath.Join(h.dir, "f"))
+	waiter := startLocker(t, filepath.Join(h.dir, "f"))
+	holder.must(t, "setlkw w 0 100", "ok")
+	held := nlm.HeldBy()
+	if len(held) != 1 {
+		t.Fatalf("server's holders before the handover: %v", held)
+	}
+	var svid int32
+	for s := range held {
+		svid = s
+	}
+	waiter.send(t, "setlkw w 0 100")
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, w := nlm.Locks(); w == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the waiter's LOCK never reached the server")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t0 := time.Now()
+	p1 := startMount(t, h.cfg(1, "v1"))
+	if err := p0.wait(t, 30*time.Second); err != nil {
+		t.Fatalf("old mount process: %v", err)
+	}
+	pause := time.Since(t0)
+	if a, ok := waiter.answer(500 * time.Millisecond); ok {
+		t.Fatalf("the waiter was answered %q while the lock is held", a)
+	}
+	if got := nlm.Held(svid); len(got) != 1 {
+		t.Fatalf("after the handover the server's holders are %v; want svid %d holding", nlm.HeldBy(), svid)
+	}
+	holder.must(t, "setlk u 0 100", "ok")
+	if a, ok := waiter.answer(20 * time.Second); !ok || a != "ok" {
+		t.Fatalf("the waiter after the unlock: %q %v", a, ok)
+	}
+	after := nlm.HeldBy()
+	if len(after) != 1 || after[svid] != nil {
+		t.Fatalf("server's holders after the unlock: %v (the waiter alone should hold)", after)
+	}
+	t.Logf("handover with a lock held and one waiting took %v (process start included)", pause)
+	logHandovers(t, p0, p1)
+}
+
+// One large write (1 GiB; 64 MiB with -short) of a single write(2) then
+// fsync, over TCP and over RPC-over-RDMA (software iWARP), with a
+// handover in the middle: the write returns the whole size, the server
+// has every byte.
+func TestHandoverLargeWrite(t *testing.T) {
+	size := 1 << 30
+	if testing.Short() {
+		size = 64 << 20
+	}
+	for _, proto := range []string{"tcp", "rdma"} {
+		t.Run(proto, func(t *testing.T) {
+			testenv.NeedRootFUSE(t)
+			e := exporttest.Start(t, exporttest.Options{Node: "n", RDMA: proto == "rdma"})
+			opts := e.TCPOptions() + ",nolock"
+			if proto == "rdma" {
+				opts = "proto=rdma,rdmadev=siw,credits=16,port=" + strconv.Itoa(e.RDMAPort) + ",mountport=" + strconv.Itoa(e.MntPort) + ",nolock"
+			}
+			h := newHandoverEnvExport(t, e, opts)
+			p0 := startMount(t, h.cfg(0, "v0"))
+			buf := make([]byte, size)
+			_, _ = rand.Read(buf)
+			want := sha256.Sum256(buf)
+			f, err := os.Create(filepath.Join(h.dir, "big"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			type result struct {
+				n   int
+				err error
+				d   time.Duration
+			}
+			done := make(chan result, 1)
+			t0 := time.Now()
+			go func() {
+				n, err := f.Write(buf)
+				if err == nil {
+					err = f.Sync()
+				}
+				if cerr := f.Close(); err == nil {
+					err = cerr
+				}
+				done <- result{n, err, time.Since(t0)}
+			}()
+			// hand over once the server has part of the file
+			deadline := time.Now().Add(60 * time.Second)
+			for {
+				if fi, err := os.Stat(filepath.Join(h.root, "big")); err == nil && fi.Size() > int64(size/8) {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("the write does not reach the server")
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			p1 := startMount(t, h.cfg(1, "v1"))
+			if err := p0.wait(t, 60*time.Second); err != nil {
+				t.Fatalf("old mount process: %v", err)
+			}
+			var r result
+			select {
+			case r = <-done:
+			case <-time.After(10 * time.Minute):
+				t.Fatal("the write did not end")
+			}
+			if r.err != nil || r.n != size {
+				t.Fatalf("write: %d bytes, %v", r.n, r.err)
+			}
+			if got := fileSum(t, filepath.Join(h.root, "big")); string(got) != string(want[:]) {
+				t.Fatal("the server's file differs from what was written")
+			}
+			t.Logf("%d MiB written across a handover in %v", size>>20, r.d)
+			logHandovers(t, p0, p1)
+		})
+	}
+}
+
+// newHandoverEnvExport is newHandoverEnv for an export already started.
+func newHandoverEnvExport(t *testing.T, e *exporttest.Export, opts string) *handoverEnv {
+	t.Helper()
+	sd := t.TempDir()
+	h := &handoverEnv{root: filepath.Join(e.Root, "vol"), dir: t.TempDir(), opts: opts}
+	for i := range h.sock {
+		h.sock[i] = filepath.Join(sd, "handover-"+strconv.Itoa(i)+".sock")
+	}
+	return h
 }
