@@ -82,5 +82,7 @@ owners on the server. Not over io_uring (fuse_uring=off for such mounts).`,
 	f.StringVar(&cfg.StateDir, "state-dir", "", "directory of the node's NSM state (reboot counter, servers to notify after a reboot), shared by the node's mounts; none: kept in memory")
 	f.StringVar(&cfg.HandoverSocket, "handover-socket", "", "unix socket to listen on for a successor (driver mount --takeover SOCKET): it is handed this mount's FUSE connection and state, then this process exits without unmounting")
 	f.StringVar(&cfg.Takeover, "takeover", "", "take MOUNTPOINT over from the driver mount process listening on this --handover-socket, instead of mounting: applications see a pause, not an error")
+	f.StringVar(&cfg.MapFile, "map-file", "", "file to keep this mount's map of the kernel's nodeids and open handles in (outside the process: the mounter's state directory), for --recover after a crash")
+	f.BoolVar(&cfg.Recover, "recover", false, "take up the connection of --fuse-fd after the mount process serving it died, from its --map-file, instead of answering INIT")
 	return cmd
 }

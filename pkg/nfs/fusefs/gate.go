@@ -4,7 +4,7 @@ import (
 	"context"
 	"sync"
 	"sync/atomic"
-	"time"
+	"syscall"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
 )
@@ -30,6 +30,13 @@ type gate struct {
 	inflight int           // requests in the file system, SETLKW apart
 	open     chan struct{} // closed when the gate opens again
 	held     atomic.Int64  // requests held at the gate (requests carried)
+
+	// rec, when set, records the kernel's nodeids and handles as they are
+	// answered (statemap.go); clamp, when set, bounds each FORGET to
+	// go-fuse's lookup count, which a restore after a crash sets to one
+	// (the kernel's counts died with the process).
+	rec   atomic.Pointer[stateMap]
+	clamp atomic.Pointer[goFuseTable]
 }
 
 func newGate(fs fuse.RawFileSystem) *gate {
@@ -113,22 +120,26 @@ func (g *gate) reopen() {
 // holding returns how many requests the gate holds.
 func (g *gate) holding() int64 { return g.held.Load() }
 
-// waitHeld waits up to d for the gate to hold n requests.
-func (g *gate) waitHeld(n int64, d time.Duration) {
-	for end := time.Now().Add(d); g.held.Load() < n && time.Now().Before(end); {
-		time.Sleep(time.Millisecond)
-	}
-}
 
 func (g *gate) Lookup(cancel <-chan struct{}, header *fuse.InHeader, name string, out *fuse.EntryOut) fuse.Status {
 	g.enter(true)
 	defer g.leave(true)
-	return g.RawFileSystem.Lookup(cancel, header, name, out)
+	st := g.RawFileSystem.Lookup(cancel, header, name, out)
+	if st.Ok() {
+		g.rec.Load().node(out.NodeId)
+	}
+	return st
 }
 
 func (g *gate) Forget(nodeid, nlookup uint64) {
 	g.enter(true)
 	defer g.leave(true)
+	if t := g.clamp.Load(); t != nil {
+		nlookup = min(nlookup, t.lookupCount(nodeid))
+		if nlookup == 0 {
+			return
+		}
+	}
 	g.RawFileSystem.Forget(nodeid, nlookup)
 }
 
@@ -147,13 +158,21 @@ func (g *gate) SetAttr(cancel <-chan struct{}, input *fuse.SetAttrIn, out *fuse.
 func (g *gate) Mknod(cancel <-chan struct{}, input *fuse.MknodIn, name string, out *fuse.EntryOut) fuse.Status {
 	g.enter(true)
 	defer g.leave(true)
-	return g.RawFileSystem.Mknod(cancel, input, name, out)
+	st := g.RawFileSystem.Mknod(cancel, input, name, out)
+	if st.Ok() {
+		g.rec.Load().node(out.NodeId)
+	}
+	return st
 }
 
 func (g *gate) Mkdir(cancel <-chan struct{}, input *fuse.MkdirIn, name string, out *fuse.EntryOut) fuse.Status {
 	g.enter(true)
 	defer g.leave(true)
-	return g.RawFileSystem.Mkdir(cancel, input, name, out)
+	st := g.RawFileSystem.Mkdir(cancel, input, name, out)
+	if st.Ok() {
+		g.rec.Load().node(out.NodeId)
+	}
+	return st
 }
 
 func (g *gate) Unlink(cancel <-chan struct{}, header *fuse.InHeader, name string) fuse.Status {
@@ -177,13 +196,21 @@ func (g *gate) Rename(cancel <-chan struct{}, input *fuse.RenameIn, oldName stri
 func (g *gate) Link(cancel <-chan struct{}, input *fuse.LinkIn, filename string, out *fuse.EntryOut) fuse.Status {
 	g.enter(true)
 	defer g.leave(true)
-	return g.RawFileSystem.Link(cancel, input, filename, out)
+	st := g.RawFileSystem.Link(cancel, input, filename, out)
+	if st.Ok() {
+		g.rec.Load().node(out.NodeId)
+	}
+	return st
 }
 
 func (g *gate) Symlink(cancel <-chan struct{}, header *fuse.InHeader, pointedTo string, linkName string, out *fuse.EntryOut) fuse.Status {
 	g.enter(true)
 	defer g.leave(true)
-	return g.RawFileSystem.Symlink(cancel, header, pointedTo, linkName, out)
+	st := g.RawFileSystem.Symlink(cancel, header, pointedTo, linkName, out)
+	if st.Ok() {
+		g.rec.Load().node(out.NodeId)
+	}
+	return st
 }
 
 func (g *gate) Readlink(cancel <-chan struct{}, header *fuse.InHeader) ([]byte, fuse.Status) {
@@ -225,19 +252,31 @@ func (g *gate) RemoveXAttr(cancel <-chan struct{}, header *fuse.InHeader, attr s
 func (g *gate) Create(cancel <-chan struct{}, input *fuse.CreateIn, name string, out *fuse.CreateOut) fuse.Status {
 	g.enter(true)
 	defer g.leave(true)
-	return g.RawFileSystem.Create(cancel, input, name, out)
+	st := g.RawFileSystem.Create(cancel, input, name, out)
+	if st.Ok() {
+		g.rec.Load().open(out.Fh, out.NodeId, false, input.Flags&syscall.O_ACCMODE == syscall.O_RDONLY)
+	}
+	return st
 }
 
 func (g *gate) Tmpfile(cancel <-chan struct{}, input *fuse.CreateIn, out *fuse.CreateOut) fuse.Status {
 	g.enter(true)
 	defer g.leave(true)
-	return g.RawFileSystem.Tmpfile(cancel, input, out)
+	st := g.RawFileSystem.Tmpfile(cancel, input, out)
+	if st.Ok() {
+		g.rec.Load().open(out.Fh, out.NodeId, false, input.Flags&syscall.O_ACCMODE == syscall.O_RDONLY)
+	}
+	return st
 }
 
 func (g *gate) Open(cancel <-chan struct{}, input *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
 	g.enter(true)
 	defer g.leave(true)
-	return g.RawFileSystem.Open(cancel, input, out)
+	st := g.RawFileSystem.Open(cancel, input, out)
+	if st.Ok() {
+		g.rec.Load().open(out.Fh, input.NodeId, false, input.Flags&syscall.O_ACCMODE == syscall.O_RDONLY)
+	}
+	return st
 }
 
 func (g *gate) Read(cancel <-chan struct{}, input *fuse.ReadIn, buf []byte) (fuse.ReadResult, fuse.Status) {
@@ -275,6 +314,7 @@ func (g *gate) Release(cancel <-chan struct{}, input *fuse.ReleaseIn) {
 	g.enter(true)
 	defer g.leave(true)
 	g.RawFileSystem.Release(cancel, input)
+	g.rec.Load().release(input.Fh)
 }
 
 func (g *gate) Write(cancel <-chan struct{}, input *fuse.WriteIn, data []byte) (uint32, fuse.Status) {
@@ -322,7 +362,11 @@ func (g *gate) Fallocate(cancel <-chan struct{}, input *fuse.FallocateIn) fuse.S
 func (g *gate) OpenDir(cancel <-chan struct{}, input *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
 	g.enter(true)
 	defer g.leave(true)
-	return g.RawFileSystem.OpenDir(cancel, input, out)
+	st := g.RawFileSystem.OpenDir(cancel, input, out)
+	if st.Ok() {
+		g.rec.Load().open(out.Fh, input.NodeId, true, true)
+	}
+	return st
 }
 
 func (g *gate) ReadDir(cancel <-chan struct{}, input *fuse.ReadIn, out *fuse.DirEntryList) fuse.Status {
@@ -334,13 +378,18 @@ func (g *gate) ReadDir(cancel <-chan struct{}, input *fuse.ReadIn, out *fuse.Dir
 func (g *gate) ReadDirPlus(cancel <-chan struct{}, input *fuse.ReadIn, out *fuse.DirEntryList) fuse.Status {
 	g.enter(true)
 	defer g.leave(true)
-	return g.RawFileSystem.ReadDirPlus(cancel, input, out)
+	st := g.RawFileSystem.ReadDirPlus(cancel, input, out)
+	if st.Ok() {
+		g.rec.Load().direntplus(out.Bytes())
+	}
+	return st
 }
 
 func (g *gate) ReleaseDir(input *fuse.ReleaseIn) {
 	g.enter(true)
 	defer g.leave(true)
 	g.RawFileSystem.ReleaseDir(input)
+	g.rec.Load().release(input.Fh)
 }
 
 func (g *gate) FsyncDir(cancel <-chan struct{}, input *fuse.FsyncIn) fuse.Status {

@@ -385,7 +385,7 @@ func Adopt(ctx context.Context, dir string, cfg Config, conn *net.UnixConn) (*Mo
 		closeFD()
 		return refuse(err)
 	}
-	m, err := adopt(ctx, c, dir, cfg, fd, s)
+	m, err := adopt(ctx, c, dir, cfg, fd, s, false)
 	if err != nil {
 		closeFD()
 		uctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -418,8 +418,8 @@ func Adopt(ctx context.Context, dir string, cfg Config, conn *net.UnixConn) (*Mo
 }
 
 // adopt serves the connection of fd for client c with the state s.
-func adopt(ctx context.Context, c *client.Client, dir string, cfg Config, fd int, s *handoverState) (*Mount, error) {
-	if string(rootFH(c)) != string(s.RootFH) {
+func adopt(ctx context.Context, c *client.Client, dir string, cfg Config, fd int, s *handoverState, crashed bool) (*Mount, error) {
+	if !crashed && string(rootFH(c)) != string(s.RootFH) {
 		return nil, fmt.Errorf("fusefs: handover: the export's root file handle differs from the old process's")
 	}
 	sys, root, fsopts, err := prepare(ctx, c, cfg)
@@ -431,7 +431,7 @@ func adopt(ctx context.Context, c *client.Client, dir string, cfg Config, fd int
 	sys.raw = fs.NewNodeFS(root, fsopts)
 	sys.owners = &lockOwners{RawFileSystem: sys.raw}
 	sys.gate = newGate(sys.owners)
-	if err := restore(ctx, sys, s); err != nil {
+	if err := restore(ctx, sys, s, crashed); err != nil {
 		sys.cancel()
 		return nil, err
 	}
@@ -455,6 +455,11 @@ func adopt(ctx context.Context, c *client.Client, dir string, cfg Config, fd int
 	}
 	go sys.intr.watch(sys.bg)
 	init := s.Init
+	if cfg.MapFile != "" {
+		if err := startStateMap(sys, cfg.MapFile, &init, s); err != nil {
+			klog.ErrorS(err, "fusefs: no state map: a restarted mount process could not take this mount up", "dir", dir)
+		}
+	}
 	dup, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 3)
 	if err != nil {
 		dup = -1
@@ -468,7 +473,7 @@ func adopt(ctx context.Context, c *client.Client, dir string, cfg Config, fd int
 // the kernel did, after empty inodes that take the nodeids no node has
 // now; then open files and directories in the order of their handles,
 // after placeholders for the free numbers, released at the end.
-func restore(ctx context.Context, sys *fsys, s *handoverState) error {
+func restore(ctx context.Context, sys *fsys, s *handoverState, crashed bool) error {
 	t, err := newGoFuseTable(sys.raw)
 	if err != nil {
 		return err
@@ -534,6 +539,16 @@ func restore(ctx context.Context, sys *fsys, s *handoverState) error {
 					h = d
 				} else {
 					f := n.open(hf.ReadOnly)
+					if crashed && !hf.ReadOnly {
+						// what the dead process acknowledged and had not
+						// yet written may be lost: the next flush or
+						// fsync says so, as after a failed write-back
+						f.sh.wb.mu.Lock()
+						if f.sh.wb.err == nil {
+							f.sh.wb.err = errLostWrites
+						}
+						f.sh.wb.mu.Unlock()
+					}
 					if len(hf.Owners) > 0 {
 						f.lockOwners = map[uint64]bool{}
 						for _, o := range hf.Owners {
@@ -563,7 +578,79 @@ func restore(ctx context.Context, sys *fsys, s *handoverState) error {
 	for i := range dummies {
 		sys.raw.Release(nil, &dummies[i])
 	}
+	if crashed {
+		sys.gate.clamp.Store(t)
+	}
 	return nil
+}
+
+// errLostWrites is the error of the first flush or fsync of a file open
+// for writing when its mount process died: writes it had acknowledged
+// may not have reached the server (EIO).
+var errLostWrites = fmt.Errorf("fusefs: the mount process serving this file died; writes it acknowledged may be lost: %w", syscall.EIO)
+
+// startStateMap starts the state map of sys at path (statemap.go).
+func startStateMap(sys *fsys, path string, init *fuse.InitIn, s *handoverState) error {
+	t, err := newGoFuseTable(sys.raw)
+	if err != nil {
+		return err
+	}
+	sm, err := createStateMap(path, t, init, s)
+	if err != nil {
+		return err
+	}
+	sys.gate.rec.Store(sm)
+	return nil
+}
+
+// Recover takes up the FUSE connection cfg.FD of dir after the process
+// that served it died: the kernel connection is alive (another process,
+// the mounter, kept a descriptor of it), the state is the dead process's
+// state map cfg.MapFile. It mounts the export with a new NFS client,
+// restores the nodes and open handles of the map (each node with one
+// lookup: FORGETs are bounded to it), serves, and asks the kernel to
+// send again the requests the dead process had read and not answered
+// (FUSE_NOTIFY_RESEND; on kernels before 6.9 those stay unanswered, their
+// callers blocked until the mount is aborted). Files that were open for
+// writing report EIO at their next flush or fsync (errLostWrites). The
+// dead process's NLM locks are not known: they stay on the server until
+// it hears of a reboot of the node. Errors: the map's, the client's, a
+// restore's.
+func Recover(ctx context.Context, dir string, cfg Config) (*Mount, HandoverStats, error) {
+	st := HandoverStats{To: cfg.Version, From: "crashed"}
+	start := time.Now()
+	if cfg.FD <= 0 || cfg.MapFile == "" {
+		return nil, st, fmt.Errorf("fusefs: recover needs the connection's fd and a state map")
+	}
+	s, err := readStateMap(cfg.MapFile)
+	if err != nil {
+		return nil, st, err
+	}
+	if !fuseuring.CanResend(&s.Init) {
+		klog.InfoS("fusefs: the kernel cannot resend requests: those the dead process held stay unanswered", "dir", dir)
+	}
+	co, err := ClientOptions(cfg)
+	if err != nil {
+		return nil, st, err
+	}
+	c, err := client.Mount(ctx, co)
+	if err != nil {
+		return nil, st, err
+	}
+	m, err := adopt(ctx, c, dir, cfg, cfg.FD, s, true)
+	if err != nil {
+		uctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = c.Unmount(uctx)
+		return nil, st, err
+	}
+	if err := m.ring.Resend(); err != nil {
+		klog.ErrorS(err, "fusefs: requests the dead process held are not sent again", "dir", dir)
+	}
+	st.Paused = time.Since(start)
+	st.Nodes, st.Files = len(s.Nodes), len(s.Files)
+	klog.InfoS("fusefs: took the mount up after its process died", "dir", dir, "to", st.To, "restore", st.Paused, "nodes", st.Nodes, "files", st.Files)
+	return m, st, nil
 }
 
 // rootFH returns the bytes of c's root file handle.

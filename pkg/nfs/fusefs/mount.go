@@ -63,6 +63,11 @@ type Config struct {
 	// Version is the version of this binary, for the logs and metrics of
 	// a handover (handover.go).
 	Version string
+	// MapFile, if not "", is the state map this mount keeps of the
+	// kernel's nodeids and handles (statemap.go), for a process that
+	// takes the connection up after this one dies (Recover). It belongs
+	// outside the process: the mounter's state directory.
+	MapFile string
 }
 
 // ClientOptions builds the NFS client options for cfg: ports, sizes, the
@@ -296,6 +301,11 @@ func Serve(ctx context.Context, c *client.Client, dir string, cfg Config) (*Moun
 		if m.fd, err = goFuseFD(gs); err != nil {
 			m.fd = -1
 			klog.InfoS("fusefs: the mount cannot be handed over", "dir", dir, "reason", err.Error())
+		}
+		if cfg.MapFile != "" {
+			if err := startStateMap(sys, cfg.MapFile, m.init, nil); err != nil {
+				klog.ErrorS(err, "fusefs: no state map: a restarted mount process could not take this mount up", "dir", dir)
+			}
 		}
 	}
 	return m, nil

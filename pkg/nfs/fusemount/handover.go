@@ -75,7 +75,7 @@ func takeover(ctx context.Context, cfg Config, fc fusefs.Config) (*fusefs.Mount,
 var (
 	handoverTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "nfsrdma_mount_handovers_total",
-		Help: "Handovers of this mount's FUSE connection by this process, by direction (from: this process handed it over; to: it took it over) and result (ok, error).",
+		Help: "Handovers of this mount's FUSE connection by this process, by direction (from: this process handed it over; to: it took it over; recover: it took it up after the serving process died) and result (ok, error).",
 	}, []string{"direction", "result"})
 	handoverPause = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "nfsrdma_mount_handover_pause_seconds",
@@ -123,7 +123,7 @@ func recordHandover(dir, direction string, st fusefs.HandoverStats, err error) {
 		return
 	}
 	handoverTotal.WithLabelValues(direction, "ok").Inc()
-	if direction == "to" {
+	if direction != "from" {
 		handoverPause.WithLabelValues(st.From).Set(st.Paused.Seconds())
 		handoverCarried.WithLabelValues("nodes").Set(float64(st.Nodes))
 		handoverCarried.WithLabelValues("files").Set(float64(st.Files))

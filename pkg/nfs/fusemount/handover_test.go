@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -23,11 +24,21 @@ import (
 	"github.com/nfsrdma/nfsrdma-csi/internal/testfix/exporttest"
 	"github.com/nfsrdma/nfsrdma-csi/internal/testfix/lockdtest"
 	"github.com/nfsrdma/nfsrdma-csi/internal/testfix/testenv"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/fuseuring"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/client"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/mountopts"
+	"golang.org/x/sys/unix"
 )
 
 // childEnv names the environment variable that makes the test binary a
 // `driver mount` process: its value is the JSON of a Config.
 const childEnv = "FUSEMOUNT_TEST_CHILD"
+
+// goEnv, when set, is the fd a child reads one byte from before it runs:
+// a process that must start later is forked early, while the test has
+// no file of the mount open (the fork's exec closes them, a FLUSH that a
+// dead mount process would never answer).
+const goEnv = "FUSEMOUNT_TEST_GO"
 
 func TestMain(m *testing.M) {
 	if v := os.Getenv(childEnv); v != "" {
@@ -45,6 +56,12 @@ func runChild(v string) int {
 		return 2
 	}
 	cfg.ReadyFD = 3
+	if g := os.Getenv(goEnv); g != "" {
+		// wait for the test's go-ahead (a byte, or the pipe's end)
+		fd, _ := strconv.Atoi(g)
+		var b [1]byte
+		_, _ = os.NewFile(uintptr(fd), "go").Read(b[:])
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	if err := Run(ctx, cfg); err != nil {
@@ -63,7 +80,17 @@ type mountProc struct {
 
 // startMount starts the test binary as a mount process for cfg and waits
 // for its "ok".
-func startMount(t *testing.T, cfg Config) *mountProc {
+func startMount(t *testing.T, cfg Config, extra ...*os.File) *mountProc {
+	t.Helper()
+	p, ready := startMountLater(t, cfg, false, extra...)
+	ready()
+	return p
+}
+
+// startMountLater starts the test binary as a mount process for cfg
+// (with held: waiting for go-ahead, which ready gives) and returns ready,
+// which waits for its "ok".
+func startMountLater(t *testing.T, cfg Config, held bool, extra ...*os.File) (*mountProc, func()) {
 	t.Helper()
 	b, err := json.Marshal(cfg)
 	if err != nil {
@@ -73,12 +100,21 @@ func startMount(t *testing.T, cfg Config) *mountProc {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer pr.Close()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), childEnv+"="+string(b))
-	cmd.ExtraFiles = []*os.File{pw}
-	lb := &strings.Builder{}
-	w := &lockedWriter{w: lb}
+	cmd.ExtraFiles = append([]*os.File{pw}, extra...)
+	var gw *os.File
+	if held {
+		gr, w, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		gw = w
+		cmd.Env = append(cmd.Env, goEnv+"="+strconv.Itoa(3+len(cmd.ExtraFiles)))
+		cmd.ExtraFiles = append(cmd.ExtraFiles, gr)
+		defer gr.Close()
+	}
+	w := &lockedWriter{w: &strings.Builder{}}
 	cmd.Stdout, cmd.Stderr = w, w
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -87,6 +123,9 @@ func startMount(t *testing.T, cfg Config) *mountProc {
 	p := &mountProc{cmd: cmd, done: make(chan error, 1), log: w}
 	go func() { p.done <- cmd.Wait() }()
 	t.Cleanup(func() {
+		if gw != nil {
+			gw.Close()
+		}
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		select {
 		case <-p.done:
@@ -97,11 +136,31 @@ func startMount(t *testing.T, cfg Config) *mountProc {
 			t.Logf("mount process %d:\n%s", cmd.Process.Pid, w.String())
 		}
 	})
-	line, err := bufio.NewReader(pr).ReadString('\n')
-	if strings.TrimSpace(line) != "ok" {
-		t.Fatalf("mount process: %q %v\n%s", line, err, w.String())
+	ready := func() {
+		t.Helper()
+		defer pr.Close()
+		if gw != nil {
+			_, _ = gw.Write([]byte{1})
+		}
+		type res struct {
+			line string
+			err  error
+		}
+		lc := make(chan res, 1)
+		go func() {
+			l, err := bufio.NewReader(pr).ReadString('\n')
+			lc <- res{l, err}
+		}()
+		select {
+		case r := <-lc:
+			if strings.TrimSpace(r.line) != "ok" {
+				t.Fatalf("mount process: %q %v\n%s", r.line, r.err, w.String())
+			}
+		case <-time.After(60 * time.Second):
+			t.Fatalf("mount process not ready after 60 s:\n%s", w.String())
+		}
 	}
-	return p
+	return p, ready
 }
 
 type lockedWriter struct {
@@ -490,4 +549,110 @@ func newHandoverEnvExport(t *testing.T, e *exporttest.Export, opts string) *hand
 		h.sock[i] = filepath.Join(sd, "handover-"+strconv.Itoa(i)+".sock")
 	}
 	return h
+}
+
+// mountFUSE opens /dev/fuse and mounts it on target as the CSI node
+// plugin does (the mount process answers INIT on it), returning the fd:
+// the test keeps it, as the mounter does, so that the connection
+// outlives a mount process.
+func mountFUSE(t *testing.T, target string) *os.File {
+	t.Helper()
+	f, err := os.OpenFile("/dev/fuse", os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := strings.Join(append([]string{"fd=" + strconv.Itoa(int(f.Fd())), "rootmode=40000", "user_id=0", "group_id=0",
+		"allow_other", "max_read=" + strconv.Itoa(client.MaxIOSize)}, mountopts.KernelOptions...), ",")
+	if err := unix.Mount("127.0.0.1:/vol", target, "fuse.nfsrdma", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
+		f.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		// never leave a connection nobody serves: its callers would hang
+		_ = fuseuring.Abort(target)
+		_ = unix.Unmount(target, unix.MNT_DETACH)
+		f.Close()
+	})
+	return f
+}
+
+// prefixSum is the SHA-256 of the first n bytes of path.
+func prefixSum(t *testing.T, path string, n int64) []byte {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.CopyN(h, f, n); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return h.Sum(nil)
+}
+
+// kill -9 of the mount process during a write+fsync loop: a process
+// started with --recover on the connection the test kept takes it up
+// from the state map, without an unmount; every write whose fsync
+// returned is on the server; the loop goes on, or its fsync in progress
+// reports EIO (what the dead process acknowledged may be lost), never a
+// success for lost data; the mount serves new files afterwards.
+func TestRecoverAfterKill(t *testing.T) {
+	for _, proto := range []string{"tcp", "rdma"} {
+		t.Run(proto, func(t *testing.T) {
+			testenv.NeedRootFUSE(t)
+			e := exporttest.Start(t, exporttest.Options{Node: "n", RDMA: proto == "rdma"})
+			opts := e.TCPOptions() + ",nolock"
+			if proto == "rdma" {
+				opts = "proto=rdma,rdmadev=siw,credits=16,port=" + strconv.Itoa(e.RDMAPort) + ",mountport=" + strconv.Itoa(e.MntPort) + ",nolock"
+			}
+			h := newHandoverEnvExport(t, e, opts)
+			fuse := mountFUSE(t, h.dir)
+			cfg := h.cfg(0, "v0")
+			cfg.HandoverSocket, cfg.FD, cfg.MapFile = "", 4, filepath.Join(t.TempDir(), "map")
+			p0 := startMount(t, cfg, fuse)
+			cfg.Recover, cfg.Version = true, "v1"
+			_, recovered := startMountLater(t, cfg, true, fuse)
+			if err := os.Mkdir(filepath.Join(h.dir, "d"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			w := startWriter(t, filepath.Join(h.dir, "d", "loop"), 64<<10)
+			time.Sleep(300 * time.Millisecond)
+			if err := p0.cmd.Process.Kill(); err != nil {
+				t.Fatal(err)
+			}
+			_ = p0.wait(t, 10*time.Second)
+			killed := time.Now()
+			time.Sleep(100 * time.Millisecond)
+			recovered()
+			up := time.Since(killed)
+			time.Sleep(300 * time.Millisecond)
+			close(w.stop)
+			select {
+			case <-w.done:
+			case <-time.After(60 * time.Second):
+				t.Fatal("writer stuck after the recovery")
+			}
+			if w.err != nil && !errorsIsEIO(w.err) {
+				t.Fatalf("writer: %v (only EIO, for writes the dead process acknowledged, is allowed)", w.err)
+			}
+			if got := prefixSum(t, filepath.Join(h.root, "d", "loop"), w.written); string(got) != string(w.sum()) {
+				t.Fatalf("the server lacks writes whose fsync returned (%d bytes)", w.written)
+			}
+			// the mount serves on: the same directory, a new file
+			data := []byte("after the crash")
+			if err := os.WriteFile(filepath.Join(h.dir, "d", "new"), data, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if got, err := os.ReadFile(filepath.Join(h.root, "d", "new")); err != nil || string(got) != string(data) {
+				t.Fatalf("new file on the server: %q %v", got, err)
+			}
+			t.Logf("%d bytes acknowledged by fsync, all on the server; writer ended with %v; mount up again %v after the kill; longest write+fsync (the pause seen) %v",
+				w.written, w.err, up, w.longest)
+		})
+	}
+}
+
+func errorsIsEIO(err error) bool {
+	return errors.Is(err, syscall.EIO)
 }

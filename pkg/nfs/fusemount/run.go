@@ -72,6 +72,14 @@ type Config struct {
 	Takeover string
 	// Version is this binary's version (logs and metrics of handovers).
 	Version string
+	// MapFile, if not "", is where the mount keeps its state map
+	// (fusefs.Config.MapFile) for a process that takes the connection up
+	// after this one dies.
+	MapFile string
+	// Recover takes up the connection FD after the process that served
+	// it died, from its MapFile (fusefs.Recover), instead of answering
+	// INIT.
+	Recover bool
 }
 
 // Run mounts cfg.Source on cfg.Dir and serves it until it is unmounted
@@ -174,7 +182,7 @@ func mount(ctx context.Context, cfg Config) (*fusefs.Mount, mountMetrics, error)
 		return nil, mm, err
 	}
 	fc := fusefs.Config{Source: cfg.Source, Options: o, Debug: cfg.Debug, FD: cfg.FD,
-		LockCallerName: cfg.LockCallerName, StateDir: cfg.StateDir, Version: cfg.Version}
+		LockCallerName: cfg.LockCallerName, StateDir: cfg.StateDir, Version: cfg.Version, MapFile: cfg.MapFile}
 	fc.AuthSys.MachineName = cfg.MachineName
 	mm.proto = o.Proto
 	if cfg.MetricsSocket != "" {
@@ -189,6 +197,11 @@ func mount(ctx context.Context, cfg Config) (*fusefs.Mount, mountMetrics, error)
 	fc.Dial, fc.Transport = tr.Dial, tr.Name
 	if cfg.Takeover != "" {
 		m, err := takeover(ctx, cfg, fc)
+		return m, mm, err
+	}
+	if cfg.Recover {
+		m, st, err := fusefs.Recover(ctx, cfg.Dir, fc)
+		recordHandover(cfg.Dir, "recover", st, err)
 		return m, mm, err
 	}
 	m, err := fusefs.NewMount(ctx, cfg.Dir, fc)
