@@ -120,7 +120,6 @@ func (g *gate) reopen() {
 // holding returns how many requests the gate holds.
 func (g *gate) holding() int64 { return g.held.Load() }
 
-
 func (g *gate) Lookup(cancel <-chan struct{}, header *fuse.InHeader, name string, out *fuse.EntryOut) fuse.Status {
 	g.enter(true)
 	defer g.leave(true)
