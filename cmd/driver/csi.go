@@ -1,8 +1,10 @@
 package main
 
 import (
+	"context"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -109,6 +111,7 @@ of the node-driver-registrar sidecar, and exits when kubelet rejects it;
 func newMounterCmd() *cobra.Command {
 	var s mounter.Server
 	var metricsAddr string
+	var probe bool
 	cmd := &cobra.Command{
 		Use:   "mounter",
 		Short: "Serve FUSE mounts handed over by the node plugin, outliving its restarts",
@@ -123,6 +126,14 @@ SM_NOTIFY every mount holding locks on it.`,
 		Example: `  driver mounter --socket /run/nfsrdma/mounter.sock --state-dir /var/lib/nfsrdma`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if probe {
+				// the readiness of a mounter: it answers on its socket
+				// only once it has taken its mounts over (--takeover)
+				ctx, cancel := context.WithTimeout(cmd.Context(), 5*time.Second)
+				defer cancel()
+				_, err := (&mounter.Client{Socket: s.Socket}).List(ctx)
+				return err
+			}
 			if v := cmd.Flags().Lookup("v"); v != nil && v.Value.String() != "0" {
 				s.ExtraArgs = []string{"--v=" + v.Value.String()}
 			}
@@ -142,5 +153,6 @@ SM_NOTIFY every mount holding locks on it.`,
 	f.BoolVar(&s.TakeOver, "takeover", false, "at start, hand every mount recorded in --state-dir whose process (of a previous mounter, e.g. the pod this one replaces) listens on its handover socket to a new mount process of this binary: an upgrade that applications see as a pause")
 	f.StringVar(&s.LockSocket, "lock-socket", "", "unix socket of the node's lock callback service: one NLM/NSM callback service (GRANTED, GRANTED_MSG, SM_NOTIFY) for every mount of the node, registered with the node's rpcbind, which the mount processes attach to (default: lockd.sock beside --socket; \"none\": each mount process serves its own)")
 	f.StringVar(&metricsAddr, "metrics-address", "", "HOST:PORT of the Prometheus /metrics endpoint: the lock callbacks received and routed to mounts (empty: off)")
+	f.BoolVar(&probe, "probe", false, "exit 0 if the mounter at --socket answers (a readiness probe), else 1")
 	return cmd
 }

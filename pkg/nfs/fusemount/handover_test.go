@@ -224,7 +224,6 @@ func (h *handoverEnv) cfg(gen int, version string) Config {
 // longest write+fsync.
 type writer struct {
 	f       *os.File
-	h       [32]byte
 	sum     func() []byte
 	written int64
 	longest time.Duration
