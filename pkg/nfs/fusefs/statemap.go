@@ -140,15 +140,21 @@ func (m *stateMap) direntplus(b []byte) {
 	if m == nil {
 		return
 	}
+	walkDirentplus(b, m.node)
+}
+
+// walkDirentplus calls fn with the nodeid of each whole entry of the
+// READDIRPLUS reply b; it stops at a truncated one.
+func walkDirentplus(b []byte, fn func(uint64)) {
 	const entryOut, dirent = 128, 24
 	for len(b) >= entryOut+dirent {
 		id := binary.LittleEndian.Uint64(b)
-		namelen := int(binary.LittleEndian.Uint32(b[entryOut+16:]))
+		namelen := uint64(binary.LittleEndian.Uint32(b[entryOut+16:]))
 		sz := (entryOut + dirent + namelen + 7) &^ 7
-		if sz > len(b) {
+		if sz > uint64(len(b)) {
 			return
 		}
-		m.node(id)
+		fn(id)
 		b = b[sz:]
 	}
 }
