@@ -2,12 +2,15 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	"golang.org/x/sys/unix"
 
 	"github.com/nfsrdma/nfsrdma-csi/pkg/csi/credits"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/csi/deviceplugin"
@@ -127,12 +130,7 @@ SM_NOTIFY every mount holding locks on it.`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if probe {
-				// the readiness of a mounter: it answers on its socket
-				// only once it has taken its mounts over (--takeover)
-				ctx, cancel := context.WithTimeout(cmd.Context(), 5*time.Second)
-				defer cancel()
-				_, err := (&mounter.Client{Socket: s.Socket}).List(ctx)
-				return err
+				return probeMounter(cmd.Context(), s.Socket)
 			}
 			if v := cmd.Flags().Lookup("v"); v != nil && v.Value.String() != "0" {
 				s.ExtraArgs = []string{"--v=" + v.Value.String()}
@@ -155,4 +153,37 @@ SM_NOTIFY every mount holding locks on it.`,
 	f.StringVar(&metricsAddr, "metrics-address", "", "HOST:PORT of the Prometheus /metrics endpoint: the lock callbacks received and routed to mounts (empty: off)")
 	f.BoolVar(&probe, "probe", false, "exit 0 if the mounter at --socket answers (a readiness probe), else 1")
 	return cmd
+}
+
+// probeMounter is the readiness of a mounter: the mounter of this
+// container (the socket's peer is in this PID namespace: during a rolling
+// update the socket path may still lead to the pod being replaced)
+// answers on socket, which it does once it has taken its mounts over
+// (--takeover).
+func probeMounter(ctx context.Context, socket string) error {
+	c, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: socket, Net: "unixpacket"})
+	if err != nil {
+		return err
+	}
+	rc, err := c.SyscallConn()
+	if err != nil {
+		c.Close()
+		return err
+	}
+	var cred *unix.Ucred
+	var cerr error
+	if err := rc.Control(func(fd uintptr) { cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED) }); err != nil {
+		cerr = err
+	}
+	c.Close()
+	if cerr != nil {
+		return cerr
+	}
+	if cred.Pid == 0 {
+		return fmt.Errorf("%s is served by a mounter of another pod (not ready yet)", socket)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	_, err = (&mounter.Client{Socket: socket}).List(ctx)
+	return err
 }
