@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -225,7 +226,7 @@ func (h *handoverEnv) cfg(gen int, version string) Config {
 type writer struct {
 	f       *os.File
 	sum     func() []byte
-	written int64
+	written atomic.Int64 // bytes whose fsync returned
 	longest time.Duration
 	err     error
 	stop    chan struct{}
@@ -262,7 +263,7 @@ func startWriter(t *testing.T, path string, block int) *writer {
 			}
 			w.longest = max(w.longest, time.Since(t0))
 			h.Write(buf)
-			w.written += int64(len(buf))
+			w.written.Add(int64(len(buf)))
 		}
 	}()
 	return w
@@ -302,7 +303,7 @@ func TestHandoverWriteLoop(t *testing.T) {
 	p0 := startMount(t, h.cfg(0, "v0"))
 	w := startWriter(t, filepath.Join(h.dir, "loop"), 64<<10)
 	time.Sleep(300 * time.Millisecond)
-	before := w.written
+	before := w.written.Load()
 	p1 := startMount(t, h.cfg(1, "v1"))
 	if err := p0.wait(t, 30*time.Second); err != nil {
 		t.Fatalf("old mount process: %v\n%s", err, p0.log.String())
@@ -314,13 +315,13 @@ func TestHandoverWriteLoop(t *testing.T) {
 	}
 	time.Sleep(300 * time.Millisecond)
 	w.finish(t)
-	if w.written <= before {
-		t.Fatalf("no write after the handovers (%d bytes before, %d in all)", before, w.written)
+	if w.written.Load() <= before {
+		t.Fatalf("no write after the handovers (%d bytes before, %d in all)", before, w.written.Load())
 	}
 	if got, want := fileSum(t, filepath.Join(h.root, "loop")), w.sum(); string(got) != string(want) {
-		t.Fatalf("server's file: sha256 %s, written %s (%d bytes)", hex.EncodeToString(got), hex.EncodeToString(want), w.written)
+		t.Fatalf("server's file: sha256 %s, written %s (%d bytes)", hex.EncodeToString(got), hex.EncodeToString(want), w.written.Load())
 	}
-	t.Logf("%d bytes written and fsynced across 2 handovers; longest write+fsync (the pause seen): %v", w.written, w.longest)
+	t.Logf("%d bytes written and fsynced across 2 handovers; longest write+fsync (the pause seen): %v", w.written.Load(), w.longest)
 	logHandovers(t, p0, p1, p2)
 }
 
@@ -635,8 +636,8 @@ func TestRecoverAfterKill(t *testing.T) {
 			if w.err != nil && !errorsIsEIO(w.err) {
 				t.Fatalf("writer: %v (only EIO, for writes the dead process acknowledged, is allowed)", w.err)
 			}
-			if got := prefixSum(t, filepath.Join(h.root, "d", "loop"), w.written); string(got) != string(w.sum()) {
-				t.Fatalf("the server lacks writes whose fsync returned (%d bytes)", w.written)
+			if got := prefixSum(t, filepath.Join(h.root, "d", "loop"), w.written.Load()); string(got) != string(w.sum()) {
+				t.Fatalf("the server lacks writes whose fsync returned (%d bytes)", w.written.Load())
 			}
 			// the mount serves on: the same directory, a new file
 			data := []byte("after the crash")
@@ -647,7 +648,7 @@ func TestRecoverAfterKill(t *testing.T) {
 				t.Fatalf("new file on the server: %q %v", got, err)
 			}
 			t.Logf("%d bytes acknowledged by fsync, all on the server; writer ended with %v; mount up again %v after the kill; longest write+fsync (the pause seen) %v",
-				w.written, w.err, up, w.longest)
+				w.written.Load(), w.err, up, w.longest)
 		})
 	}
 }
