@@ -188,7 +188,7 @@ type dummyHandle struct{}
 // on.
 func (m *Mount) Handover(ctx context.Context, conn *net.UnixConn) (HandoverStats, error) {
 	st := HandoverStats{From: m.cfg.Version}
-	if m.init == nil || m.fd < 0 || m.sys.gate == nil {
+	if m.init == nil || m.devFD == nil || m.sys.gate == nil {
 		return st, fmt.Errorf("%w: served over io_uring or by an unreadable go-fuse server", ErrNoHandover)
 	}
 	if !fuseuring.CanResend(m.init) {
@@ -231,7 +231,13 @@ func (m *Mount) Handover(ctx context.Context, conn *net.UnixConn) (HandoverStats
 		return fail(err)
 	}
 	s.Requests, s.Closed = g.holding(), start
-	if err := sendState(conn, m.fd, s); err != nil {
+	fd, err := m.devFD()
+	if err != nil {
+		return fail(fmt.Errorf("%w: %w", ErrNoHandover, err))
+	}
+	err = sendState(conn, fd, s)
+	unix.Close(fd)
+	if err != nil {
 		return fail(fmt.Errorf("fusefs: handover: send: %w", err))
 	}
 	_ = conn.SetReadDeadline(time.Now().Add(handoverAckTimeout))
@@ -460,11 +466,8 @@ func adopt(ctx context.Context, c *client.Client, dir string, cfg Config, fd int
 			klog.ErrorS(err, "fusefs: no state map: a restarted mount process could not take this mount up", "dir", dir)
 		}
 	}
-	dup, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 3)
-	if err != nil {
-		dup = -1
-	}
-	return &Mount{Client: c, sys: sys, server: rs, ring: rs, dir: dir, cancel: sys.cancel, byFD: true, cfg: cfg, init: &init, fd: dup}, nil
+	devFD := func() (int, error) { return unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 3) }
+	return &Mount{Client: c, sys: sys, server: rs, ring: rs, dir: dir, cancel: sys.cancel, byFD: true, cfg: cfg, init: &init, devFD: devFD}, nil
 }
 
 // restore registers the nodes and file handles of s in go-fuse's table of

@@ -144,10 +144,11 @@ type Mount struct {
 	byFD   bool // mounted by another process (Config.FD): unmount dir ourselves
 	cfg    Config
 	// init is the kernel's INIT as this mount's server answered it, and
-	// fd the connection's /dev/fuse descriptor, for a handover
-	// (handover.go); nil and -1 when the mount cannot be handed over.
-	init *fuse.InitIn
-	fd   int
+	// devFD returns a duplicate of the connection's /dev/fuse descriptor,
+	// for a handover (handover.go); nil when the mount cannot be handed
+	// over.
+	init  *fuse.InitIn
+	devFD func() (int, error)
 }
 
 // NewMount mounts the NFS export with the NFS client (bounded by ctx),
@@ -294,14 +295,11 @@ func Serve(ctx context.Context, c *client.Client, dir string, cfg Config) (*Moun
 	klog.InfoS("fusefs: mounted", "source", cfg.Source, "dir", dir, "proto", o.Proto, "fuse_transport", transport,
 		"rsize", c.RSize(), "wsize", c.WSize(), "noac", o.NoAC, "read_ahead_kb", o.ReadAheadKB,
 		"local_lock", o.LocalLock, "lockport", o.LockPort)
-	m := &Mount{Client: c, sys: sys, server: srv, ring: urs, dir: dir, cancel: cancel, byFD: cfg.FD > 0, cfg: cfg, fd: -1}
+	m := &Mount{Client: c, sys: sys, server: srv, ring: urs, dir: dir, cancel: cancel, byFD: cfg.FD > 0, cfg: cfg}
 	if gs, ok := srv.(*fuse.Server); ok {
 		init := *gs.KernelSettings()
 		m.init = &init
-		if m.fd, err = goFuseFD(gs); err != nil {
-			m.fd = -1
-			klog.InfoS("fusefs: the mount cannot be handed over", "dir", dir, "reason", err.Error())
-		}
+		m.devFD = func() (int, error) { return goFuseFD(gs) }
 		if cfg.MapFile != "" {
 			if err := startStateMap(sys, cfg.MapFile, m.init, nil); err != nil {
 				klog.ErrorS(err, "fusefs: no state map: a restarted mount process could not take this mount up", "dir", dir)
