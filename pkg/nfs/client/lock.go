@@ -184,6 +184,11 @@ type waiter struct {
 	done    bool   // granted already (guarded by Locker.mu)
 }
 
+// names reports whether a GRANTED's lock is w's: same svid, file handle and range.
+func (w *waiter) names(a *nlm.TestArgs) bool {
+	return w.svid == a.Lock.Svid && w.fh == string(a.Lock.FH) && w.offset == a.Lock.Offset && w.length == a.Lock.Length
+}
+
 // Locker is the NLM v4 client of one mount: it locks byte ranges of the
 // mount's files on the server (TEST, LOCK, CANCEL, UNLOCK), maps lock
 // owners to svid and oh, completes blocked locks on GRANTED or by
@@ -757,7 +762,7 @@ func (l *Locker) granted(a *nlm.TestArgs) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for w := range l.waiters {
-		if w.svid == a.Lock.Svid && w.fh == string(a.Lock.FH) && w.offset == a.Lock.Offset && w.length == a.Lock.Length {
+		if w.names(a) {
 			if !w.done {
 				w.done = true
 				close(w.granted)
@@ -777,7 +782,7 @@ func (l *Locker) wake(a *nlm.TestArgs, peer net.Addr) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for w := range l.waiters {
-		if w.svid == a.Lock.Svid && w.fh == string(a.Lock.FH) && w.offset == a.Lock.Offset && w.length == a.Lock.Length && !w.done {
+		if w.names(a) && !w.done {
 			w.wokenBy = peer.String()
 			select {
 			case w.wake <- struct{}{}:
