@@ -8,11 +8,14 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -79,15 +82,61 @@ func Driver(t testing.TB, race bool) string {
 	return bin
 }
 
-// FreePort returns a TCP port free on 127.0.0.1 a moment ago.
+// FreePort returns a TCP port of 127.0.0.1 that was free a moment ago,
+// for a child process to listen on. It is taken below the kernel's
+// ephemeral range (net.ipv4.ip_local_port_range), so the outgoing
+// connections of this machine, which take their local ports from that
+// range, cannot occupy it before the child binds it; no port is returned
+// twice by one test binary.
 func FreePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	portMu.Lock()
+	defer portMu.Unlock()
+	low := ephemeralLow()
+	// 8192 ports below the ephemeral range, never below 1024
+	base := max(low-8192, 1024)
+	span := low - base
+	if span <= 0 {
+		t.Fatalf("no ports below the ephemeral range (it starts at %d)", low)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	for range span {
+		p := base + rand.IntN(span)
+		if portsGiven[p] {
+			continue
+		}
+		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
+		if err != nil {
+			continue
+		}
+		l.Close()
+		portsGiven[p] = true
+		return p
+	}
+	t.Fatalf("no free port in [%d, %d)", base, low)
+	return 0
+}
+
+var (
+	portMu     sync.Mutex
+	portsGiven = map[int]bool{}
+)
+
+// ephemeralLow is the first port of the kernel's ephemeral range; 32768
+// (Linux's default) when it cannot be read.
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 32768
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 32768
+	}
+	n, err := strconv.Atoi(f[0])
+	if err != nil || n <= 1024 {
+		return 32768
+	}
+	return n
 }
 
 // Dialable returns a readiness check: whether addr accepts a connection

@@ -98,14 +98,25 @@ func testNodeLockCallbacks(t *testing.T, bin, rpcbind, proto string, hostNetwork
 	if err := srv.Start(); err != nil {
 		t.Fatal(err)
 	}
+	exited := make(chan error, 1)
+	go func() { exited <- srv.Wait() }()
 	t.Cleanup(func() {
 		_ = srv.Process.Signal(syscall.SIGTERM)
-		_ = srv.Wait()
+		<-exited
 		if t.Failed() {
 			t.Logf("---- server log ----\n%s", srvLog.String())
 		}
 	})
-	testenv.Eventually(t, 30*time.Second, "export server", testenv.Dialable("tcp", "127.0.0.1:"+strconv.Itoa(nlmP)))
+	serving := testenv.Dialable("tcp", "127.0.0.1:"+strconv.Itoa(nlmP))
+	testenv.Eventually(t, 30*time.Second, "export server", func() bool {
+		select {
+		case err := <-exited:
+			exited <- err
+			t.Fatalf("export server exited: %v\n%s", err, srvLog.String())
+		default:
+		}
+		return serving()
+	})
 	if hostNetwork {
 		testenv.Eventually(t, 10*time.Second, "the export server's NLM in rpcbind", func() bool { return nlmPort(t, rpcbind) == nlmP })
 	}
