@@ -168,11 +168,13 @@ func checkController(t *testing.T, objs []object) {
 	} else if v := volume(spec, m.Name); v == nil || v.Secret == nil || v.Secret.SecretName != "nfsrdma-csi-admin" {
 		t.Errorf("admin token volume %+v", v)
 	}
+	// the chart's default sidecars are the versions hack/cluster tests
+	v := clusterVersions(t)
 	images := map[string]string{
-		"csi-provisioner": "registry.k8s.io/sig-storage/csi-provisioner:v6.3.0",
-		"csi-attacher":    "registry.k8s.io/sig-storage/csi-attacher:v4.13.0",
-		"csi-snapshotter": "registry.k8s.io/sig-storage/csi-snapshotter:",
-		"csi-resizer":     "registry.k8s.io/sig-storage/csi-resizer:",
+		"csi-provisioner": "registry.k8s.io/sig-storage/csi-provisioner:" + v["PROV"],
+		"csi-attacher":    "registry.k8s.io/sig-storage/csi-attacher:" + v["ATT"],
+		"csi-snapshotter": "registry.k8s.io/sig-storage/csi-snapshotter:" + v["SNAPSHOTTER"],
+		"csi-resizer":     "registry.k8s.io/sig-storage/csi-resizer:" + v["RESIZER"],
 		"liveness-probe":  "registry.k8s.io/sig-storage/livenessprobe:",
 		"driver":          "ghcr.io/nfsrdma/nfsrdma-csi:v0.1.0",
 	}

@@ -25,7 +25,7 @@ type sidecar struct {
 }
 
 // clusterVersions reads the sidecar versions hack/cluster builds and runs
-// (shell assignments such as PROV=6.3.0).
+// (shell assignments such as PROV=6.4.0).
 func clusterVersions(t *testing.T) map[string]string {
 	t.Helper()
 	data, err := os.ReadFile("../hack/cluster")
