@@ -16,6 +16,7 @@ import (
 
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nlm"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nsm"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/statmon"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
 )
 
@@ -72,6 +73,8 @@ type Service struct {
 	// DefaultAnswerTimeout.
 	AnswerTimeout time.Duration
 
+	monitor *statmon.Monitor
+
 	mu     sync.Mutex
 	conns  map[*peerConn]struct{}
 	byTag  map[string]*peerConn
@@ -112,6 +115,15 @@ func (s *Service) Port() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.port
+}
+
+// Monitor returns the node's status monitor (nil before Run): the
+// monitors local lock managers asked for and the state number it
+// answers.
+func (s *Service) Monitor() *statmon.Monitor {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.monitor
 }
 
 // Attached returns the tags of the attached mount processes, sorted.
@@ -169,6 +181,7 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	s.mu.Lock()
 	s.conns, s.byTag, s.counts = map[*peerConn]struct{}{}, map[string]*peerConn{}, map[[2]string]uint64{}
+	s.monitor = &statmon.Monitor{RPCBind: s.RPCBind}
 	s.mu.Unlock()
 	if err := os.MkdirAll(filepath.Dir(s.Socket), 0o755); err != nil {
 		return fmt.Errorf("lockcb: %w", err)
