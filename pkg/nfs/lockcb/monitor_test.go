@@ -248,8 +248,8 @@ func TestStatusMonitor(t *testing.T) {
 	if ms := s.Monitor().Monitors(); len(ms) != 1 || ms[0].MonID != third.MonID {
 		t.Fatalf("monitors after SM_UNMON_ALL: %+v, want the other my_name's", ms)
 	}
-	// the callback goes to the monitor's own address through its mon_name:
-	// a host monitored by address is matched by the caller's address
+	// a host monitored by its address is matched by the address the
+	// SM_NOTIFY comes from, whatever mon_name it sends
 	byAddr := mon
 	byAddr.MonID.MonName = "127.0.0.2"
 	copy(byAddr.Priv[:], "sixteen-priv-two")
