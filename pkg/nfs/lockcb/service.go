@@ -73,14 +73,13 @@ type Service struct {
 	// DefaultAnswerTimeout.
 	AnswerTimeout time.Duration
 
-	monitor *statmon.Monitor
-
-	mu     sync.Mutex
-	conns  map[*peerConn]struct{}
-	byTag  map[string]*peerConn
-	counts map[[2]string]uint64
-	port   int
-	ready  chan struct{}
+	mu      sync.Mutex
+	monitor *statmon.Monitor // the NSM procedures (statmon.Monitor.Handlers)
+	conns   map[*peerConn]struct{}
+	byTag   map[string]*peerConn
+	counts  map[[2]string]uint64
+	port    int
+	ready   chan struct{}
 }
 
 // peerConn is one attached mount process or relaying lock server.
