@@ -139,7 +139,7 @@ SM_NOTIFY every mount holding locks on it.`,
 	f := cmd.Flags()
 	f.StringVar(&s.Socket, "socket", "/run/nfsrdma/mounter.sock", "unix socket to listen on")
 	f.StringVar(&s.StateDir, "state-dir", "/var/lib/nfsrdma/mounts", "directory for the state and log of each mount")
-	f.StringVar(&s.LockSocket, "lock-socket", "", "unix socket of the node's lock callback service: one NLM/NSM callback service (GRANTED, GRANTED_MSG, SM_NOTIFY) for every mount of the node, registered with the node's rpcbind, which the mount processes attach to (default: lockd.sock beside --socket; \"none\": each mount process serves its own)")
+	f.StringVar(&s.LockSocket, "lock-socket", "", "unix socket of the node's lock callback service: one NLM/NSM callback service (GRANTED, GRANTED_MSG, SM_NOTIFY) for every mount of the node, and the node's status monitor for its own lock managers (SM_STAT, SM_MON, SM_UNMON, SM_UNMON_ALL), registered with the node's rpcbind, which the mount processes attach to (default: lockd.sock beside --socket; \"none\": each mount process serves its own)")
 	f.StringVar(&metricsAddr, "metrics-address", "", "HOST:PORT of the Prometheus /metrics endpoint: the lock callbacks received and routed to mounts (empty: off)")
 	return cmd
 }

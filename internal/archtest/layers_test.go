@@ -36,6 +36,7 @@ var layers = []layer{
 	{name: "device choice, ONC RPC", pkgs: []string{"pkg/verbs/devselect", "pkg/sunrpc"}},
 	{name: "RPC-over-RDMA", pkgs: []string{"pkg/rpcrdma"}},
 	{name: "protocol XDR, admin API types", pkgs: []string{"pkg/nfs/nfs3", "pkg/nfs/nlm", "pkg/nfs/nsm", "pkg/nfs/nsmstate", "pkg/nfs/admin"}},
+	{name: "status monitor", pkgs: []string{"pkg/nfs/statmon"}},
 	{name: "MOUNT XDR, mount options, lock callbacks", pkgs: []string{"pkg/nfs/mount3", "pkg/nfs/mountopts", "pkg/nfs/lockcb"}},
 	{name: "control-side metrics", pkgs: []string{"pkg/metrics"}},
 	{name: "protocol roles and state", pkgs: []string{"pkg/nfs/client", "pkg/nfs/lockd", "pkg/nfs/volumes",

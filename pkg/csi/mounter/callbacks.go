@@ -12,8 +12,9 @@ import (
 // The node's lock callback service: one NLM (GRANTED, GRANTED_MSG) and
 // NSM (SM_NOTIFY) service for every mount of the node, registered with
 // the node's rpcbind, passing each callback to the mount process whose
-// lock it is (package lockcb). The mount processes attach to it at
-// Server.LockSocket (their --node-lock-socket).
+// lock it is (package lockcb), and the node's status monitor for the
+// node's own lock managers (package statmon). The mount processes attach
+// to it at Server.LockSocket (their --node-lock-socket).
 
 // runCallbacks runs the node's callback service until ctx ends; ready is
 // closed once it listens, or failed to. While it does not run, mount

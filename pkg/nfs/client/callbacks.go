@@ -15,6 +15,7 @@ import (
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/lockcb"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nlm"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nsm"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/statmon"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/xdr"
 )
@@ -184,16 +185,13 @@ func (s *callbackService) startLocked() error {
 	nlmProcs[nlm.ProcGranted] = granted
 	nlmProcs[nlm.ProcGrantedMsg] = grantedMsg
 	srv.Register(nlm.Program, nlm.Version, nlmProcs)
-	notify := func(ctx context.Context, req *sunrpc.Request, res *sunrpc.Builder) error {
-		var a nsm.StatChge
-		if err := a.Decode(req.ArgsDecoder()); err != nil {
-			return garbage(err)
-		}
-		s.notify(&a, req.Peer)
-		statd.forward(&a)
-		return nil // void
-	}
-	srv.Register(nsm.Program, nsm.Version, statd.handlers(notify))
+	// the host's status monitor while this process holds NSM in rpcbind
+	// (no rpc.statd, no node service): a lock server of this host (an
+	// NFS-Ganesha NLM) calls it for its clients
+	mon := &statmon.Monitor{RPCBind: CallbackRPCBind, State: hostStateNow}
+	srv.Register(nsm.Program, nsm.Version, mon.Handlers(func(_ context.Context, req *sunrpc.Request, a *nsm.StatChge) {
+		s.notify(a, req.Peer)
+	}))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {

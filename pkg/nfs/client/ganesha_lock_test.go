@@ -5,18 +5,77 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/nfsrdma/nfsrdma-csi/internal/testfix/testenv"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/lockcb"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nfs3"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nlm"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nsm"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
 )
+
+// TestGaneshaLocksNodeMonitor is TestGaneshaLocks while the node's lock
+// callback service (package lockcb, as the mounter runs it) holds NSM in
+// this host's rpcbind: Ganesha's NLM monitors each client through it
+// (SM_MON, answered stat_succ), so its locks work. Skipped when another
+// live service holds NSM there. It comes before TestGaneshaLocks: Ganesha
+// monitors a client address once (NSM_Use_Caller_Name off), so its SM_MON
+// for 127.0.0.1 reaches the status monitor holding NSM the first time.
+func TestGaneshaLocksNodeMonitor(t *testing.T) {
+	needGanesha(t)
+	s := &lockcb.Service{Socket: filepath.Join(t.TempDir(), "lockd.sock"), RPCBind: CallbackRPCBind}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error("lockcb:", err)
+		}
+	})
+	select {
+	case <-s.Ready():
+	case err := <-done:
+		t.Fatal("lockcb:", err)
+	}
+	held := func() (int, bool) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		p, err := sunrpc.PortmapGetPort(ctx, CallbackRPCBind, sunrpc.Mapping{Prog: nsm.Program, Vers: nsm.Version, Prot: sunrpc.IPProtoTCP})
+		return p, err == nil && p == s.Port()
+	}
+	if !testenv.WaitFor(3*time.Second, func() bool { _, ok := held(); return ok }) {
+		p, _ := held()
+		t.Skipf("another live service holds NSM in the rpcbind at %s (port %d): the node service cannot take it", CallbackRPCBind, p)
+	}
+	ganeshaLocks(t, func() {
+		// Ganesha names a client by its address unless told to use
+		// caller names (NSM_Use_Caller_Name)
+		testenv.Eventually(t, 10*time.Second, "Ganesha's SM_MON recorded by the node's status monitor", func() bool {
+			for _, r := range s.Monitor().Monitors() {
+				if (r.MonName == "127.0.0.1" || r.MonName == "client-one") && r.MyID.MyProg == nlm.Program {
+					return true
+				}
+			}
+			return false
+		})
+		t.Logf("monitors: %+v", s.Monitor().Monitors())
+	})
+}
 
 // TestGaneshaLocks locks through NFS-Ganesha's NLM v4 service
 // (Enable_NLM = true), found through rpcbind: two clients of one file
 // exclude each other, TEST reports the holder, a blocked lock completes
 // when the holder unlocks (by GRANTED, or by re-sending the LOCK when
 // Ganesha's callback cannot reach us), a cancelled wait leaves nothing.
-func TestGaneshaLocks(t *testing.T) {
+func TestGaneshaLocks(t *testing.T) { ganeshaLocks(t, nil) }
+
+// ganeshaLocks runs the locks of TestGaneshaLocks; monitored, when not
+// nil, runs after the first lock is held.
+func ganeshaLocks(t *testing.T, monitored func()) {
 	g := needGanesha(t)
 	if g.NLMPort == 0 {
 		t.Fatal("Ganesha runs without NLM")
@@ -51,6 +110,9 @@ func TestGaneshaLocks(t *testing.T) {
 	}
 	if err := l1.Lock(ctx, r(1, 3001, 0, 99, true), false); err != nil {
 		t.Fatal("LOCK:", err)
+	}
+	if monitored != nil {
+		monitored()
 	}
 	if err := l2.Lock(ctx, r(2, 3002, 50, 50, false), false); !errors.Is(err, ErrLockDenied) {
 		t.Fatalf("conflicting LOCK: %v", err)

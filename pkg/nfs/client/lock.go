@@ -18,6 +18,7 @@ import (
 	"github.com/nfsrdma/nfsrdma-csi/internal/posixlock"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nfs3"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nlm"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nsmstate"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/xdr"
 )
@@ -804,7 +805,20 @@ func (l *Locker) state() int32 {
 
 // memState is the NSM state of a process without a state directory: odd
 // (the host is up) and different at each start.
-var memState = int32(time.Now().Unix()) | 1
+var memState = nsmstate.Volatile()
+
+// hostStateNow is the NSM state this process's status monitor answers
+// with: that of the first Locker with a HostState, else memState.
+func hostStateNow() int32 {
+	callbacks.mu.Lock()
+	defer callbacks.mu.Unlock()
+	for l := range callbacks.lockers {
+		if l.opts.State != nil {
+			return l.opts.State.State()
+		}
+	}
+	return memState
+}
 
 // serverRestarted starts a reclaim of the held locks unless one is in
 // progress: the server rebooted (SM_NOTIFY) or is in its grace period.

@@ -545,20 +545,21 @@ func TestStatdForward(t *testing.T) {
 	if _, err := a.Test(ctx, req(1, 1, 0, 0, true)); err != nil { // starts the service
 		t.Fatal(err)
 	}
-	// a monitor's callback program, registered with rpcbind
-	const prog, vers, proc = 399999, 1, 1
+	// a monitor's callback: NLM (the only program the status monitor
+	// calls back) in a version no lock manager registers, with rpcbind
+	prog, vers, proc := uint32(nlm.Program), 0x7100+uint32(os.Getpid()%0x1000), uint32(1)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := make(chan smStatus, 1)
+	got := make(chan nlm.SMStatus, 1)
 	rs := sunrpc.NewServer(nil)
 	rs.Register(prog, vers, []sunrpc.Handler{nil, func(_ context.Context, r *sunrpc.Request, _ *sunrpc.Builder) error {
 		var s nlm.SMStatus
 		if err := s.Decode(r.ArgsDecoder()); err != nil {
 			return err
 		}
-		got <- smStatus{MonName: s.MonName, State: s.State, Priv: s.Priv}
+		got <- s
 		return nil
 	}})
 	sctx, stop := context.WithCancel(context.Background())

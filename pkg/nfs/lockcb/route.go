@@ -109,12 +109,12 @@ func (s *Service) route(ctx context.Context, prog, proc uint32, peer string, arg
 }
 
 // rpcServer returns the NLM v4 (NULL, GRANTED, GRANTED_MSG) and NSM v1
-// (NULL, SM_NOTIFY) procedures of the service.
+// procedures of the service: the node's status monitor (package statmon)
+// whose SM_NOTIFY is also routed to the mounts.
 func (s *Service) rpcServer() *sunrpc.Server {
 	srv := sunrpc.NewServer(nil)
-	null := func(context.Context, *sunrpc.Request, *sunrpc.Builder) error { return nil }
 	nlmProcs := make([]sunrpc.Handler, nlm.ProcGrantedMsg+1)
-	nlmProcs[nlm.ProcNull] = null
+	nlmProcs[nlm.ProcNull] = func(context.Context, *sunrpc.Request, *sunrpc.Builder) error { return nil }
 	nlmProcs[nlm.ProcGranted] = func(ctx context.Context, req *sunrpc.Request, res *sunrpc.Builder) error {
 		var a nlm.TestArgs
 		if err := a.Decode(req.ArgsDecoder()); err != nil {
@@ -130,33 +130,26 @@ func (s *Service) rpcServer() *sunrpc.Server {
 		r.Encode(&res.Encoder)
 		return nil
 	}
-	nlmProcs[nlm.ProcGrantedMsg] = s.async
+	nlmProcs[nlm.ProcGrantedMsg] = func(ctx context.Context, req *sunrpc.Request, _ *sunrpc.Builder) error {
+		// void: the mount process answers with a GRANTED_RES call
+		var a nlm.TestArgs
+		if err := a.Decode(req.ArgsDecoder()); err != nil {
+			return fmt.Errorf("%w: %w", sunrpc.ErrGarbageArgs, err)
+		}
+		s.routeLater(ctx, req)
+		return nil
+	}
 	srv.Register(nlm.Program, nlm.Version, nlmProcs)
-	nsmProcs := make([]sunrpc.Handler, nsm.ProcNotify+1)
-	nsmProcs[nsm.ProcNull] = null
-	nsmProcs[nsm.ProcNotify] = s.async
-	srv.Register(nsm.Program, nsm.Version, nsmProcs)
+	srv.Register(nsm.Program, nsm.Version, s.Monitor().Handlers(func(ctx context.Context, req *sunrpc.Request, _ *nsm.StatChge) {
+		s.routeLater(ctx, req)
+	}))
 	return srv
 }
 
-// async is a procedure whose answer is void (GRANTED_MSG, whose answer the
-// mount process sends as a GRANTED_RES call; SM_NOTIFY): its arguments are
-// checked and routed after the reply.
-func (s *Service) async(ctx context.Context, req *sunrpc.Request, _ *sunrpc.Builder) error {
-	d := req.ArgsDecoder()
-	var err error
-	if req.Prog == nlm.Program {
-		var a nlm.TestArgs
-		err = a.Decode(d)
-	} else {
-		var a nsm.StatChge
-		err = a.Decode(d)
-	}
-	if err != nil {
-		return fmt.Errorf("%w: %w", sunrpc.ErrGarbageArgs, err)
-	}
+// routeLater routes the call req, whose arguments decoded, after its void
+// reply (GRANTED_MSG, SM_NOTIFY).
+func (s *Service) routeLater(ctx context.Context, req *sunrpc.Request) {
 	args := append([]byte(nil), req.Args...)
 	prog, proc, peer := req.Prog, req.Proc, req.Peer.String()
 	go func() { _, _ = s.route(context.WithoutCancel(ctx), prog, proc, peer, args) }()
-	return nil
 }

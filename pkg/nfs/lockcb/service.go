@@ -16,6 +16,7 @@ import (
 
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nlm"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nsm"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/statmon"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
 )
 
@@ -72,12 +73,13 @@ type Service struct {
 	// DefaultAnswerTimeout.
 	AnswerTimeout time.Duration
 
-	mu     sync.Mutex
-	conns  map[*peerConn]struct{}
-	byTag  map[string]*peerConn
-	counts map[[2]string]uint64
-	port   int
-	ready  chan struct{}
+	mu      sync.Mutex
+	monitor *statmon.Monitor // the NSM procedures (statmon.Monitor.Handlers)
+	conns   map[*peerConn]struct{}
+	byTag   map[string]*peerConn
+	counts  map[[2]string]uint64
+	port    int
+	ready   chan struct{}
 }
 
 // peerConn is one attached mount process or relaying lock server.
@@ -112,6 +114,15 @@ func (s *Service) Port() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.port
+}
+
+// Monitor returns the node's status monitor (nil before Run): the
+// monitors local lock managers asked for and the state number it
+// answers.
+func (s *Service) Monitor() *statmon.Monitor {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.monitor
 }
 
 // Attached returns the tags of the attached mount processes, sorted.
@@ -169,6 +180,7 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	s.mu.Lock()
 	s.conns, s.byTag, s.counts = map[*peerConn]struct{}{}, map[string]*peerConn{}, map[[2]string]uint64{}
+	s.monitor = &statmon.Monitor{RPCBind: s.RPCBind}
 	s.mu.Unlock()
 	if err := os.MkdirAll(filepath.Dir(s.Socket), 0o755); err != nil {
 		return fmt.Errorf("lockcb: %w", err)

@@ -58,7 +58,13 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // an rpcbind that refuses connections, until the test ends.
 func startService(t *testing.T, sock string) *Service {
 	t.Helper()
-	s := &Service{Socket: sock, RPCBind: "127.0.0.1:1", Listen: "127.0.0.1:0", AnswerTimeout: 300 * time.Millisecond}
+	return startServiceWith(t, sock, "127.0.0.1:1")
+}
+
+// startServiceWith is startService with the rpcbind at rb.
+func startServiceWith(t *testing.T, sock, rb string) *Service {
+	t.Helper()
+	s := &Service{Socket: sock, RPCBind: rb, Listen: "127.0.0.1:0", AnswerTimeout: 300 * time.Millisecond}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- s.Run(ctx) }()

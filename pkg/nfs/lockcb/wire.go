@@ -14,6 +14,13 @@
 //     none was waiting; no process: NLM4_DENIED, as lockd answers).
 //   - SM_NOTIFY goes to every process whose servers include the mon_name
 //     or the caller's address.
+//   - The NSM program is also the node's status monitor for its local
+//     lock managers (the kernel's lockd for host NFS mounts, an
+//     NFS-Ganesha NLM), which look for it in rpcbind: SM_STAT, SM_MON,
+//     SM_UNMON, SM_UNMON_ALL and SM_SIMU_CRASH from the node itself, and
+//     the callbacks of their monitors on SM_NOTIFY (package statmon).
+//     Its state number is not kept on disk (nsmstate.Volatile), nor are
+//     the monitors.
 //   - A lock server of the node that holds the NLM and NSM registrations
 //     in the node's rpcbind (an export server on the host network)
 //     relays the client procedures it receives here (Relay).

@@ -16,6 +16,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/nfsrdma/nfsrdma-csi/internal/atomicfile"
 )
@@ -75,4 +76,11 @@ func Up(path string) (int32, error) {
 		return 0, err
 	}
 	return n, nil
+}
+
+// Volatile returns a state number for a host that keeps none on disk:
+// odd, from the clock in seconds (below 2^31), so that each start of the
+// process is very likely to give a number above the last one.
+func Volatile() int32 {
+	return int32(uint32(time.Now().Unix())&math.MaxInt32) | 1
 }

@@ -77,3 +77,13 @@ func TestReadBad(t *testing.T) {
 		t.Fatal("Write into a missing directory")
 	}
 }
+
+func TestVolatile(t *testing.T) {
+	a := Volatile()
+	if a&1 != 1 || a <= 0 {
+		t.Fatalf("Volatile = %d, want odd and positive", a)
+	}
+	if b := Volatile(); b < a {
+		t.Fatalf("Volatile went back: %d then %d", a, b)
+	}
+}
