@@ -49,6 +49,7 @@ func (s *Server) doMnt(req *sunrpc.Request, p string, r *mount3.MntRes) mount3.S
 		return mount3.ErrNoEnt
 	}
 	if ok, _ := ex.accessBy(callerOf(req), s.nameOnly); !ok {
+		s.refuse(req, "MOUNT", "MNT", ex)
 		return mount3.ErrAccess
 	}
 	if rel == "." {

@@ -121,6 +121,8 @@ type Server struct {
 	tls      *tls.Config // Options.TLS
 	nameOnly bool        // Options.TLSRequired
 
+	refusals refusalLog // calls refused for the client (refusals.go)
+
 	closed atomic.Bool
 }
 
