@@ -49,7 +49,7 @@ var layers = []layer{
 	{name: "test fixtures", sameLayer: true, pkgs: []string{"internal/testfix/testenv", "internal/testfix/rpctest",
 		"internal/testfix/lockdtest", "internal/testfix/exporttest", "internal/testfix/kernelpeer",
 		"internal/testfix/kernelpeer/fcntllock"}},
-	{name: "tests", pkgs: []string{"internal/archtest", "deploy", "test/e2e", "test/node"}},
+	{name: "tests", pkgs: []string{"internal/archtest", "deploy", "test/e2e", "test/node", "test/node/nfsprobe"}},
 }
 
 // rank returns each listed package's layer index.
