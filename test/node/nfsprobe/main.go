@@ -112,8 +112,9 @@ func main() {
 		}
 		r.Status, r.Detail = "ERROR", err.Error()
 	}
-	b, _ := json.Marshal(r)
-	fmt.Println(string(b))
+	enc := json.NewEncoder(os.Stdout)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(r)
 	if err != nil {
 		os.Exit(2)
 	}
