@@ -196,6 +196,7 @@ func (c *cluster) attacker(t *testing.T) {
 	}
 
 	// the attacker pods
+	quiet("kubectl delete namespace " + attackerNS + " --ignore-not-found --wait=true --timeout=55s") // left by an interrupted run
 	sh(t, "kubectl create namespace "+attackerNS)
 	waitOut(t, time.Minute, "the service account of namespace "+attackerNS, "kubectl -n "+attackerNS+" get serviceaccount default -o name",
 		func(o string) bool { return strings.TrimSpace(o) != "" })
