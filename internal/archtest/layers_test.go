@@ -30,7 +30,7 @@ type layer struct {
 // of the module listed nowhere is an error: each new package takes a
 // place in the order.
 var layers = []layer{
-	{name: "libraries", pkgs: []string{"pkg/xdr", "pkg/fairshare", "internal/atomicfile", "internal/posixlock"}},
+	{name: "libraries", pkgs: []string{"pkg/xdr", "pkg/fairshare", "internal/atomicfile", "internal/posixlock", "internal/lograte"}},
 	{name: "RDMA verbs", pkgs: []string{"pkg/verbs"}},
 	{name: "verbs providers", pkgs: []string{"pkg/verbs/siw", "pkg/verbs/ibverbs"}},
 	{name: "device choice, ONC RPC", pkgs: []string{"pkg/verbs/devselect", "pkg/sunrpc"}},
