@@ -105,6 +105,7 @@ func TestNode(t *testing.T) {
 	step("2-rwx-two-pods", c.rwx)
 	independent("2b-lock-across-nodes", c.lockAcrossNodes)
 	independent("2c-unpublished-node-refused", c.unpublishedRefused)
+	independent("2d-attacker-pod", c.attacker)
 	step("3-node-plugin-restart", c.pluginRestart)
 	step("4-expand", c.expand)
 	step("5-snapshot-restore", c.snapshot)

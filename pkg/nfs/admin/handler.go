@@ -5,14 +5,27 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
+	"time"
 
 	"k8s.io/klog/v2"
+
+	"github.com/nfsrdma/nfsrdma-csi/internal/lograte"
 )
 
 // maxBody bounds the JSON body of an admin request, in bytes.
 const maxBody = 1 << 20
+
+// A request refused for its token is logged at most once per client
+// address every refusalInterval, with the count of those left out: a
+// client calling in a loop cannot flood the log. refusalClients bounds
+// the addresses remembered (lograte.Limiter.MaxKeys).
+const (
+	refusalInterval = 10 * time.Second
+	refusalClients  = 4096
+)
 
 // ErrNoToken: NewHandler was given an empty token.
 var ErrNoToken = errors.New("admin: the admin API needs a bearer token")
@@ -175,10 +188,19 @@ func NewTokenHandler(s Service, ts TokenSource) (http.Handler, error) {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, CodeNotFound, fmt.Sprintf("no such admin API call: %s %s", r.Method, r.URL.Path))
 	})
+	// refusals are logged at most once per client address every refusalInterval
+	refusals := &lograte.Limiter{Interval: refusalInterval, MaxKeys: refusalClients}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 		if !ok || !checkToken(ts, tok) {
-			klog.V(1).InfoS("admin: request refused: bad or missing token", "remote", r.RemoteAddr, "method", r.Method, "path", r.URL.Path)
+			host, _, err := net.SplitHostPort(r.RemoteAddr)
+			if err != nil {
+				host = r.RemoteAddr
+			}
+			if ok, skipped := refusals.Allow(host); ok {
+				klog.InfoS("admin: request refused: bad or missing token", "remote", r.RemoteAddr, "method", r.Method, "path", r.URL.Path,
+					"notLoggedSince", skipped)
+			}
 			w.Header().Set("WWW-Authenticate", `Bearer realm="nfsrdma-server"`)
 			writeError(w, http.StatusUnauthorized, CodeUnauthenticated, "missing or wrong bearer token")
 			return

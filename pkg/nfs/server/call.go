@@ -91,6 +91,7 @@ func (c *call) open(fh *nfs3.FH) (obj, nfs3.Status) {
 	}
 	allowed, ro := ex.accessBy(callerOf(c.req), c.s.nameOnly)
 	if !allowed {
+		c.s.refuse(c.req, "NFS", nfs3.ProcName(c.req.Proc), ex)
 		return o, nfs3.ErrAccess
 	}
 	c.setIdentity(ex)

@@ -26,6 +26,7 @@ func (s *Server) lockKey(fh []byte, req *sunrpc.Request) (string, nlm.Stat) {
 		return "", nlm.StaleFH
 	}
 	if ok, _ := ex.accessBy(callerOf(req), s.nameOnly); !ok {
+		s.refuse(req, "NLM", nlm.ProcName(req.Proc), ex)
 		return "", nlm.Failed
 	}
 	return strconv.Itoa(int(kh.Type())) + ":" + string(kh.Bytes()), nlm.Granted

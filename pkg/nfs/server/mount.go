@@ -30,7 +30,9 @@ func (s *Server) mountHandlers() []sunrpc.Handler {
 // mnt is MOUNTPROC3_MNT (RFC 1813 section 5.2.1): the handle of an export
 // or of a directory beneath one (reached without symlinks).
 // MNT3ERR_NOENT for an unknown path, MNT3ERR_ACCES for a client outside
-// the export's list, MNT3ERR_NOTDIR for a non-directory.
+// the export's list, MNT3ERR_NOTDIR for a non-directory. A mount is
+// logged at verbosity 2; a failure at verbosity 0, rate-limited
+// (refusals.go): a client cannot flood the log with MNT calls.
 func (s *Server) mnt(_ context.Context, req *sunrpc.Request, b *sunrpc.Builder) error {
 	var a mount3.MntArgs
 	if err := a.Decode(req.ArgsDecoder()); err != nil {
@@ -38,7 +40,13 @@ func (s *Server) mnt(_ context.Context, req *sunrpc.Request, b *sunrpc.Builder) 
 	}
 	var r mount3.MntRes
 	r.Status = s.doMnt(req, a.Path, &r)
-	klog.V(2).InfoS("mount: MNT", "peer", req.Peer, "transport", req.Transport, "path", a.Path, "status", r.Status)
+	switch r.Status {
+	case mount3.OK:
+		klog.V(2).InfoS("mount: MNT", "peer", req.Peer, "transport", req.Transport, "path", a.Path, "status", r.Status)
+	case mount3.ErrAccess: // logged by doMnt with the export
+	default:
+		s.refusals.refused(peerAddr(req.Peer), "MOUNT", "MNT", cleanPath(a.Path), r.Status.String())
+	}
 	r.Encode(&b.Encoder)
 	return nil
 }
@@ -49,6 +57,7 @@ func (s *Server) doMnt(req *sunrpc.Request, p string, r *mount3.MntRes) mount3.S
 		return mount3.ErrNoEnt
 	}
 	if ok, _ := ex.accessBy(callerOf(req), s.nameOnly); !ok {
+		s.refuse(req, "MOUNT", "MNT", ex)
 		return mount3.ErrAccess
 	}
 	if rel == "." {
@@ -66,6 +75,7 @@ func (s *Server) doMnt(req *sunrpc.Request, p string, r *mount3.MntRes) mount3.S
 			case unix.ENOTDIR:
 				return mount3.ErrNotDir
 			}
+			s.refusals.refused(peerAddr(req.Peer), "MOUNT", "MNT", cleanPath(p), reasonNotBeneath)
 			return mount3.ErrAccess
 		}
 		var st unix.Stat_t

@@ -121,6 +121,8 @@ type Server struct {
 	tls      *tls.Config // Options.TLS
 	nameOnly bool        // Options.TLSRequired
 
+	refusals *refusalLog // calls refused for the client (refusals.go)
+
 	closed atomic.Bool
 }
 
@@ -153,7 +155,7 @@ func New(opts Options) (*Server, error) {
 		return nil, errors.New("nfs server: RPC-with-TLS required without a TLS configuration")
 	}
 	s := &Server{root: opts.Root, rootFD: fd, rpc: sunrpc.NewServer(log), log: log, seal: newSealer(key), rmap: newReadMap(opts.ReadMapBytes),
-		tls: opts.TLS, nameOnly: opts.TLSRequired}
+		tls: opts.TLS, nameOnly: opts.TLSRequired, refusals: newRefusalLog()}
 	rand.Read(s.wverf[:])
 	s.exports.Store(&exportTable{byID: map[uint32]*export{}})
 	if opts.Volumes != nil {
