@@ -46,6 +46,18 @@ func (d *cqDrain) drain() (int, bool) {
 	return total, !d.stopped
 }
 
+// take drains the CQ from a goroutine other than the completion goroutine:
+// a worker that just posted a Send, which the provider may have completed
+// before PostSend returned (software iWARP transmits a small Send in the
+// poster's goroutine), takes that completion itself instead of parking
+// until the completion goroutine wakes and passes it on. stop (if not nil)
+// is called when complete stopped the drain, as the handler does.
+func (d *cqDrain) take(stop func()) {
+	if _, ok := d.drain(); !ok && stop != nil {
+		stop()
+	}
+}
+
 // run is the completion goroutine: it drains the CQ until complete stops
 // it (nil) or Wait fails (ctx ended, the CQ closed: Wait's error). The
 // handler calls stop (if not nil) when complete stopped the drain, so that
