@@ -28,7 +28,7 @@ import (
 const nodeSA = "system:serviceaccount:kube-system:nfsrdma-csi-node"
 
 // request is a PEM CSR for subject and dnsNames with a new P-256 key.
-func request(t *testing.T, tmpl *x509.CertificateRequest) []byte {
+func request(t testing.TB, tmpl *x509.CertificateRequest) []byte {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -41,7 +41,7 @@ func request(t *testing.T, tmpl *x509.CertificateRequest) []byte {
 	return b
 }
 
-func nodeRequest(t *testing.T, node string) []byte {
+func nodeRequest(t testing.TB, node string) []byte {
 	return request(t, &x509.CertificateRequest{Subject: pkix.Name{CommonName: node}, DNSNames: []string{node}})
 }
 
