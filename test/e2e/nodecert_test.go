@@ -29,6 +29,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/client-go/util/cert"
 
 	"github.com/nfsrdma/nfsrdma-csi/internal/testfix/testenv"
@@ -44,6 +45,7 @@ import (
 const (
 	certNamespace = "nfsrdma-e2e-certs"
 	nodeSA        = "nfsrdma-csi-node"
+	controllerSA  = "nfsrdma-csi-controller"
 	caSecret      = "nfsrdma-node-ca"
 	certNodeA     = "cert-node-a"
 	certNodeB     = "cert-node-b"
@@ -75,10 +77,11 @@ func TestNodeCertificates(t *testing.T) {
 	cs := e.cs
 	setupNodeIdentity(t, ctx, cs)
 
-	// the controller, as the chart runs it (no CSI sidecars needed)
+	// the controller, as the chart runs it (no CSI sidecars needed), with
+	// the chart's rights only
 	sock := filepath.Join(e.dir, "certsigner.sock")
 	e.start("certsigner", func() bool { _, err := os.Stat(sock); return err == nil }, e.bin, "controller",
-		"--endpoint=unix://"+sock, "--kubeconfig="+e.kubeconfig, "--namespace="+certNamespace, "--credit-ledger=false",
+		"--endpoint=unix://"+sock, "--kubeconfig="+controllerKubeconfig(t, ctx, e, cs), "--namespace="+certNamespace, "--credit-ledger=false",
 		"--node-ca-secret="+caSecret, "--node-service-account="+nodeSA, "--node-cert-validity=2h")
 
 	nodeA := nodeClient(t, ctx, e, cs, "node-plugin-a")
@@ -222,6 +225,27 @@ func setupNodeIdentity(t *testing.T, ctx context.Context, cs kubernetes.Interfac
 	mustCreate(t, "clusterrolebinding", ignoreExists(cs.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: role},
 		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: role},
 		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: nodeSA, Namespace: certNamespace}}}, metav1.CreateOptions{})))
+	// the controller's rights with nodeCertificates.enabled, as
+	// deploy/helm/nfsrdma-csi/templates/rbac-controller.yaml grants them
+	ctrlRole := "nfsrdma-e2e-controller-csr"
+	mustCreate(t, "serviceaccount", ignoreExists(cs.CoreV1().ServiceAccounts(certNamespace).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: controllerSA}}, metav1.CreateOptions{})))
+	mustCreate(t, "clusterrole", ignoreExists(cs.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: ctrlRole},
+		Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{"certificates.k8s.io"}, Resources: []string{"certificatesigningrequests"}, Verbs: []string{"get", "list", "watch"}},
+			{APIGroups: []string{"certificates.k8s.io"}, Resources: []string{"certificatesigningrequests/approval", "certificatesigningrequests/status"}, Verbs: []string{"update"}},
+			{APIGroups: []string{"certificates.k8s.io"}, Resources: []string{"signers"}, ResourceNames: []string{nodecert.SignerName}, Verbs: []string{"approve", "sign"}},
+		}}, metav1.CreateOptions{})))
+	mustCreate(t, "clusterrolebinding", ignoreExists(cs.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: ctrlRole},
+		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: ctrlRole},
+		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: controllerSA, Namespace: certNamespace}}}, metav1.CreateOptions{})))
+	mustCreate(t, "role", ignoreExists(cs.RbacV1().Roles(certNamespace).Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: ctrlRole},
+		Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{caSecret}, Verbs: []string{"get"}},
+			{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"create"}},
+		}}, metav1.CreateOptions{})))
+	mustCreate(t, "rolebinding", ignoreExists(cs.RbacV1().RoleBindings(certNamespace).Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: ctrlRole},
+		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: ctrlRole},
+		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: controllerSA, Namespace: certNamespace}}}, metav1.CreateOptions{})))
 	for _, n := range []struct{ node, pod string }{{certNodeA, "node-plugin-a"}, {certNodeB, "node-plugin-b"}} {
 		mustCreate(t, "node", ignoreExists(cs.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.node}}, metav1.CreateOptions{})))
 		mustCreate(t, "pod", ignoreExists(cs.CoreV1().Pods(certNamespace).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: n.pod},
@@ -233,10 +257,35 @@ func setupNodeIdentity(t *testing.T, ctx context.Context, cs kubernetes.Interfac
 		_ = cs.CoreV1().Namespaces().Delete(ctx, certNamespace, metav1.DeleteOptions{})
 		_ = cs.RbacV1().ClusterRoleBindings().Delete(ctx, role, metav1.DeleteOptions{})
 		_ = cs.RbacV1().ClusterRoles().Delete(ctx, role, metav1.DeleteOptions{})
+		_ = cs.RbacV1().ClusterRoleBindings().Delete(ctx, ctrlRole, metav1.DeleteOptions{})
+		_ = cs.RbacV1().ClusterRoles().Delete(ctx, ctrlRole, metav1.DeleteOptions{})
 		for _, n := range []string{certNodeA, certNodeB} {
 			_ = cs.CoreV1().Nodes().Delete(ctx, n, metav1.DeleteOptions{})
 		}
 	})
+}
+
+// controllerKubeconfig writes a kubeconfig of the controller's
+// ServiceAccount (a TokenRequest token) and returns its path.
+func controllerKubeconfig(t *testing.T, ctx context.Context, e *env, cs kubernetes.Interface) string {
+	t.Helper()
+	tr, err := cs.CoreV1().ServiceAccounts(certNamespace).CreateToken(ctx, controllerSA, &authv1.TokenRequest{}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := clientcmd.LoadFromFile(e.kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kc := cfg.DeepCopy()
+	cur := kc.Contexts[kc.CurrentContext]
+	kc.AuthInfos = map[string]*clientcmdapi.AuthInfo{"controller": {Token: tr.Status.Token}}
+	cur.AuthInfo = "controller"
+	file := filepath.Join(e.dir, "controller.kubeconfig")
+	if err := clientcmd.WriteToFile(*kc, file); err != nil {
+		t.Fatal(err)
+	}
+	return file
 }
 
 // ignoreExists returns err unless it says the object exists (a rerun).
