@@ -686,6 +686,71 @@ func TestChartVariants(t *testing.T) {
 			}
 		}
 	})
+	t.Run("NodeCertificates", func(t *testing.T) {
+		objs := renderObjects(t, "nodeCertificates.enabled=true", "server.tls.secretName=nfs-server-tls",
+			"nodeCertificates.validity=12h", "nodeCertificates.revoked.serials={0A:bc}", "nodeCertificates.revoked.names={node-7}")
+		caSecret := releaseName + "-node-ca"
+		node := find[*appsv1.DaemonSet](t, objs, "DaemonSet", nodeNm).Spec.Template.Spec.Containers[0]
+		if !hasAll(node.Args, "--node-cert=/var/lib/nfsrdma/tls/node.pem") {
+			t.Errorf("node args %v", node.Args)
+		}
+		mspec := find[*appsv1.DaemonSet](t, objs, "DaemonSet", mounterNm).Spec.Template.Spec
+		mounter := mspec.Containers[0]
+		if !hasAll(mounter.Args, "--tls-cert=/var/lib/nfsrdma/tls/node.pem", "--tls-key=/var/lib/nfsrdma/tls/node.pem",
+			"--tls-ca=/etc/nfsrdma/server-ca/ca.crt") {
+			t.Errorf("mounter args %v", mounter.Args)
+		}
+		if m := mountAt(&mounter, "/etc/nfsrdma/server-ca"); m == nil {
+			t.Error("mounter: no server CA mount")
+		} else if v := volume(&mspec, m.Name); v == nil || v.Secret == nil || v.Secret.SecretName != "nfs-server-tls" ||
+			len(v.Secret.Items) != 1 || v.Secret.Items[0].Key != "ca.crt" {
+			t.Errorf("mounter: server CA volume %+v (only ca.crt of the server's Secret)", v)
+		}
+		ctrl := find[*appsv1.Deployment](t, objs, "Deployment", controllerNm).Spec.Template.Spec.Containers[0]
+		if !hasAll(ctrl.Args, "--node-ca-secret="+caSecret, "--node-service-account=nfsrdma-csi-node", "--node-cert-validity=12h") {
+			t.Errorf("controller args %v", ctrl.Args)
+		}
+		ss := find[*appsv1.StatefulSet](t, objs, "StatefulSet", serverNm)
+		srv := ss.Spec.Template.Spec.Containers[0]
+		if !hasAll(srv.Args, "--tls-client-ca=/etc/nfsrdma/node-ca/tls.crt", "--tls-revoked=/etc/nfsrdma/revoked/revoked") {
+			t.Errorf("server args %v", srv.Args)
+		}
+		if v := volume(&ss.Spec.Template.Spec, "node-ca"); v == nil || v.Secret == nil || v.Secret.SecretName != caSecret ||
+			len(v.Secret.Items) != 1 || v.Secret.Items[0].Key != "tls.crt" {
+			t.Errorf("server: node CA volume %+v (the CA certificate only, never its key)", v)
+		}
+		cm := find[*corev1.ConfigMap](t, objs, "ConfigMap", releaseName+"-node-revocations")
+		if r := cm.Data["revoked"]; !strings.Contains(r, "\nserial 0abc\n") || !strings.Contains(r, "\nname node-7\n") {
+			t.Errorf("revocation list %q", r)
+		}
+		// RBAC: the controller approves and signs this signer's CSRs only;
+		// the node creates and watches CSRs
+		cr := find[*rbacv1.ClusterRole](t, objs, "ClusterRole", controllerNm)
+		var signer, approval bool
+		for _, r := range cr.Rules {
+			if slices.Contains(r.Resources, "signers") {
+				signer = slices.Equal(r.ResourceNames, []string{"nfsrdma.csi.dev/node"}) && hasAll(r.Verbs, "approve", "sign")
+			}
+			if slices.Contains(r.Resources, "certificatesigningrequests/approval") {
+				approval = slices.Contains(r.Resources, "certificatesigningrequests/status") && hasAll(r.Verbs, "update")
+			}
+		}
+		if !signer || !approval {
+			t.Errorf("controller ClusterRole rules %+v", cr.Rules)
+		}
+		ncr := find[*rbacv1.ClusterRole](t, objs, "ClusterRole", nodeNm)
+		if len(ncr.Rules) != 1 || !hasAll(ncr.Rules[0].Verbs, "create", "get", "list", "watch") ||
+			!slices.Equal(ncr.Rules[0].Resources, []string{"certificatesigningrequests"}) {
+			t.Errorf("node ClusterRole rules %+v", ncr.Rules)
+		}
+		// default: none of it
+		def := renderObjects(t)
+		for _, o := range def {
+			if o.name == releaseName+"-node-revocations" || (o.kind == "ClusterRole" && o.name == nodeNm) {
+				t.Errorf("default chart renders %s %s", o.kind, o.name)
+			}
+		}
+	})
 	t.Run("RootExportEveryone", func(t *testing.T) {
 		objs := renderObjects(t, "server.rootExport.clients={*}", "server.rootExport.rootSquash=false", "server.rootExport.readOnly=false")
 		np := find[*networkingv1.NetworkPolicy](t, objs, "NetworkPolicy", serverNm)
@@ -729,6 +794,7 @@ func TestChartVariants(t *testing.T) {
 			{"controller.livenessProbe.mode=exec"},
 			{"server.tls.secretName=s", "server.tls.mode=required"}, // NFS over RDMA still on
 			{"server.tls.secretName=s", "server.tls.mode=always"},
+			{"nodeCertificates.enabled=true"}, // the server offers no TLS
 		} {
 			if _, err := runHelm(t, templateArgs(sets...)...); err == nil {
 				t.Errorf("helm template with %v: no error", sets)

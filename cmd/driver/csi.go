@@ -10,6 +10,7 @@ import (
 	"github.com/nfsrdma/nfsrdma-csi/pkg/csi/credits"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/csi/deviceplugin"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/csi/mounter"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/csi/nodecert"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/csi/plugin"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/metrics"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/mount3"
@@ -49,6 +50,9 @@ admin API (authenticated with the token in --admin-token-file).`,
 	f.StringVar(&cfg.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader election Lease (default: --namespace)")
 	f.StringVar(&cfg.MetricsAddress, "metrics-address", "", "HOST:PORT of the Prometheus /metrics endpoint (empty: off)")
 	f.StringVar(&cfg.HealthAddress, "health-address", "", "HOST:PORT of a /healthz endpoint that calls this plugin's CSI Probe, in place of the livenessprobe sidecar (empty: off)")
+	f.StringVar(&cfg.NodeCerts.CASecret, "node-ca-secret", "", "Secret (tls.crt, tls.key) in --namespace of the CA that signs the nodes' RPC-with-TLS certificates: CSRs of signer "+nodecert.SignerName+" from --node-service-account are approved and signed; made with a new CA when absent (empty: off)")
+	f.StringVar(&cfg.NodeCerts.NodeServiceAccount, "node-service-account", "", "ServiceAccount in --namespace of the node plugin: only its CSRs, made with a token bound to a pod on the node they name, are approved")
+	f.DurationVar(&cfg.NodeCerts.Validity, "node-cert-validity", nodecert.DefaultValidity, "lifetime of a node certificate (a CSR may ask for less; nodes renew at 2/3 of it)")
 	return cmd
 }
 
@@ -101,6 +105,8 @@ of the node-driver-registrar sidecar, and exits when kubelet rejects it;
 	f.StringVar(&cfg.DevicePluginOptions.PluginDir, "device-plugin-dir", deviceplugin.DefaultPluginDir, "kubelet's device-plugin directory")
 	f.StringVar(&cfg.DevicePluginOptions.ResourceName, "resource-name", deviceplugin.DefaultResourceName, "extended resource name of the RDMA devices")
 	f.StringVar(&cfg.MetricsAddress, "metrics-address", "", "HOST:PORT of the Prometheus /metrics endpoint, with each pod's mount metrics (empty: off)")
+	f.StringVar(&cfg.NodeCertFile, "node-cert", "", "file kept holding this node's RPC-with-TLS key and certificate (PEM, replaced whole), obtained through a CSR of signer "+nodecert.SignerName+" and renewed at 2/3 of its lifetime; give it to driver mounter as --tls-cert and --tls-key (empty: off; needs the Kubernetes API)")
+	f.DurationVar(&cfg.NodeCertValidity, "node-cert-validity", 0, "lifetime asked for in the node certificate's CSR (0: the signer's; at least 10m)")
 	f.BoolVar(&cfg.EnableFUSEURing, "enable-fuse-uring", false, "turn on FUSE over io_uring in the kernel (/sys/module/fuse/parameters/enable_uring; needs a privileged container) for mounts with fuse_uring=auto or on")
 	_ = cmd.MarkFlagRequired("nodeid")
 	return cmd
@@ -141,5 +147,8 @@ SM_NOTIFY every mount holding locks on it.`,
 	f.StringVar(&s.StateDir, "state-dir", "/var/lib/nfsrdma/mounts", "directory for the state and log of each mount")
 	f.StringVar(&s.LockSocket, "lock-socket", "", "unix socket of the node's lock callback service: one NLM/NSM callback service (GRANTED, GRANTED_MSG, SM_NOTIFY) for every mount of the node, and the node's status monitor for its own lock managers (SM_STAT, SM_MON, SM_UNMON, SM_UNMON_ALL), registered with the node's rpcbind, which the mount processes attach to (default: lockd.sock beside --socket; \"none\": each mount process serves its own)")
 	f.StringVar(&metricsAddr, "metrics-address", "", "HOST:PORT of the Prometheus /metrics endpoint: the lock callbacks received and routed to mounts (empty: off)")
+	f.StringVar(&s.TLSCA, "tls-ca", "", "PEM file of the authorities of the export servers' certificates, given to mounts with xprtsec=tls or mtls as --tls-ca (empty: the system's roots)")
+	f.StringVar(&s.TLSCert, "tls-cert", "", "PEM file of this node's certificate (driver node --node-cert), given to mounts with xprtsec=mtls as --tls-cert")
+	f.StringVar(&s.TLSKey, "tls-key", "", "PEM file of the key of --tls-cert (the same file when it holds both), given to mounts with xprtsec=mtls as --tls-key")
 	return cmd
 }

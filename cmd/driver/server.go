@@ -29,6 +29,7 @@ func newServerCmd() *cobra.Command {
 		tlsCert        string
 		tlsKey         string
 		tlsClientCA    string
+		tlsRevoked     string
 		tlsMode        string
 	)
 	cmd := &cobra.Command{
@@ -107,9 +108,9 @@ quotas and client lists: give it to administrators' hosts only, with a
 			default:
 				return fmt.Errorf("--tls=%q: want optional or required", tlsMode)
 			}
-			if tlsCert != "" || tlsKey != "" || tlsClientCA != "" || tlsMode == "required" {
+			if tlsCert != "" || tlsKey != "" || tlsClientCA != "" || tlsRevoked != "" || tlsMode == "required" {
 				var err error
-				if cfg.TLS, err = exportd.LoadTLS(tlsCert, tlsKey, tlsClientCA); err != nil {
+				if cfg.TLS, err = exportd.LoadTLS(tlsCert, tlsKey, tlsClientCA, tlsRevoked); err != nil {
 					return err
 				}
 				cfg.TLSRequired = tlsMode == "required"
@@ -154,6 +155,7 @@ quotas and client lists: give it to administrators' hosts only, with a
 	f.StringVar(&tlsCert, "tls-cert", "", "PEM file of the server's certificate: RPC-with-TLS (RFC 9289) is offered on NFS, MOUNT, NLM and NSM over TCP")
 	f.StringVar(&tlsKey, "tls-key", "", "PEM file of the key of --tls-cert")
 	f.StringVar(&tlsClientCA, "tls-client-ca", "", "PEM file of the authorities of the nodes' certificates: a client whose certificate verifies is known by its name (first DNS SAN, else CN), and is granted the volumes published to the node of that name")
+	f.StringVar(&tlsRevoked, "tls-revoked", "", "file of revoked node certificates, refused at the TLS handshake: lines \"serial HEX\" or \"name NODE\", '#' comments; read again when it changes (needs --tls-client-ca)")
 	f.StringVar(&tlsMode, "tls", "optional", "optional: TLS offered, nodes known by certificate or address; required: NFS, MOUNT and NLM over TCP only inside RPC-with-TLS with a node certificate (plaintext calls denied AUTH_TOOWEAK), volumes granted by certificate name only; needs --rdma-port 0")
 	f.BoolVar(&cfg.RPCBind, "rpcbind", true, "register NFS, MOUNT, NLM and NSM with the rpcbind at 127.0.0.1:111 when one answers")
 	_ = cmd.MarkFlagRequired("root")

@@ -40,7 +40,7 @@ var layers = []layer{
 	{name: "MOUNT XDR, mount options, lock callbacks", pkgs: []string{"pkg/nfs/mount3", "pkg/nfs/mountopts", "pkg/nfs/lockcb"}},
 	{name: "control-side metrics", pkgs: []string{"pkg/metrics"}},
 	{name: "protocol roles and state", pkgs: []string{"pkg/nfs/client", "pkg/nfs/lockd", "pkg/nfs/volumes",
-		"pkg/nfs/transport", "pkg/fuseuring", "pkg/csi/credits", "pkg/csi/mounter"}},
+		"pkg/nfs/transport", "pkg/fuseuring", "pkg/csi/credits", "pkg/csi/mounter", "pkg/csi/nodecert"}},
 	{name: "protocol server, FUSE file system, CSI services", pkgs: []string{"pkg/nfs/server", "pkg/nfs/fusefs", "pkg/csi",
 		"pkg/csi/deviceplugin", "pkg/csi/health", "pkg/csi/registration", "pkg/perftest"}},
 	{name: "data-path metrics", pkgs: []string{"pkg/metrics/counters", "pkg/metrics/fusecounters"}},

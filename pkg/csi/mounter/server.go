@@ -22,6 +22,7 @@ import (
 
 	"github.com/nfsrdma/nfsrdma-csi/internal/atomicfile"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/lockcb"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/mountopts"
 	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
 )
@@ -60,6 +61,12 @@ type Server struct {
 	// RPCBind is the node's rpcbind the callback service registers with
 	// ("": 127.0.0.1:111).
 	RPCBind string
+	// TLSCA, TLSCert and TLSKey are the node's RPC-with-TLS files, given
+	// to the mount processes whose options ask for it (xprtsec=tls: the
+	// CA; xprtsec=mtls: all three) as --tls-ca, --tls-cert and --tls-key
+	// ("": not given). Cert and Key may be one file holding both
+	// (nodecert.Requester's).
+	TLSCA, TLSCert, TLSKey string
 
 	mu        sync.Mutex
 	callbacks *lockcb.Service
@@ -321,6 +328,7 @@ func (s *Server) start(ctx context.Context, m Mount, fuse *os.File) (Mount, erro
 	if m.LockCallerName != "" {
 		args = append(args, "--lock-caller-name="+m.LockCallerName)
 	}
+	args = append(args, s.tlsArgs(m.Options)...)
 	// the node's NSM state, shared by its mounts (client.HostState)
 	args = append(args, "--state-dir="+filepath.Join(s.StateDir, "nsm"))
 	s.mu.Lock()
@@ -505,4 +513,30 @@ func tail(path string) string {
 		b = b[len(b)-2048:]
 	}
 	return strings.TrimSpace(string(b))
+}
+
+// tlsArgs returns the RPC-with-TLS flags of a mount with options opts:
+// none when opts ask for no TLS (or do not parse: the mount process
+// reports that).
+func (s *Server) tlsArgs(opts string) []string {
+	o, err := mountopts.Parse(opts)
+	if err != nil {
+		return nil
+	}
+	var args []string
+	switch o.XprtSec {
+	case mountopts.XprtSecMTLS:
+		if s.TLSCert != "" {
+			args = append(args, "--tls-cert="+s.TLSCert)
+		}
+		if s.TLSKey != "" {
+			args = append(args, "--tls-key="+s.TLSKey)
+		}
+		fallthrough
+	case mountopts.XprtSecTLS:
+		if s.TLSCA != "" {
+			args = append(args, "--tls-ca="+s.TLSCA)
+		}
+	}
+	return args
 }

@@ -7,8 +7,11 @@ package plugin
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"os"
 	"strconv"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/klog/v2"
@@ -16,6 +19,7 @@ import (
 	"github.com/nfsrdma/nfsrdma-csi/pkg/csi"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/csi/credits"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/csi/health"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/csi/nodecert"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/metrics"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/admin"
 )
@@ -46,6 +50,23 @@ type ControllerConfig struct {
 	// MetricsAddress and HealthAddress are HOST:PORT of /metrics and
 	// /healthz ("": off).
 	MetricsAddress, HealthAddress string
+	// NodeCerts approves and signs the nodes' RPC-with-TLS certificates
+	// when its CASecret is set.
+	NodeCerts NodeCerts
+}
+
+// NodeCerts configures the controller's signer of node certificates
+// (nodecert.Controller).
+type NodeCerts struct {
+	// CASecret is the name of the Secret (in Kube.Namespace) holding the
+	// CA, tls.crt and tls.key; made with a new CA when absent.
+	CASecret string
+	// NodeServiceAccount is the node plugin's ServiceAccount (in
+	// Kube.Namespace): only its CSRs are approved.
+	NodeServiceAccount string
+	// Validity is the lifetime of a node certificate (0:
+	// nodecert.DefaultValidity).
+	Validity time.Duration
 }
 
 // RunController serves the CSI Identity and Controller services on
@@ -91,6 +112,11 @@ func RunController(ctx context.Context, cfg ControllerConfig) error {
 			}
 		}
 	}
+	if nc := cfg.NodeCerts; nc.CASecret != "" {
+		if err := runNodeCerts(ctx, cfg.Kube, cfg.Version, nc); err != nil {
+			return err
+		}
+	}
 	go serveMetrics(ctx, cfg.MetricsAddress, metrics.NewProcessRegistry(cm))
 	go serveHealth(ctx, cfg.HealthAddress, cfg.Endpoint)
 	return d.Run(ctx)
@@ -113,4 +139,28 @@ func serveHealth(ctx context.Context, addr, endpoint string) {
 	if err := health.Serve(ctx, addr, endpoint, health.DefaultProbeTimeout); err != nil {
 		klog.ErrorS(err, "health: stopped", "address", addr)
 	}
+}
+
+// runNodeCerts makes the CA Secret when absent and starts the signer of
+// node certificates. Errors: no API, no node ServiceAccount, the Secret's.
+func runNodeCerts(ctx context.Context, k Kube, version string, nc NodeCerts) error {
+	if nc.NodeServiceAccount == "" {
+		return errors.New("controller: --node-ca-secret needs --node-service-account")
+	}
+	c, err := k.client(version)
+	if err != nil {
+		return fmt.Errorf("controller: --node-ca-secret needs the Kubernetes API: %w", err)
+	}
+	src := nodecert.SecretCA{Client: c, Namespace: k.Namespace, Name: nc.CASecret}
+	if _, err := src.Ensure(ctx); err != nil {
+		return err
+	}
+	s := &nodecert.Controller{Client: c, CA: src, Validity: nc.Validity,
+		Approver: nodecert.Approver{Username: nodecert.ServiceAccountUser(k.Namespace, nc.NodeServiceAccount)}}
+	go func() {
+		if err := s.Run(ctx); err != nil {
+			klog.ErrorS(err, "controller: node certificate signer stopped")
+		}
+	}()
+	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/url"
 	"path/filepath"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/klog/v2"
@@ -14,6 +15,7 @@ import (
 	"github.com/nfsrdma/nfsrdma-csi/pkg/csi/credits"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/csi/deviceplugin"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/csi/mounter"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/csi/nodecert"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/csi/registration"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/metrics"
 )
@@ -46,6 +48,12 @@ type NodeConfig struct {
 	// MetricsAddress (with each pod's mount metrics) and HealthAddress
 	// are HOST:PORT of /metrics and /healthz ("": off).
 	MetricsAddress, HealthAddress string
+	// NodeCertFile, if not "", is kept holding this node's RPC-with-TLS
+	// certificate and key (nodecert.Requester, through the Kubernetes
+	// API), for the mounter to give its mounts as --tls-cert and
+	// --tls-key; NodeCertValidity, if not 0, is the lifetime asked for.
+	NodeCertFile     string
+	NodeCertValidity time.Duration
 }
 
 // Registration selects the node plugin's own registration with kubelet's
@@ -92,6 +100,18 @@ func RunNode(ctx context.Context, cfg NodeConfig) error {
 		} else {
 			c.Kube, c.LedgerNamespace, c.LedgerName = k, cfg.Kube.Namespace, credits.DefaultName
 		}
+	}
+	if cfg.NodeCertFile != "" {
+		k, err := cfg.Kube.client(version)
+		if err != nil {
+			return fmt.Errorf("node: --node-cert needs the Kubernetes API: %w", err)
+		}
+		r := &nodecert.Requester{Client: k, NodeName: c.NodeName, File: cfg.NodeCertFile, Validity: cfg.NodeCertValidity}
+		go func() {
+			if err := r.Run(ctx); err != nil {
+				klog.ErrorS(err, "node: node certificate requester stopped")
+			}
+		}()
 	}
 	if cfg.EnableFUSEURing {
 		if err := enableFUSEURing(fuseURingParam); err != nil {

@@ -117,7 +117,7 @@ func startTLSServer(t *testing.T, required bool, ca *pki, serverCert, serverKey 
 	cfg := Config{Root: root, Listen: "127.0.0.1", NLMPort: -1, RDMAPort: 0, TLSRequired: required}
 	if ca != nil {
 		var err error
-		if cfg.TLS, err = LoadTLS(serverCert, serverKey, ca.file); err != nil {
+		if cfg.TLS, err = LoadTLS(serverCert, serverKey, ca.file, ""); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -372,7 +372,7 @@ func TestRPCWithTLS(t *testing.T) {
 		testenv.NeedRoot(t, "the export server")
 		cfg := Config{Root: t.TempDir(), Listen: "127.0.0.1", NLMPort: -1, RDMAPort: testenv.FreePort(t), TLSRequired: true}
 		var err error
-		if cfg.TLS, err = LoadTLS(srvCert, srvKey, ca.file); err != nil {
+		if cfg.TLS, err = LoadTLS(srvCert, srvKey, ca.file, ""); err != nil {
 			t.Fatal(err)
 		}
 		s, err := New(context.Background(), cfg)

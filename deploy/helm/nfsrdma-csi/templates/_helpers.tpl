@@ -31,6 +31,16 @@ app.kubernetes.io/component: {{ .component }}
 {{- printf "%s:%s" .image.repository (.image.tag | default .root.Chart.AppVersion) -}}
 {{- end -}}
 
+{{/* The Secret of the CA of the nodes' certificates. */}}
+{{- define "nfsrdma-csi.nodeCASecret" -}}
+{{- .Values.nodeCertificates.caSecretName | default (printf "%s-node-ca" (include "nfsrdma-csi.fullname" .)) -}}
+{{- end }}
+
+{{/* The node certificate file the node plugin keeps and mounts present. */}}
+{{- define "nfsrdma-csi.nodeCertFile" -}}
+{{- printf "%s/tls/node.pem" .Values.node.stateDir -}}
+{{- end }}
+
 {{/* The export server's Service name. */}}
 {{- define "nfsrdma-csi.serverName" -}}
 {{- printf "%s-server" (include "nfsrdma-csi.fullname" .) -}}
