@@ -111,6 +111,7 @@ func TestNode(t *testing.T) {
 	step("5-snapshot-restore", c.snapshot)
 	step("6-credits-wait", c.creditsWait)
 	independent("8-bad-input", c.badInput)
+	independent("9-node-certificates", c.nodeCertificates)
 	step("7-cleanup", c.teardownSteps)
 }
 

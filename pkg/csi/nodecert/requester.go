@@ -28,8 +28,12 @@ import (
 )
 
 // Requester keeps a node's certificate in a file: it asks for one through
-// a CSR of SignerName when the file holds none for the node, and again at
-// 2/3 of the lifetime of the one it holds.
+// a CSR of SignerName when it starts (the CA may have been replaced since
+// the file was written: a certificate from the old one would be refused
+// at every handshake until its renewal time), when the file holds none
+// for the node, and again at 2/3 of the lifetime of the one it holds.
+// While a request is pending, a current certificate in the file keeps
+// serving.
 type Requester struct {
 	// Client is the API client of the node plugin's ServiceAccount, its
 	// token bound to the node plugin's pod (Approver).
@@ -58,11 +62,18 @@ func (r *Requester) Run(ctx context.Context) error {
 	if r.RetryInterval == 0 {
 		r.RetryInterval = 30 * time.Second
 	}
+	fresh := false // a certificate was obtained since the start
 	for {
 		c, err := r.Current(time.Now())
-		if err != nil {
-			klog.InfoS("nodecert: requesting a node certificate", "node", r.NodeName, "file", r.File, "reason", err)
-			if c, err = r.Request(ctx); err != nil {
+		if err != nil || !fresh {
+			reason := "a new key and certificate at each start"
+			if err != nil {
+				reason = err.Error()
+			}
+			klog.InfoS("nodecert: requesting a node certificate", "node", r.NodeName, "file", r.File, "reason", reason)
+			if c, err = r.Request(ctx); err == nil {
+				fresh = true
+			} else {
 				if ctx.Err() != nil {
 					return nil
 				}
