@@ -111,8 +111,8 @@ func TestNode(t *testing.T) {
 	step("5-snapshot-restore", c.snapshot)
 	step("6-credits-wait", c.creditsWait)
 	independent("8-bad-input", c.badInput)
-	independent("9-node-certificates", c.nodeCertificates)
 	step("7-cleanup", c.teardownSteps)
+	independent("9-node-certificates", c.nodeCertificates)
 }
 
 // 1. helm install: every pod Ready, CSINode lists the driver, the node

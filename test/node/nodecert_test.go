@@ -22,14 +22,15 @@ import (
 // step makes (tls.crt, tls.key, ca.crt), as cert-manager would.
 const serverTLSSecret = "nfsrdma-server-tls"
 
-// nodeCertificates: the chart with nodeCertificates.enabled and the export
-// server's RPC-with-TLS (RFC 9289) in mode optional. Every node's plugin
+// nodeCertificates: the chart installed anew with nodeCertificates.enabled
+// and the export server's RPC-with-TLS (RFC 9289) in mode optional, after
+// the other steps uninstalled it. Every node's plugin
 // gets a certificate naming its node through a CSR that the controller
 // approves and signs; a claim of a StorageClass with xprtsec=mtls mounts
 // on a worker over TLS 1.3, the server naming the worker from its
 // certificate; after the other worker's name is put on the revocation
 // list, its mount of the same claim is refused at the TLS handshake. The
-// chart is then upgraded back to the run's values.
+// chart is uninstalled again at the end.
 func (c *cluster) nodeCertificates(t *testing.T) {
 	if !c.multiNode() {
 		t.Skip("needs two worker nodes (hack/cluster up --nodes 3)")
@@ -42,14 +43,13 @@ func (c *cluster) nodeCertificates(t *testing.T) {
 	t.Cleanup(func() { os.RemoveAll(dir) })
 
 	// the export server's certificate, for the name the StorageClass gives
-	server := strings.TrimSpace(sh(t, "kubectl get storageclass nfsrdma -o jsonpath='{.parameters.server}'"))
-	if server == "" {
-		t.Fatal("StorageClass nfsrdma names no server")
-	}
+	// the name the chart's StorageClass gives mounts (the server's Service)
+	server := release + "-server." + ns + ".svc.cluster.local"
 	writeServerCert(t, dir, server)
+	sh(t, "kubectl create namespace "+ns+" --dry-run=client -o yaml | kubectl apply -f -")
 	sh(t, "kubectl -n "+ns+" create secret generic "+serverTLSSecret+" --from-file=tls.crt="+dir+"/tls.crt --from-file=tls.key="+dir+"/tls.key --from-file=ca.crt="+dir+"/ca.crt")
 	values := filepath.Join(dir, "values.yaml")
-	upgrade := func(revoked string) {
+	install := func(verb, revoked string) {
 		t.Helper()
 		v := "nodeCertificates:\n  enabled: true\n"
 		if revoked != "" {
@@ -60,18 +60,20 @@ func (c *cluster) nodeCertificates(t *testing.T) {
 			t.Fatal(err)
 		}
 		sh(t, "cat "+values)
-		sh(t, "helm upgrade "+release+" "+chartPath+" --namespace "+ns+" -f "+c.values+" -f "+values+" --wait --timeout 5m")
+		sh(t, "helm "+verb+" "+release+" "+chartPath+" --namespace "+ns+" -f "+c.values+" -f "+values+" --wait --timeout 5m")
 	}
 	t.Cleanup(func() {
 		quiet("kubectl -n " + apps + " delete pod mtls-a mtls-b --wait=true --timeout=120s")
 		quiet("kubectl -n " + apps + " delete pvc mtls --wait=true --timeout=120s")
 		quiet("kubectl delete storageclass nfsrdma-mtls --ignore-not-found")
-		try(t, "helm upgrade "+release+" "+chartPath+" --namespace "+ns+" -f "+c.values+" --wait --timeout 5m")
-		quiet("kubectl -n " + ns + " delete secret " + serverTLSSecret + " --ignore-not-found")
+		try(t, "helm uninstall "+release+" --namespace "+ns+" --wait --timeout 3m")
+		// the CA the controller made, and the server's certificate
+		quiet("kubectl -n " + ns + " delete secret " + release + "-node-ca " + serverTLSSecret + " --ignore-not-found")
 		quiet("kubectl delete csr --field-selector spec.signerName=nfsrdma.csi.dev/node")
 	})
-	upgrade("")
-	sh(t, "kubectl -n "+ns+" wait --for=condition=Ready pod --all --timeout=180s")
+	// a new install: the mounters (updateStrategy OnDelete) start with the
+	// node certificate's flags; --wait: every pod Ready
+	install("install", "")
 
 	// every node's plugin asked for its certificate, approved and issued
 	for _, n := range c.allNodes() {
@@ -104,6 +106,7 @@ reclaimPolicy: Delete
 mountOptions: [xprtsec=mtls]
 parameters:
 `+params)
+	sh(t, "kubectl create namespace "+apps+" --dry-run=client -o yaml | kubectl apply -f -")
 	apply(t, pvc("mtls", "nfsrdma-mtls", "1Gi", "ReadWriteMany", ""))
 	apply(t, podOn("mtls-a", "mtls", w[0], busybox))
 	sh(t, "kubectl -n "+apps+" wait --for=condition=Ready pod/mtls-a --timeout=180s")
@@ -119,7 +122,7 @@ parameters:
 
 	// revoke the other worker: its mount of the same claim is refused at
 	// the handshake (the list reaches the server pod by its ConfigMap)
-	upgrade(w[1])
+	install("upgrade", w[1]) // only the revocation ConfigMap changes
 	uid := strings.TrimSpace(sh(t, "kubectl -n "+ns+" get pod "+serverPod+" -o jsonpath='{.metadata.uid}'"))
 	list := "/var/lib/kubelet/pods/" + uid + "/volumes/kubernetes.io~configmap/revoked/revoked"
 	serverNode := strings.TrimSpace(sh(t, "kubectl -n "+ns+" get pod "+serverPod+" -o jsonpath='{.spec.nodeName}'"))
