@@ -103,6 +103,9 @@ func (n *node) open(readOnly bool) *openFile {
 // inode are dropped; otherwise its page cache is kept (FOPEN_KEEP_CACHE).
 // The open file is an openFile.
 func (n *node) Open(ctx context.Context, flags uint32) (_ fs.FileHandle, _ uint32, errno syscall.Errno) {
+	if h := n.sys.adopt.opened(); h != nil {
+		return h, 0, 0 // a handover's restore (handover.go)
+	}
 	ctx, op := n.call(ctx, &errno) // the caller's credential, not interrupted; a stale handle (node.call)
 	defer op.done()
 	if n.sys.o.ReadOnly && flags&(syscall.O_WRONLY|syscall.O_RDWR|syscall.O_TRUNC) != 0 {
