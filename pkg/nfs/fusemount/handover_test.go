@@ -227,6 +227,8 @@ type writer struct {
 	f       *os.File
 	sum     func() []byte
 	written atomic.Int64 // bytes whose fsync returned
+	blocks  [][32]byte   // SHA-256 of each block whose fsync returned
+	block   int
 	longest time.Duration
 	err     error
 	stop    chan struct{}
@@ -240,7 +242,7 @@ func startWriter(t *testing.T, path string, block int) *writer {
 		t.Fatal(err)
 	}
 	h := sha256.New()
-	w := &writer{f: f, stop: make(chan struct{}), done: make(chan struct{}), sum: func() []byte { return h.Sum(nil) }}
+	w := &writer{f: f, block: block, stop: make(chan struct{}), done: make(chan struct{}), sum: func() []byte { return h.Sum(nil) }}
 	go func() {
 		defer close(w.done)
 		buf := make([]byte, block)
@@ -263,6 +265,7 @@ func startWriter(t *testing.T, path string, block int) *writer {
 			}
 			w.longest = max(w.longest, time.Since(t0))
 			h.Write(buf)
+			w.blocks = append(w.blocks, sha256.Sum256(buf))
 			w.written.Add(int64(len(buf)))
 		}
 	}()
@@ -576,6 +579,36 @@ func mountFUSE(t *testing.T, target string) *os.File {
 	return f
 }
 
+// lost describes the first block of w (done) whose fsync returned and
+// that the server's file at path does not hold: its number, offset, and
+// whether the server has zeros there (a write that never reached it).
+func (w *writer) lost(path string) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return err.Error()
+	}
+	defer f.Close()
+	buf := make([]byte, w.block)
+	for i, want := range w.blocks {
+		off := int64(i) * int64(w.block)
+		n, err := f.ReadAt(buf, off)
+		if n < len(buf) {
+			return fmt.Sprintf("block %d (offset %d): the server's file ends within it (%v)", i, off, err)
+		}
+		if sha256.Sum256(buf) != want {
+			zeros := true
+			for _, b := range buf {
+				if b != 0 {
+					zeros = false
+					break
+				}
+			}
+			return fmt.Sprintf("block %d of %d (offset %d) differs on the server (zeros: %v)", i, len(w.blocks), off, zeros)
+		}
+	}
+	return "no block differs"
+}
+
 // prefixSum is the SHA-256 of the first n bytes of path.
 func prefixSum(t *testing.T, path string, n int64) []byte {
 	t.Helper()
@@ -637,7 +670,8 @@ func TestRecoverAfterKill(t *testing.T) {
 				t.Fatalf("writer: %v (only EIO, for writes the dead process acknowledged, is allowed)", w.err)
 			}
 			if got := prefixSum(t, filepath.Join(h.root, "d", "loop"), w.written.Load()); string(got) != string(w.sum()) {
-				t.Fatalf("the server lacks writes whose fsync returned (%d bytes)", w.written.Load())
+				t.Fatalf("the server lacks writes whose fsync returned (%d bytes): %s; writer ended with %v",
+					w.written.Load(), w.lost(filepath.Join(h.root, "d", "loop")), w.err)
 			}
 			// the mount serves on: the same directory, a new file
 			data := []byte("after the crash")
