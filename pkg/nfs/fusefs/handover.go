@@ -544,13 +544,10 @@ func restore(ctx context.Context, sys *fsys, s *handoverState, crashed bool) err
 					f := n.open(hf.ReadOnly)
 					if crashed && !hf.ReadOnly {
 						// what the dead process acknowledged and had not
-						// yet written may be lost: the next flush or
-						// fsync says so, as after a failed write-back
-						f.sh.wb.mu.Lock()
-						if f.sh.wb.err == nil {
-							f.sh.wb.err = errLostWrites
-						}
-						f.sh.wb.mu.Unlock()
+						// yet written may be lost: the next fsync of this
+						// open file says so (openFile.lost), whether or
+						// not this process gets a WRITE of it first
+						f.lost = true
 					}
 					if len(hf.Owners) > 0 {
 						f.lockOwners = map[uint64]bool{}
@@ -587,9 +584,9 @@ func restore(ctx context.Context, sys *fsys, s *handoverState, crashed bool) err
 	return nil
 }
 
-// errLostWrites is the error of the first flush or fsync of a file open
-// for writing when its mount process died: writes it had acknowledged
-// may not have reached the server (EIO).
+// errLostWrites is the error of the next fsync (and of each flush until
+// then) of a file open for writing when its mount process died: writes it
+// had acknowledged may not have reached the server (EIO).
 var errLostWrites = fmt.Errorf("fusefs: the mount process serving this file died; writes it acknowledged may be lost: %w", syscall.EIO)
 
 // startStateMap starts the state map of sys at path (statemap.go).
@@ -614,11 +611,11 @@ func startStateMap(sys *fsys, path string, init *fuse.InitIn, s *handoverState) 
 // lookup: FORGETs are bounded to it), serves, and asks the kernel to
 // send again the requests the dead process had read and not answered
 // (FUSE_NOTIFY_RESEND; on kernels before 6.9 those stay unanswered, their
-// callers blocked until the mount is aborted). Files that were open for
-// writing report EIO at their next flush or fsync (errLostWrites). The
-// dead process's NLM locks are not known: they stay on the server until
-// it hears of a reboot of the node. Errors: the map's, the client's, a
-// restore's.
+// callers blocked until the mount is aborted). Each file that was open for
+// writing reports EIO at its next fsync, and at each flush until then
+// (errLostWrites). The dead process's NLM locks are not known: they stay
+// on the server until it hears of a reboot of the node. Errors: the
+// map's, the client's, a restore's.
 func Recover(ctx context.Context, dir string, cfg Config) (*Mount, HandoverStats, error) {
 	st := HandoverStats{To: cfg.Version, From: "crashed"}
 	start := time.Now()

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -689,4 +690,162 @@ func TestRecoverAfterKill(t *testing.T) {
 
 func errorsIsEIO(err error) bool {
 	return errors.Is(err, syscall.EIO)
+}
+
+// freezeListener is the export server's NFS listener whose connections
+// can be frozen: what a frozen connection brings after the freeze is
+// dropped unread by the server, as if lost on the way (a WRITE that left
+// the mount process and never reached the server).
+type freezeListener struct {
+	net.Listener
+	mu    sync.Mutex
+	conns []*freezeConn
+}
+
+func (l *freezeListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	fc := &freezeConn{Conn: c, closed: make(chan struct{})}
+	l.mu.Lock()
+	l.conns = append(l.conns, fc)
+	l.mu.Unlock()
+	return fc, nil
+}
+
+// freeze freezes the connections accepted so far.
+func (l *freezeListener) freeze() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, c := range l.conns {
+		c.frozen.Store(true)
+	}
+}
+
+type freezeConn struct {
+	net.Conn
+	frozen atomic.Bool
+	once   sync.Once
+	closed chan struct{}
+}
+
+// Read drops what arrives once frozen, blocking until the connection is
+// closed.
+func (c *freezeConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	if c.frozen.Load() {
+		<-c.closed
+		return 0, net.ErrClosed
+	}
+	return n, err
+}
+
+func (c *freezeConn) Close() error {
+	c.once.Do(func() { close(c.closed) })
+	return c.Conn.Close()
+}
+
+// A write(2) the mount process answered (write-behind) whose WRITE never
+// reached the server when the process was killed: the fsync(2) after
+// --recover reports EIO, whether it came after the recovery (the
+// recovered process had no WRITE of the file; a close(2) of a duplicate
+// descriptor before it does not take the error from it) or was in
+// progress at the kill (the kernel sends it again); never a success for
+// the lost data.
+func TestRecoverLostWrite(t *testing.T) {
+	for _, inFlight := range []bool{false, true} {
+		name := "fsync-after"
+		if inFlight {
+			name = "fsync-in-flight"
+		}
+		t.Run(name, func(t *testing.T) {
+			testenv.NeedRootFUSE(t)
+			var fl *freezeListener
+			e := exporttest.Start(t, exporttest.Options{Node: "n", WrapNFS: func(l net.Listener) net.Listener {
+				fl = &freezeListener{Listener: l}
+				return fl
+			}})
+			t.Cleanup(func() {
+				fl.mu.Lock()
+				defer fl.mu.Unlock()
+				for _, c := range fl.conns {
+					c.Close()
+				}
+			})
+			h := newHandoverEnvExport(t, e, e.TCPOptions()+",nolock")
+			fuse := mountFUSE(t, h.dir)
+			cfg := h.cfg(0, "v0")
+			cfg.HandoverSocket, cfg.FD, cfg.MapFile = "", 4, filepath.Join(t.TempDir(), "map")
+			p0 := startMount(t, cfg, fuse)
+			cfg.Recover, cfg.Version = true, "v1"
+			_, recovered := startMountLater(t, cfg, true, fuse)
+			f, err := os.Create(filepath.Join(h.dir, "f"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			first := []byte("reached the server\n")
+			if _, err := f.Write(first); err != nil {
+				t.Fatal(err)
+			}
+			if err := f.Sync(); err != nil {
+				t.Fatal(err)
+			}
+			fl.freeze()
+			lost := []byte("never reached the server\n")
+			if _, err := f.Write(lost); err != nil {
+				t.Fatal(err)
+			}
+			synced := make(chan error, 1)
+			if inFlight {
+				go func() { synced <- f.Sync() }()
+				select {
+				case err := <-synced:
+					t.Fatalf("fsync returned %v while its WRITE cannot reach the server", err)
+				case <-time.After(300 * time.Millisecond):
+				}
+			}
+			if err := p0.cmd.Process.Kill(); err != nil {
+				t.Fatal(err)
+			}
+			_ = p0.wait(t, 10*time.Second)
+			recovered()
+			if !inFlight {
+				// the close of another descriptor of the open file (as a
+				// fork's close-on-exec) reports the loss too and leaves
+				// it to the writer's fsync
+				d, err := unix.Dup(int(f.Fd()))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := unix.Close(d); !errorsIsEIO(err) {
+					t.Fatalf("close of a duplicate after the recovery: %v, want EIO", err)
+				}
+				go func() { synced <- f.Sync() }()
+			}
+			select {
+			case err = <-synced:
+			case <-time.After(30 * time.Second):
+				t.Fatal("fsync stuck after the recovery")
+			}
+			got, rerr := os.ReadFile(filepath.Join(h.root, "f"))
+			if rerr != nil {
+				t.Fatal(rerr)
+			}
+			if string(got) != string(first) {
+				t.Fatalf("the server's file is %q; the test wants the second write lost", got)
+			}
+			if !errorsIsEIO(err) {
+				t.Fatalf("fsync after the recovery: %v, want EIO: the server lacks the write it covers", err)
+			}
+			// reported once: the file serves on
+			if _, err := f.Write([]byte("after\n")); err != nil {
+				t.Fatal(err)
+			}
+			if err := f.Sync(); err != nil {
+				t.Fatalf("second fsync after the recovery: %v", err)
+			}
+		})
+	}
 }
