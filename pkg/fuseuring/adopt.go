@@ -24,9 +24,9 @@ var ErrNoResend = errors.New("fuseuring: the kernel cannot resend requests (FUSE
 // INIT request as that server received it, fuse.Server.KernelSettings)
 // is replayed to go-fuse's ProtocolServer, which negotiates the same
 // parameters as the first server did (same MountOptions) without a reply
-// reaching the kernel. Then /dev/fuse is served as Start does without
-// the ring. Errors: an INIT go-fuse refuses (major version, minor below
-// its minimum).
+// reaching the kernel. Nothing is read from /dev/fuse until ServeAdopted;
+// Wait waits for that reading to end. Errors: an INIT go-fuse refuses
+// (major version, minor below its minimum).
 func (s *Server) Adopt(fs fuse.RawFileSystem, init fuse.InitIn) error {
 	s.fs = fs
 	s.ps = fuse.NewProtocolServer(fs, &s.opts)
@@ -42,9 +42,30 @@ func (s *Server) Adopt(fs fuse.RawFileSystem, init fuse.InitIn) error {
 	if e := int32(binary.LittleEndian.Uint32((*out)[4:])); e != 0 {
 		return fmt.Errorf("fuseuring: replayed INIT refused: errno %d", -e)
 	}
+	s.adopted = make(chan struct{})
 	s.loops.Add(1)
-	go s.readLoop()
+	go func() {
+		<-s.adopted
+		s.readLoop()
+	}()
 	return nil
+}
+
+// ServeAdopted starts serving the connection Adopt took, as Start does
+// without the ring. With resend it first asks the kernel to send again
+// what was read and not answered (Resend): before this server reads
+// anything, because the kernel resends every request of the connection
+// read and not answered, whichever process read it, so that one this
+// server were handling would reach it twice (a CREATE answered EEXIST,
+// a lost-write error reported to nobody). Errors: Resend's (the
+// connection is served anyway).
+func (s *Server) ServeAdopted(resend bool) error {
+	var err error
+	if resend {
+		err = s.Resend()
+	}
+	close(s.adopted)
+	return err
 }
 
 // CanResend reports whether the kernel of init resends requests on
@@ -54,8 +75,10 @@ func CanResend(init *fuse.InitIn) bool {
 }
 
 // Resend asks the kernel to queue again every request of the connection
-// that was read and not answered (FUSE_NOTIFY_RESEND): those a process
-// serving the connection before this one read and never answered. The
+// that was read and not answered (FUSE_NOTIFY_RESEND), by any process:
+// call it before this server reads (ServeAdopted), so that those are the
+// requests a process serving the connection before read and never
+// answered. The
 // resent requests carry the FUSE_UNIQUE_RESEND bit in their unique,
 // which is echoed back. Errors: the write's (EINVAL before Linux 6.9).
 func (s *Server) Resend() error {

@@ -51,8 +51,8 @@ import (
 // same root file handle, or it refuses), builds go-fuse's node tree with
 // the same nodeids, lookup counts and file handles (restore), takes the
 // lock owners over without a call to the server, replays the kernel's
-// INIT to go-fuse (fuseuring.Server.Adopt: the kernel sends none), serves,
-// answers "ok", and once the old process is gone (the socket's end) asks
+// INIT to go-fuse (fuseuring.Server.Adopt: the kernel sends none),
+// answers "ok", serves, and once the old process is gone (the socket's end) asks
 // the kernel to send again what the old process read and never answered
 // (FUSE_NOTIFY_RESEND, Linux 6.9): held requests, blocked SETLKWs.
 //
@@ -364,11 +364,12 @@ func recvState(conn *net.UnixConn) (int, *handoverState, error) {
 // Adopt takes over the mount on dir that the process at the other end of
 // conn serves (Mount.Handover there): it receives the /dev/fuse
 // descriptor and the state, mounts cfg's export with a new NFS client,
-// restores the nodes, open files and locks, serves, and answers "ok"
-// with cfg.Version. Once the old process has closed conn (it exited),
-// the kernel is asked to send again the requests it held. Errors: the
-// socket's, the client's mount errors, a different root file handle, a
-// state that cannot be restored; the old process serves on after any.
+// restores the nodes, open files and locks, answers "ok" with
+// cfg.Version, and serves. Once the old process has closed conn (it
+// exited), the kernel is asked to send again the requests it held.
+// Errors: the socket's, the client's mount errors, a different root file
+// handle, a state that cannot be restored; the old process serves on
+// after any.
 func Adopt(ctx context.Context, dir string, cfg Config, conn *net.UnixConn) (*Mount, HandoverStats, error) {
 	st := HandoverStats{To: cfg.Version}
 	refuse := func(err error) (*Mount, HandoverStats, error) {
@@ -409,6 +410,7 @@ func Adopt(ctx context.Context, dir string, cfg Config, conn *net.UnixConn) (*Mo
 	st.Nodes, st.Files, st.Locks, st.Held = len(s.Nodes), len(s.Files), len(s.Held), s.Requests
 	klog.InfoS("fusefs: took the mount over", "dir", dir, "from", st.From, "to", st.To, "paused", st.Paused,
 		"nodes", st.Nodes, "files", st.Files, "locks", st.Locks, "held_requests", st.Held)
+	_ = m.ring.ServeAdopted(false)
 	go func() {
 		// the old process exits after "ok": its end of conn closes
 		_ = conn.SetReadDeadline(time.Now().Add(handoverAckTimeout))
@@ -423,7 +425,8 @@ func Adopt(ctx context.Context, dir string, cfg Config, conn *net.UnixConn) (*Mo
 	return m, st, nil
 }
 
-// adopt serves the connection of fd for client c with the state s.
+// adopt prepares the connection of fd for client c with the state s;
+// reading it starts at m.ring.ServeAdopted.
 func adopt(ctx context.Context, c *client.Client, dir string, cfg Config, fd int, s *handoverState, crashed bool) (*Mount, error) {
 	if !crashed && string(rootFH(c)) != string(s.RootFH) {
 		return nil, fmt.Errorf("fusefs: handover: the export's root file handle differs from the old process's")
@@ -608,10 +611,10 @@ func startStateMap(sys *fsys, path string, init *fuse.InitIn, s *handoverState) 
 // the mounter, kept a descriptor of it), the state is the dead process's
 // state map cfg.MapFile. It mounts the export with a new NFS client,
 // restores the nodes and open handles of the map (each node with one
-// lookup: FORGETs are bounded to it), serves, and asks the kernel to
-// send again the requests the dead process had read and not answered
-// (FUSE_NOTIFY_RESEND; on kernels before 6.9 those stay unanswered, their
-// callers blocked until the mount is aborted). Each file that was open for
+// lookup: FORGETs are bounded to it), asks the kernel to send again the
+// requests the dead process had read and not answered (FUSE_NOTIFY_RESEND;
+// on kernels before 6.9 those stay unanswered, their callers blocked until
+// the mount is aborted), then serves. Each file that was open for
 // writing reports EIO at its next fsync, and at each flush until then
 // (errLostWrites). The dead process's NLM locks are not known: they stay
 // on the server until it hears of a reboot of the node. Errors: the
@@ -644,7 +647,9 @@ func Recover(ctx context.Context, dir string, cfg Config) (*Mount, HandoverStats
 		_ = c.Unmount(uctx)
 		return nil, st, err
 	}
-	if err := m.ring.Resend(); err != nil {
+	// before any request is read here: the kernel resends only those
+	// the dead process read (fuseuring.Server.ServeAdopted)
+	if err := m.ring.ServeAdopted(fuseuring.CanResend(&s.Init)); err != nil {
 		klog.ErrorS(err, "fusefs: requests the dead process held are not sent again", "dir", dir)
 	}
 	st.Paused = time.Since(start)
