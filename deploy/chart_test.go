@@ -580,7 +580,7 @@ func checkPods(t *testing.T, objs []object) {
 // checkMounter checks the mounters' DaemonSet: the driver's image, its own
 // pod (so that the node plugin's pod can go without ending the mounts),
 // the socket the node plugin dials in the host state directory both mount,
-// IPC_LOCK, no mount rights, OnDelete updates.
+// IPC_LOCK, no mount rights, rolling updates that hand the mounts over.
 func checkMounter(t *testing.T, objs []object, drv *corev1.Container) {
 	t.Helper()
 	ds := find[*appsv1.DaemonSet](t, objs, "DaemonSet", mounterNm)
@@ -589,7 +589,7 @@ func checkMounter(t *testing.T, objs []object, drv *corev1.Container) {
 		t.Errorf("mounter containers %v, want %v", got, want)
 	}
 	m := container(t, spec, "mounter")
-	if want := []string{"mounter", "--socket=/var/lib/nfsrdma/mounter.sock", "--state-dir=/var/lib/nfsrdma", "--v=2"}; !reflect.DeepEqual(m.Args, want) {
+	if want := []string{"mounter", "--socket=/var/lib/nfsrdma/mounter.sock", "--state-dir=/var/lib/nfsrdma", "--v=2", "--takeover"}; !reflect.DeepEqual(m.Args, want) {
 		t.Errorf("mounter args %v, want %v", m.Args, want)
 	}
 	if m.Image != drv.Image {
@@ -614,8 +614,15 @@ func checkMounter(t *testing.T, objs []object, drv *corev1.Container) {
 	if spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken {
 		t.Error("mounter pods get an API token they do not use")
 	}
-	if ds.Spec.UpdateStrategy.Type != appsv1.OnDeleteDaemonSetStrategyType {
-		t.Errorf("mounter updateStrategy %v, want OnDelete (an upgrade would end every mount)", ds.Spec.UpdateStrategy.Type)
+	// a rolling update hands the mounts over: the new pod beside the old
+	// one, ready once it took them over
+	if u := ds.Spec.UpdateStrategy; u.Type != appsv1.RollingUpdateDaemonSetStrategyType || u.RollingUpdate == nil ||
+		u.RollingUpdate.MaxSurge == nil || u.RollingUpdate.MaxSurge.IntValue() != 1 ||
+		u.RollingUpdate.MaxUnavailable == nil || u.RollingUpdate.MaxUnavailable.IntValue() != 0 {
+		t.Errorf("mounter updateStrategy %+v, want RollingUpdate with maxSurge 1, maxUnavailable 0", u)
+	}
+	if !slices.Contains(m.Args, "--takeover") || m.ReadinessProbe == nil || m.ReadinessProbe.Exec == nil {
+		t.Errorf("mounter args %v, readiness %+v: a rolling update needs --takeover and the probe", m.Args, m.ReadinessProbe)
 	}
 }
 

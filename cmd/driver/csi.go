@@ -1,11 +1,16 @@
 package main
 
 import (
+	"context"
+	"fmt"
+	"net"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	"golang.org/x/sys/unix"
 
 	"github.com/nfsrdma/nfsrdma-csi/pkg/csi/credits"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/csi/deviceplugin"
@@ -115,6 +120,7 @@ of the node-driver-registrar sidecar, and exits when kubelet rejects it;
 func newMounterCmd() *cobra.Command {
 	var s mounter.Server
 	var metricsAddr string
+	var probe bool
 	cmd := &cobra.Command{
 		Use:   "mounter",
 		Short: "Serve FUSE mounts handed over by the node plugin, outliving its restarts",
@@ -129,6 +135,9 @@ SM_NOTIFY every mount holding locks on it.`,
 		Example: `  driver mounter --socket /run/nfsrdma/mounter.sock --state-dir /var/lib/nfsrdma`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if probe {
+				return probeMounter(cmd.Context(), s.Socket)
+			}
 			if v := cmd.Flags().Lookup("v"); v != nil && v.Value.String() != "0" {
 				s.ExtraArgs = []string{"--v=" + v.Value.String()}
 			}
@@ -145,10 +154,45 @@ SM_NOTIFY every mount holding locks on it.`,
 	f := cmd.Flags()
 	f.StringVar(&s.Socket, "socket", "/run/nfsrdma/mounter.sock", "unix socket to listen on")
 	f.StringVar(&s.StateDir, "state-dir", "/var/lib/nfsrdma/mounts", "directory for the state and log of each mount")
+	f.BoolVar(&s.TakeOver, "takeover", false, "at start, hand every mount recorded in --state-dir whose process (of a previous mounter, e.g. the pod this one replaces) listens on its handover socket to a new mount process of this binary: an upgrade that applications see as a pause")
 	f.StringVar(&s.LockSocket, "lock-socket", "", "unix socket of the node's lock callback service: one NLM/NSM callback service (GRANTED, GRANTED_MSG, SM_NOTIFY) for every mount of the node, and the node's status monitor for its own lock managers (SM_STAT, SM_MON, SM_UNMON, SM_UNMON_ALL), registered with the node's rpcbind, which the mount processes attach to (default: lockd.sock beside --socket; \"none\": each mount process serves its own)")
 	f.StringVar(&metricsAddr, "metrics-address", "", "HOST:PORT of the Prometheus /metrics endpoint: the lock callbacks received and routed to mounts (empty: off)")
 	f.StringVar(&s.TLSCA, "tls-ca", "", "PEM file of the authorities of the export servers' certificates, given to mounts with xprtsec=tls or mtls as --tls-ca (empty: the system's roots)")
 	f.StringVar(&s.TLSCert, "tls-cert", "", "PEM file of this node's certificate (driver node --node-cert), given to mounts with xprtsec=mtls as --tls-cert")
 	f.StringVar(&s.TLSKey, "tls-key", "", "PEM file of the key of --tls-cert (the same file when it holds both), given to mounts with xprtsec=mtls as --tls-key")
+	f.BoolVar(&probe, "probe", false, "exit 0 if the mounter at --socket answers (a readiness probe), else 1")
 	return cmd
+}
+
+// probeMounter is the readiness of a mounter: the mounter of this
+// container (the socket's peer is in this PID namespace: during a rolling
+// update the socket path may still lead to the pod being replaced)
+// answers on socket, which it does once it has taken its mounts over
+// (--takeover).
+func probeMounter(ctx context.Context, socket string) error {
+	c, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: socket, Net: "unixpacket"})
+	if err != nil {
+		return err
+	}
+	rc, err := c.SyscallConn()
+	if err != nil {
+		c.Close()
+		return err
+	}
+	var cred *unix.Ucred
+	var cerr error
+	if err := rc.Control(func(fd uintptr) { cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED) }); err != nil {
+		cerr = err
+	}
+	c.Close()
+	if cerr != nil {
+		return cerr
+	}
+	if cred.Pid == 0 {
+		return fmt.Errorf("%s is served by a mounter of another pod (not ready yet)", socket)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	_, err = (&mounter.Client{Socket: socket}).List(ctx)
+	return err
 }

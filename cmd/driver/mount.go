@@ -58,12 +58,21 @@ node's callback service (driver mounter), and re-sends its LOCK every second
 in case the callback cannot reach it; a signal cancels the wait
 (EINTR). After the server restarts (SM_NOTIFY, or its grace period), held
 locks are reclaimed. With --state-dir, the node's NSM state is kept there and
-servers are told of a reboot of the node so that they free its old locks.`,
+servers are told of a reboot of the node so that they free its old locks.
+
+Handover: with --handover-socket, a newer binary started with --takeover on
+that socket takes the mount over: this process stops taking requests,
+finishes those in flight (blocked locks apart), writes its data back to the
+server, passes its /dev/fuse descriptor and its state (the kernel's nodes,
+open files, NLM lock owners and locks) and exits; the successor serves the
+same kernel connection, and the kernel sends it again what this process
+had read and not answered (Linux 6.9 or later). Locks stay held by the same
+owners on the server. Not over io_uring (fuse_uring=off for such mounts).`,
 		Example: `  driver mount -o proto=rdma,port=20049,mountport=20048 10.0.0.5:/vol1 /mnt/vol1
   driver mount -o proto=tcp,port=2049,mountport=20048,actimeo=0 127.0.0.1:/ /mnt`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cfg.Source, cfg.Dir = args[0], args[1]
+			cfg.Source, cfg.Dir, cfg.Version = args[0], args[1], version
 			return fusemount.Run(cmd.Context(), cfg)
 		},
 	}
@@ -80,5 +89,9 @@ servers are told of a reboot of the node so that they free its old locks.`,
 	f.StringVar(&cfg.TLS.Cert, "tls-cert", "", "PEM file of this node's certificate, presented with xprtsec=mtls (the export server grants volumes to the node it names)")
 	f.StringVar(&cfg.TLS.Key, "tls-key", "", "PEM file of the key of --tls-cert")
 	f.StringVar(&cfg.StateDir, "state-dir", "", "directory of the node's NSM state (reboot counter, servers to notify after a reboot), shared by the node's mounts; none: kept in memory")
+	f.StringVar(&cfg.HandoverSocket, "handover-socket", "", "unix socket to listen on for a successor (driver mount --takeover SOCKET): it is handed this mount's FUSE connection and state, then this process exits without unmounting")
+	f.StringVar(&cfg.Takeover, "takeover", "", "take MOUNTPOINT over from the driver mount process listening on this --handover-socket, instead of mounting: applications see a pause, not an error")
+	f.StringVar(&cfg.MapFile, "map-file", "", "file to keep this mount's map of the kernel's nodeids and open handles in (outside the process: the mounter's state directory), for --recover after a crash")
+	f.BoolVar(&cfg.Recover, "recover", false, "take up the connection of --fuse-fd after the mount process serving it died, from its --map-file, instead of answering INIT")
 	return cmd
 }

@@ -87,6 +87,7 @@ type Server struct {
 	threads sync.WaitGroup // the queues' threads
 	serving sync.WaitGroup // request goroutines
 	stopped chan struct{}
+	adopted chan struct{} // Adopt: closed when its reading may start (ServeAdopted)
 }
 
 // NewServer returns a server for the FUSE connection of fd, an open

@@ -189,6 +189,7 @@ func TestMountListRelease(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []string{"mount", "--helper=serve", "--fuse-fd=3", "--ready-fd=4", "--metrics-socket=" + m.MetricsSocket,
+		"--handover-socket=" + m.HandoverSocket, "--map-file=" + m.MapFile,
 		"-o", "proto=rdma,port=20049", "--machine-name", "node-1", "--state-dir=" + filepath.Join(filepath.Dir(m.Log), "nsm"), "10.0.0.1:/vol", target}
 	if got := strings.Split(string(args), "\n")[1:]; strings.Join(got, " ") != strings.Join(want, " ") {
 		t.Fatalf("mount process arguments %q, want %q", got, want)
@@ -205,7 +206,9 @@ func TestMountListRelease(t *testing.T) {
 	if b, err := os.ReadFile(state); err != nil || json.Unmarshal(b, &saved) != nil || saved.PID != m.PID {
 		t.Fatalf("state file %s: %+v, %v", state, saved, err)
 	}
-	checkFDs(t, base+1) // the running process's pidfd (os.Process)
+	// the running process's pidfd (os.Process) and the mounter's
+	// duplicate of the mount's /dev/fuse descriptor (crash recovery)
+	checkFDs(t, base+2)
 
 	// the "unmount": the process exits by itself; Release waits for it
 	if err := os.RemoveAll(target); err != nil {

@@ -74,6 +74,11 @@ type Mount struct {
 	// its Prometheus metrics (set by the mounter; the node plugin's
 	// /metrics gathers them with the pod's labels).
 	MetricsSocket string `json:"metricsSocket,omitempty"`
+	// HandoverSocket is where the serving process listens for a successor
+	// (driver mount --takeover), MapFile its state map for a process that
+	// takes the mount up after it dies (--recover); set by the mounter.
+	HandoverSocket string `json:"handoverSocket,omitempty"`
+	MapFile        string `json:"mapFile,omitempty"`
 }
 
 // Response answers a Request.

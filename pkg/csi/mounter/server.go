@@ -20,7 +20,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/nfsrdma/nfsrdma-csi/internal/atomicfile"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/lockcb"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/mountopts"
 	"golang.org/x/sys/unix"
@@ -67,6 +66,11 @@ type Server struct {
 	// ("": not given). Cert and Key may be one file holding both
 	// (nodecert.Requester's).
 	TLSCA, TLSCert, TLSKey string
+	// TakeOver makes Run hand every mount recorded in StateDir whose
+	// process still listens on its handover socket to a new process of
+	// Exe (driver mount --takeover): the upgrade of a node's mounts to
+	// this mounter's binary, which the applications see as a pause.
+	TakeOver bool
 
 	mu        sync.Mutex
 	callbacks *lockcb.Service
@@ -78,6 +82,14 @@ type Server struct {
 type proc struct {
 	m    Mount
 	done chan struct{} // closed when the process has exited
+	// fuse is this mounter's duplicate of the mount's /dev/fuse
+	// descriptor: the connection outlives the process, and a process
+	// started with --recover takes it up after a crash (nil for
+	// adopted processes).
+	fuse *os.File
+	// released: the node plugin unmounted the target (OpRelease); the
+	// process's end is not a crash.
+	released bool
 }
 
 // Run listens on s.Socket and serves until ctx ends. Processes already
@@ -102,6 +114,9 @@ func (s *Server) Run(ctx context.Context) error {
 	s.starting = map[string]struct{}{}
 	s.adopt()
 	s.mu.Unlock()
+	if s.TakeOver {
+		s.takeOverAll(ctx)
+	}
 	if err := os.MkdirAll(filepath.Dir(s.Socket), 0o755); err != nil {
 		return fmt.Errorf("mounter: %w", err)
 	}
@@ -280,6 +295,14 @@ func (s *Server) statePath(target string) string {
 // start runs `driver mount` on the inherited fuse fd and waits for its
 // ready line.
 func (s *Server) start(ctx context.Context, m Mount, fuse *os.File) (Mount, error) {
+	return s.launch(ctx, m, fuse, modeMount)
+}
+
+// launch runs `driver mount` for m: mounting on fuse (modeMount), taking
+// the connection fuse up after a crash (modeRecover), or taking the
+// mount over from the process listening on m.HandoverSocket
+// (modeTakeOver, fuse nil), and waits for its ready line.
+func (s *Server) launch(ctx context.Context, m Mount, fuse *os.File, mode launchMode) (Mount, error) {
 	if !filepath.IsAbs(m.Target) || m.Source == "" {
 		return Mount{}, errors.New("mount: target must be absolute and source set")
 	}
@@ -291,13 +314,14 @@ func (s *Server) start(ctx context.Context, m Mount, fuse *os.File) (Mount, erro
 	}
 	s.starting[m.Target] = struct{}{}
 	p := s.mounts[m.Target]
+	prev := p
 	s.mu.Unlock()
 	defer func() {
 		s.mu.Lock()
 		delete(s.starting, m.Target)
 		s.mu.Unlock()
 	}()
-	if p != nil {
+	if p != nil && mode == modeMount {
 		select {
 		case <-p.done:
 		case <-time.After(5 * time.Second):
@@ -318,7 +342,31 @@ func (s *Server) start(ctx context.Context, m Mount, fuse *os.File) (Mount, erro
 	}
 	args := append([]string{"mount"}, s.ExtraArgs...)
 	m.MetricsSocket = filepath.Join(s.StateDir, key(m.Target)+".metrics.sock")
-	args = append(args, "--fuse-fd=3", "--ready-fd=4", "--metrics-socket="+m.MetricsSocket)
+	if mode != modeTakeOver {
+		args = append(args, "--fuse-fd=3")
+	}
+	args = append(args, "--ready-fd=4", "--metrics-socket="+m.MetricsSocket)
+	// where a successor takes the mount over, and the state map a
+	// process taking it up after a crash reads
+	old := m.HandoverSocket
+	m.MapFile = filepath.Join(s.StateDir, key(m.Target)+".map")
+	m.HandoverSocket = filepath.Join(s.StateDir, key(m.Target)+"."+strconv.FormatInt(time.Now().UnixNano(), 36)+".handover.sock")
+	args = append(args, "--handover-socket="+m.HandoverSocket, "--map-file="+m.MapFile)
+	switch mode {
+	case modeRecover:
+		args = append(args, "--recover")
+	case modeTakeOver:
+		args = append(args, "--takeover="+old)
+		if fuse == nil {
+			devnull, err := os.Open(os.DevNull)
+			if err != nil {
+				rw.Close()
+				return Mount{}, err
+			}
+			defer devnull.Close()
+			fuse = devnull // fd 3: the connection comes over the handover socket
+		}
+	}
 	if m.Options != "" {
 		args = append(args, "-o", m.Options)
 	}
@@ -351,12 +399,21 @@ func (s *Server) start(ctx context.Context, m Mount, fuse *os.File) (Mount, erro
 	}
 	m.PID, m.Started = cmd.Process.Pid, time.Now()
 	p = &proc{m: m, done: make(chan struct{})}
+	if mode != modeTakeOver {
+		p.fuse = dupFile(fuse)
+	}
 	s.mu.Lock()
 	s.mounts[m.Target] = p
 	s.mu.Unlock()
 	go func() {
 		err := cmd.Wait()
 		klog.InfoS("mounter: mount process exited", "target", m.Target, "pid", m.PID, "err", err)
+		if crashed(err) && s.recover(p) {
+			return
+		}
+		if p.fuse != nil {
+			p.fuse.Close()
+		}
 		if err == nil {
 			// a clean end (unmounted): its log has nothing left to tell;
 			// a failed or killed one keeps its log for troubleshooting
@@ -381,8 +438,20 @@ func (s *Server) start(ctx context.Context, m Mount, fuse *os.File) (Mount, erro
 		res = "error: " + ctx.Err().Error()
 	}
 	if res != "ok" {
+		s.mu.Lock()
+		p.released = true // no recovery of a process that never served
+		s.mu.Unlock()
 		_ = cmd.Process.Kill()
 		<-p.done
+		if prev != nil && mode == modeTakeOver {
+			// the process that serves on (a takeover refused)
+			s.mu.Lock()
+			if _, ok := s.mounts[m.Target]; !ok {
+				s.mounts[m.Target] = prev
+				s.writeState(prev.m)
+			}
+			s.mu.Unlock()
+		}
 		msg := strings.TrimPrefix(res, "error: ")
 		if msg == "" {
 			msg = "exited before mounting: " + tail(m.Log)
@@ -394,11 +463,17 @@ func (s *Server) start(ctx context.Context, m Mount, fuse *os.File) (Mount, erro
 		return Mount{}, fmt.Errorf("%w: exited after mounting: %s", ErrMount, tail(m.Log))
 	default:
 	}
-	if b, err := json.Marshal(m); err == nil {
-		if err := atomicfile.Write(s.statePath(m.Target), b); err != nil {
-			klog.ErrorS(err, "mounter: state file", "target", m.Target)
+	if mode == modeTakeOver {
+		// this mounter's own duplicate of the connection, for --recover
+		f, err := fuseOf(m.PID)
+		if err != nil {
+			klog.ErrorS(err, "mounter: no duplicate of the taken-over connection: a crash of its process ends the mount", "target", m.Target, "pid", m.PID)
 		}
+		s.mu.Lock()
+		p.fuse = f
+		s.mu.Unlock()
 	}
+	s.writeState(m)
 	klog.InfoS("mounter: serving", "target", m.Target, "source", m.Source, "pid", m.PID, "volume", m.VolumeID, "pod", m.PodUID)
 	return m, nil
 }
@@ -426,6 +501,9 @@ func (s *Server) release(target string, timeout time.Duration) {
 	if p == nil {
 		return
 	}
+	s.mu.Lock()
+	p.released = true
+	s.mu.Unlock()
 	select {
 	case <-p.done:
 		return
@@ -462,7 +540,7 @@ func (s *Server) adopt() {
 		if err == nil {
 			err = json.Unmarshal(b, &m)
 		}
-		if err != nil || !alive(m) {
+		if err != nil || !(alive(m) || s.TakeOver && listening(m)) {
 			klog.InfoS("mounter: dropping the state of a mount no longer served", "file", path, "target", m.Target, "pid", m.PID)
 			_ = os.Remove(path)
 			continue
@@ -470,7 +548,7 @@ func (s *Server) adopt() {
 		p := &proc{m: m, done: make(chan struct{})}
 		s.mounts[m.Target] = p
 		go func() {
-			for alive(p.m) {
+			for alive(p.m) || listening(p.m) {
 				time.Sleep(time.Second)
 			}
 			klog.InfoS("mounter: adopted mount process exited", "target", p.m.Target, "pid", p.m.PID)

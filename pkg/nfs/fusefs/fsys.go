@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync/atomic"
 
+	"github.com/hanwen/go-fuse/v2/fuse"
+
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/client"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/mountopts"
 )
@@ -18,11 +20,15 @@ type fsys struct {
 	nameMax int
 	// bg bounds the background (write-behind) WRITEs; cancelled at unmount.
 	bg      context.Context
+	cancel  context.CancelFunc // ends bg
 	budget  *budget
-	callers *callers    // the credential of each FUSE caller (cred.go)
-	intr    *interrupts // FUSE requests in flight (interrupt.go)
-	local   localLocks  // locks local_lock keeps here (lock.go)
-	owners  *lockOwners // lock owners of FLUSH and RELEASE (lock.go)
+	callers *callers           // the credential of each FUSE caller (cred.go)
+	intr    *interrupts        // FUSE requests in flight (interrupt.go)
+	local   localLocks         // locks local_lock keeps here (lock.go)
+	owners  *lockOwners        // lock owners of FLUSH and RELEASE (lock.go)
+	raw     fuse.RawFileSystem // go-fuse's bridge (fs.NewNodeFS)
+	gate    *gate              // what the FUSE server calls: stops requests for a handover (gate.go)
+	adopt   adoptSlot          // what a handover registers next (handover.go)
 	root    *node
 	// sillyCount numbers the hidden names of silly renames.
 	sillyCount atomic.Uint64

@@ -63,6 +63,14 @@ type Config struct {
 	// after a reboot of the node the servers it held locks on are told
 	// (SM_NOTIFY) so that they free them. Mounts of one node share it.
 	StateDir string
+	// Version is the version of this binary, for the logs and metrics of
+	// a handover (handover.go).
+	Version string
+	// MapFile, if not "", is the state map this mount keeps of the
+	// kernel's nodeids and handles (statemap.go), for a process that
+	// takes the connection up after this one dies (Recover). It belongs
+	// outside the process: the mounter's state directory.
+	MapFile string
 }
 
 // ClientOptions builds the NFS client options for cfg: ports, sizes, the
@@ -137,6 +145,13 @@ type Mount struct {
 	dir    string
 	cancel context.CancelFunc
 	byFD   bool // mounted by another process (Config.FD): unmount dir ourselves
+	cfg    Config
+	// init is the kernel's INIT as this mount's server answered it, and
+	// devFD returns a duplicate of the connection's /dev/fuse descriptor,
+	// for a handover (handover.go); nil when the mount cannot be handed
+	// over.
+	init  *fuse.InitIn
+	devFD func() (int, error)
 }
 
 // NewMount mounts the NFS export with the NFS client (bounded by ctx),
@@ -163,22 +178,21 @@ func NewMount(ctx context.Context, dir string, cfg Config) (*Mount, error) {
 	return m, nil
 }
 
-// Serve mounts the already mounted client c with FUSE on dir and serves
-// it in the background (see NewMount); ctx bounds only the GETATTR of the
-// root before mount(2). Unmount or Wait end it; c is unmounted (UMNT)
-// then. Errors: the GETATTR's, mount(2)'s.
-func Serve(ctx context.Context, c *client.Client, dir string, cfg Config) (*Mount, error) {
+// prepare builds the file system of client c for cfg: the nodes' shared
+// state, the root node (after a GETATTR of the root, bounded by ctx) and
+// go-fuse's options. sys.cancel ends its background work.
+func prepare(ctx context.Context, c *client.Client, cfg Config) (*fsys, *node, *fs.Options, error) {
 	o := cfg.Options
 	rootAttr, err := c.Getattr(ctx, c.Root())
 	if err != nil {
-		return nil, fmt.Errorf("fusefs: root GETATTR: %w", err)
+		return nil, nil, nil, fmt.Errorf("fusefs: root GETATTR: %w", err)
 	}
 	bg, cancel := context.WithCancel(context.Background())
 	machine := cfg.AuthSys.MachineName
 	if machine == "" {
 		machine, _ = os.Hostname()
 	}
-	sys := &fsys{c: c, o: o, blksize: uint32(c.WSize()), nameMax: nameMax(ctx, c), bg: bg, budget: newBudget(), callers: newCallers(machine), intr: newInterrupts(InterruptGrace)}
+	sys := &fsys{c: c, o: o, blksize: uint32(c.WSize()), nameMax: nameMax(ctx, c), bg: bg, cancel: cancel, budget: newBudget(), callers: newCallers(machine), intr: newInterrupts(InterruptGrace)}
 	root := &node{sys: sys, fh: c.Root()}
 	sys.root = root
 	root.refresh(&rootAttr)
@@ -211,6 +225,20 @@ func Serve(ctx context.Context, c *client.Client, dir string, cfg Config) (*Moun
 	if o.ReadOnly {
 		fsopts.MountOptions.Options = append(fsopts.MountOptions.Options, "ro")
 	}
+	return sys, root, fsopts, nil
+}
+
+// Serve mounts the already mounted client c with FUSE on dir and serves
+// it in the background (see NewMount); ctx bounds only the GETATTR of the
+// root before mount(2). Unmount or Wait end it; c is unmounted (UMNT)
+// then. Errors: the GETATTR's, mount(2)'s.
+func Serve(ctx context.Context, c *client.Client, dir string, cfg Config) (*Mount, error) {
+	o := cfg.Options
+	sys, root, fsopts, err := prepare(ctx, c, cfg)
+	if err != nil {
+		return nil, err
+	}
+	cancel := sys.cancel
 	mountPoint := dir
 	if cfg.FD > 0 {
 		mountPoint = "/dev/fd/" + strconv.Itoa(cfg.FD)
@@ -232,15 +260,20 @@ func Serve(ctx context.Context, c *client.Client, dir string, cfg Config) (*Moun
 	var urs *fuseuring.Server
 	if ring {
 		urs, err = serveRing(dir, cfg.FD, fsopts, func(raw fuse.RawFileSystem) fuse.RawFileSystem {
+			sys.raw = raw
 			sys.owners = &lockOwners{RawFileSystem: raw}
-			return sys.owners
+			sys.gate = newGate(sys.owners)
+			return sys.gate
 		}, root, o.FuseURing == mountopts.FuseURingOn)
 		srv = urs
 	} else {
-		// fs.Mount, with the lock owners of FLUSH and RELEASE passed on
-		sys.owners = &lockOwners{RawFileSystem: fs.NewNodeFS(root, fsopts)}
+		// fs.Mount, with the lock owners of FLUSH and RELEASE passed on,
+		// behind the gate of a handover
+		sys.raw = fs.NewNodeFS(root, fsopts)
+		sys.owners = &lockOwners{RawFileSystem: sys.raw}
+		sys.gate = newGate(sys.owners)
 		var gs *fuse.Server
-		gs, err = fuse.NewServer(sys.owners, mountPoint, &fsopts.MountOptions)
+		gs, err = fuse.NewServer(sys.gate, mountPoint, &fsopts.MountOptions)
 		if err == nil {
 			go gs.Serve()
 			err = gs.WaitMount()
@@ -251,7 +284,7 @@ func Serve(ctx context.Context, c *client.Client, dir string, cfg Config) (*Moun
 		cancel()
 		return nil, fmt.Errorf("fusefs: mount %s: %w", dir, err)
 	}
-	go sys.intr.watch(bg)
+	go sys.intr.watch(sys.bg)
 	if o.ReadAheadKB > 0 {
 		// not fatal: the mount works with the kernel's 128 KiB, slower
 		if err := SetReadAhead(dir, o.ReadAheadKB); err != nil {
@@ -265,7 +298,18 @@ func Serve(ctx context.Context, c *client.Client, dir string, cfg Config) (*Moun
 	klog.InfoS("fusefs: mounted", "source", cfg.Source, "dir", dir, "proto", o.Proto, "fuse_transport", transport,
 		"rsize", c.RSize(), "wsize", c.WSize(), "noac", o.NoAC, "read_ahead_kb", o.ReadAheadKB,
 		"local_lock", o.LocalLock, "lockport", o.LockPort)
-	return &Mount{Client: c, sys: sys, server: srv, ring: urs, dir: dir, cancel: cancel, byFD: cfg.FD > 0}, nil
+	m := &Mount{Client: c, sys: sys, server: srv, ring: urs, dir: dir, cancel: cancel, byFD: cfg.FD > 0, cfg: cfg}
+	if gs, ok := srv.(*fuse.Server); ok {
+		init := *gs.KernelSettings()
+		m.init = &init
+		m.devFD = func() (int, error) { return goFuseFD(gs) }
+		if cfg.MapFile != "" {
+			if err := startStateMap(sys, cfg.MapFile, m.init, nil); err != nil {
+				klog.ErrorS(err, "fusefs: no state map: a restarted mount process could not take this mount up", "dir", dir)
+			}
+		}
+	}
+	return m, nil
 }
 
 // wantRing says whether a mount with fuse_uring=mode serves FUSE over

@@ -152,6 +152,9 @@ func (n *node) lookupRPC(ctx context.Context, name string) (nfs3.FH, nfs3.Fattr,
 // while fresh (knownChild), else with an NFS LOOKUP. When n's handle is
 // stale, the answer is ENOENT.
 func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (_ *fs.Inode, errno syscall.Errno) {
+	if in := n.sys.adopt.lookup(name); in != nil {
+		return in, 0 // a handover's restore (handover.go)
+	}
 	ctx, op := n.call(ctx, &errno) // the caller's credential, not interrupted; a stale handle (node.call)
 	defer op.done()
 	defer func() {

@@ -35,6 +35,13 @@ type openFile struct {
 	// description locks (F_OFD_SETLK, owned by the open file) are only
 	// dropped at its RELEASE. Guarded by sh.mu.
 	lockOwners map[uint64]bool
+	// lost: the mount process that served this open file died (Recover)
+	// and writes it acknowledged through any open file of the inode may
+	// not have reached the server. The next FSYNC through it reports EIO
+	// (errLostWrites) and clears lost; each FLUSH until then reports it
+	// too without clearing, so that the close-on-exec of a fork does not
+	// take the error from the writer's fsync(2). Guarded by sh.mu.
+	lost bool
 }
 
 var (
@@ -103,6 +110,9 @@ func (n *node) open(readOnly bool) *openFile {
 // inode are dropped; otherwise its page cache is kept (FOPEN_KEEP_CACHE).
 // The open file is an openFile.
 func (n *node) Open(ctx context.Context, flags uint32) (_ fs.FileHandle, _ uint32, errno syscall.Errno) {
+	if h := n.sys.adopt.opened(); h != nil {
+		return h, 0, 0 // a handover's restore (handover.go)
+	}
 	ctx, op := n.call(ctx, &errno) // the caller's credential, not interrupted; a stale handle (node.call)
 	defer op.done()
 	if n.sys.o.ReadOnly && flags&(syscall.O_WRONLY|syscall.O_RDWR|syscall.O_TRUNC) != 0 {
@@ -191,6 +201,9 @@ func (f *openFile) Flush(ctx context.Context) (errno syscall.Errno) {
 	defer op.done()
 	if !f.readOnly {
 		errno = f.sh.wb.sync(ctx)
+		if errno == 0 && f.lostWrites(false) {
+			errno = syscall.EIO
+		}
 	}
 	if hasOwner && !ro.flock {
 		// POSIX locks end at any close by their owner, after the
@@ -205,7 +218,29 @@ func (f *openFile) Fsync(ctx context.Context, _ uint32) (errno syscall.Errno) {
 	ctx, op := f.n.call(ctx, &errno) // the caller's credential, not interrupted; a stale handle (node.call)
 	defer op.done()
 	f.setFlushed(false)
-	return f.sh.wb.sync(ctx)
+	errno = f.sh.wb.sync(ctx)
+	if f.lostWrites(true) && errno == 0 {
+		errno = syscall.EIO
+	}
+	return errno
+}
+
+// lostWrites reports whether f is lost (its mount process died with
+// writes acknowledged, errLostWrites), clearing it when clear; a lost
+// f has the kernel's pages of the inode dropped first (dropPagesNow):
+// they hold what the server may not have.
+func (f *openFile) lostWrites(clear bool) bool {
+	f.sh.mu.Lock()
+	lost := f.lost
+	if clear {
+		f.lost = false
+	}
+	f.sh.mu.Unlock()
+	if lost {
+		klog.InfoS("fusefs: reporting writes lost with the dead mount process", "fh", f.n.fh.String(), "err", errLostWrites)
+		f.sh.wb.dropPagesNow()
+	}
+	return lost
 }
 
 // Release answers RELEASE, after the last close of the open file: its

@@ -35,6 +35,9 @@ var (
 // OpendirHandle answers OPENDIR: the caller needs read permission on the
 // directory (permit; EACCES), as Linux's may_open asks of NFS.
 func (n *node) OpendirHandle(ctx context.Context, flags uint32) (_ fs.FileHandle, _ uint32, errno syscall.Errno) {
+	if h := n.sys.adopt.opened(); h != nil {
+		return h, 0, 0 // a handover's restore (handover.go)
+	}
 	cctx, op := n.call(ctx, &errno) // the caller's credential, not interrupted; a stale handle (node.call)
 	defer op.done()
 	if errno := n.permit(cctx, mayRead); errno != 0 {

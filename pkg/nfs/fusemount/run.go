@@ -8,6 +8,7 @@ package fusemount
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -61,6 +62,26 @@ type Config struct {
 	// UnmountTimeout bounds the unmount once ctx ends, and again the
 	// wait for a lazily unmounted mount; 0 means 10 s.
 	UnmountTimeout time.Duration
+	// HandoverSocket, if not "", is a unix socket this process listens
+	// on for a successor: a process that connects there (Takeover) is
+	// handed the mount (fusefs.Mount.Handover), and Run returns nil
+	// without unmounting. A failed handover is logged; the mount serves
+	// on.
+	HandoverSocket string
+	// Takeover, if not "", is the HandoverSocket of the process serving
+	// Dir now: Run takes its mount over (fusefs.Adopt) instead of
+	// mounting.
+	Takeover string
+	// Version is this binary's version (logs and metrics of handovers).
+	Version string
+	// MapFile, if not "", is where the mount keeps its state map
+	// (fusefs.Config.MapFile) for a process that takes the connection up
+	// after this one dies.
+	MapFile string
+	// Recover takes up the connection FD after the process that served
+	// it died, from its MapFile (fusefs.Recover), instead of answering
+	// INIT.
+	Recover bool
 }
 
 // Run mounts cfg.Source on cfg.Dir and serves it until it is unmounted
@@ -81,9 +102,15 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	handovers, stopListen, err := listenHandover(cfg.HandoverSocket)
+	if err != nil {
+		return errors.Join(err, m.Unmount(timeout), m.Wait())
+	}
+	defer stopListen()
 	if cfg.MetricsSocket != "" {
 		// only nfsrdma_* metrics: the node gathers nothing else from mounts
 		reg := prometheus.NewRegistry()
+		reg.MustRegister(handoverMetrics(cfg.Version))
 		reg.MustRegister(mm.rpc, metrics.NewClientCollector(m.Client.Stats, nil), counters.NewDeviceCollector(devselect.Counts, nil),
 			fusecounters.NewMountMemoryCollector(m.Memory, nil), fusecounters.NewFUSETransportCollector(m.FUSETransport, nil))
 		if mm.proto == mountopts.ProtoRDMA {
@@ -97,24 +124,44 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	done := make(chan error, 1)
 	go func() { done <- m.Wait() }()
-	select {
-	case err := <-done: // unmounted from outside
-		return err
-	case <-ctx.Done():
-		klog.InfoS("mount: signal received, unmounting", "dir", cfg.Dir)
-		if err := m.Unmount(timeout); err != nil {
-			return fmt.Errorf("unmount %s: %w", cfg.Dir, err)
-		}
-		// After a lazy unmount of a busy mount point the kernel keeps the
-		// connection until its last user leaves; do not wait for that
-		// forever: exiting closes /dev/fuse, which ends the connection
-		// (its users then get ENOTCONN).
+	for {
 		select {
-		case err := <-done:
+		case err := <-done: // unmounted from outside
 			return err
-		case <-time.After(timeout):
-			return fmt.Errorf("unmount %s: still in use after a lazy unmount; connection dropped", cfg.Dir)
+		case conn := <-handovers:
+			st, err := m.Handover(ctx, conn)
+			if err != nil {
+				conn.Close()
+				continue // logged; the mount serves on
+			}
+			// conn stays open until the process exits: its end tells
+			// the successor that no request can be read here any
+			// more, so that the kernel may send again those held
+			recordHandover(cfg.Dir, "from", st, nil)
+			// the successor serves the connection: exit without
+			// unmounting, unlocking or UMNT
+			return nil
+		case <-ctx.Done():
+			return unmount(cfg, m, done, timeout)
 		}
+	}
+}
+
+// unmount ends the mount once ctx ended (Run).
+func unmount(cfg Config, m *fusefs.Mount, done chan error, timeout time.Duration) error {
+	klog.InfoS("mount: signal received, unmounting", "dir", cfg.Dir)
+	if err := m.Unmount(timeout); err != nil {
+		return fmt.Errorf("unmount %s: %w", cfg.Dir, err)
+	}
+	// After a lazy unmount of a busy mount point the kernel keeps the
+	// connection until its last user leaves; do not wait for that
+	// forever: exiting closes /dev/fuse, which ends the connection
+	// (its users then get ENOTCONN).
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(timeout):
+		return fmt.Errorf("unmount %s: still in use after a lazy unmount; connection dropped", cfg.Dir)
 	}
 }
 
@@ -137,7 +184,7 @@ func mount(ctx context.Context, cfg Config) (*fusefs.Mount, mountMetrics, error)
 		return nil, mm, err
 	}
 	fc := fusefs.Config{Source: cfg.Source, Options: o, Debug: cfg.Debug, FD: cfg.FD,
-		LockCallerName: cfg.LockCallerName, StateDir: cfg.StateDir}
+		LockCallerName: cfg.LockCallerName, StateDir: cfg.StateDir, Version: cfg.Version, MapFile: cfg.MapFile}
 	fc.AuthSys.MachineName = cfg.MachineName
 	mm.proto = o.Proto
 	if cfg.MetricsSocket != "" {
@@ -152,6 +199,15 @@ func mount(ctx context.Context, cfg Config) (*fusefs.Mount, mountMetrics, error)
 	fc.Dial, fc.Transport = tr.Dial, tr.Name
 	if fc.TCP, err = transport.TCPForMount(server, o, cfg.TLS); err != nil {
 		return nil, mm, err
+	}
+	if cfg.Takeover != "" {
+		m, err := takeover(ctx, cfg, fc)
+		return m, mm, err
+	}
+	if cfg.Recover {
+		m, st, err := fusefs.Recover(ctx, cfg.Dir, fc)
+		recordHandover(cfg.Dir, "recover", st, err)
+		return m, mm, err
 	}
 	m, err := fusefs.NewMount(ctx, cfg.Dir, fc)
 	return m, mm, err

@@ -1,0 +1,186 @@
+package mounter
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+	"k8s.io/klog/v2"
+
+	"github.com/nfsrdma/nfsrdma-csi/internal/atomicfile"
+)
+
+// launchMode is how a mount process gets its FUSE connection.
+type launchMode int
+
+const (
+	// modeMount: a /dev/fuse fd the node plugin mounted; the process
+	// answers INIT.
+	modeMount launchMode = iota
+	// modeRecover: the mounter's duplicate of the connection, after the
+	// process serving it died (driver mount --recover).
+	modeRecover
+	// modeTakeOver: from the process serving the mount, over its handover
+	// socket (driver mount --takeover).
+	modeTakeOver
+)
+
+// Recovery limits: at most maxRecoveries restarts of one mount within
+// recoveryWindow; past that the mount is left to end (its callers get
+// ENOTCONN once the mounter lets the connection go).
+const (
+	maxRecoveries  = 3
+	recoveryWindow = time.Minute
+)
+
+// recoveries counts the recent restarts of each target.
+var recoveries = map[string][]time.Time{}
+
+// crashed reports whether a mount process's end err (exec.Cmd.Wait's) is
+// a crash: killed by a signal other than SIGTERM and SIGINT (SIGKILL, the
+// OOM killer, SIGSEGV), or exit status 2 (a Go panic or fatal error).
+// A process that ends otherwise unmounted, failed to mount, or handed
+// its mount over.
+func crashed(err error) bool {
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) {
+		return false
+	}
+	ws, ok := ee.Sys().(syscall.WaitStatus)
+	if !ok {
+		return false
+	}
+	if ws.Signaled() {
+		return ws.Signal() != syscall.SIGTERM && ws.Signal() != syscall.SIGINT
+	}
+	return ws.Exited() && ws.ExitStatus() == 2
+}
+
+// writeState records m in its state file.
+func (s *Server) writeState(m Mount) {
+	b, err := json.Marshal(m)
+	if err == nil {
+		err = atomicfile.Write(s.statePath(m.Target), b)
+	}
+	if err != nil {
+		klog.ErrorS(err, "mounter: state file", "target", m.Target)
+	}
+}
+
+// dupFile returns a close-on-exec duplicate of f, nil if it fails.
+func dupFile(f *os.File) *os.File {
+	if f == nil {
+		return nil
+	}
+	fd, err := unix.FcntlInt(f.Fd(), unix.F_DUPFD_CLOEXEC, 3)
+	if err != nil {
+		klog.ErrorS(err, "mounter: no duplicate of a /dev/fuse descriptor: a crash of its mount process ends the mount")
+		return nil
+	}
+	return os.NewFile(uintptr(fd), "fuse")
+}
+
+// fuseOf returns a duplicate of the /dev/fuse descriptor process pid
+// holds (pidfd_getfd(2), Linux 5.6).
+func fuseOf(pid int) (*os.File, error) {
+	dir := "/proc/" + strconv.Itoa(pid) + "/fd"
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range ents {
+		if l, err := os.Readlink(dir + "/" + e.Name()); err != nil || l != "/dev/fuse" {
+			continue
+		}
+		n, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		pfd, err := unix.PidfdOpen(pid, 0)
+		if err != nil {
+			return nil, fmt.Errorf("pidfd_open: %w", err)
+		}
+		fd, err := unix.PidfdGetfd(pfd, n, 0)
+		unix.Close(pfd)
+		if err != nil {
+			return nil, fmt.Errorf("pidfd_getfd: %w", err)
+		}
+		unix.CloseOnExec(fd)
+		return os.NewFile(uintptr(fd), "fuse"), nil
+	}
+	return nil, fmt.Errorf("process %d holds no /dev/fuse descriptor", pid)
+}
+
+// recover starts a process that takes p's connection up after p's process
+// died (crash, kill -9) and reports whether it started one: not after
+// the node plugin released the mount, without a duplicate of the
+// connection, or past maxRecoveries within recoveryWindow.
+func (s *Server) recover(p *proc) bool {
+	s.mu.Lock()
+	ok := !p.released && p.fuse != nil && p.m.MapFile != "" && s.mounts[p.m.Target] == p
+	if ok {
+		now := time.Now()
+		var recent []time.Time
+		for _, t := range recoveries[p.m.Target] {
+			if now.Sub(t) < recoveryWindow {
+				recent = append(recent, t)
+			}
+		}
+		ok = len(recent) < maxRecoveries
+		recoveries[p.m.Target] = append(recent, now)
+	}
+	s.mu.Unlock()
+	if !ok {
+		return false
+	}
+	klog.InfoS("mounter: mount process died; taking its connection up", "target", p.m.Target, "pid", p.m.PID)
+	m, err := s.launch(context.Background(), p.m, p.fuse, modeRecover)
+	p.fuse.Close()
+	if err != nil {
+		klog.ErrorS(err, "mounter: recovery failed", "target", p.m.Target)
+		s.forget(p)
+		return true
+	}
+	klog.InfoS("mounter: mount taken up again", "target", m.Target, "pid", m.PID)
+	close(p.done)
+	return true
+}
+
+// takeOverAll hands every mount of a previous mounter whose process
+// listens on a handover socket to a new process of s.Exe.
+func (s *Server) takeOverAll(ctx context.Context) {
+	for _, m := range s.List() {
+		if m.HandoverSocket == "" {
+			continue
+		}
+		if !listening(m) {
+			continue
+		}
+		t0 := time.Now()
+		nm, err := s.launch(ctx, m, nil, modeTakeOver)
+		if err != nil {
+			klog.ErrorS(err, "mounter: takeover failed; the old process serves on", "target", m.Target, "pid", m.PID)
+			continue
+		}
+		klog.InfoS("mounter: mount taken over by this mounter's binary", "target", m.Target, "oldPID", m.PID, "pid", nm.PID, "took", time.Since(t0))
+	}
+}
+
+// listening reports whether m's process may still listen on its handover
+// socket: the socket file is there (a process of another mounter pod is
+// not in this one's process list; its listener removes the file when it
+// ends).
+func listening(m Mount) bool {
+	if m.HandoverSocket == "" {
+		return false
+	}
+	_, err := os.Stat(m.HandoverSocket)
+	return err == nil
+}
