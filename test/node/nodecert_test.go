@@ -71,8 +71,8 @@ func (c *cluster) nodeCertificates(t *testing.T) {
 		quiet("kubectl -n " + ns + " delete secret " + release + "-node-ca " + serverTLSSecret + " --ignore-not-found")
 		quiet("kubectl delete csr --field-selector spec.signerName=nfsrdma.csi.dev/node")
 	})
-	// a new install: the mounters (updateStrategy OnDelete) start with the
-	// node certificate's flags; --wait: every pod Ready
+	// a new install: every pod starts with the node certificate's flags;
+	// --wait: every pod Ready
 	install("install", "")
 
 	// every node's plugin asked for its certificate, approved and issued
