@@ -1,13 +1,16 @@
 package mounter
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -173,14 +176,42 @@ func (s *Server) takeOverAll(ctx context.Context) {
 	}
 }
 
-// listening reports whether m's process may still listen on its handover
-// socket: the socket file is there (a process of another mounter pod is
-// not in this one's process list; its listener removes the file when it
-// ends).
+// listening reports whether a process still listens on m's handover
+// socket: a listening unix socket bound to that path is in this network
+// namespace's socket table (/proc/net/unix), which holds the sockets of
+// every process of the namespace, those of another mounter pod's PID
+// namespace too (mounters and their mounts share the node's network). A
+// process killed with SIGKILL leaves the socket file but not the
+// listening socket. Connecting to probe it would start a handover.
 func listening(m Mount) bool {
 	if m.HandoverSocket == "" {
 		return false
 	}
-	_, err := os.Stat(m.HandoverSocket)
-	return err == nil
+	if _, err := os.Stat(m.HandoverSocket); err != nil {
+		return false
+	}
+	f, err := os.Open("/proc/net/unix")
+	if err != nil {
+		return true // no socket table: the file is all there is to go by
+	}
+	defer f.Close()
+	return listensOn(f, m.HandoverSocket)
+}
+
+// listensOn reports whether the socket table in r (the format of
+// /proc/net/unix: Num RefCount Protocol Flags Type St Inode Path) has a
+// listening socket (flag __SO_ACCEPTCON, 0x10000) bound to path.
+func listensOn(r io.Reader, path string) bool {
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) < 8 || f[7] != path {
+			continue
+		}
+		flags, err := strconv.ParseUint(f[3], 16, 32)
+		if err == nil && flags&0x10000 != 0 {
+			return true
+		}
+	}
+	return false
 }
