@@ -7,8 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"time"
 
+	"github.com/nfsrdma/nfsrdma-csi/internal/lograte"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/xdr"
 )
 
@@ -17,7 +19,15 @@ type serverTLS struct {
 	cfg      *tls.Config
 	policy   XprtSec
 	required bool // plaintext calls are denied
+	// failures bounds the log lines of failed handshakes: one per peer
+	// address every handshakeLogInterval, so that a peer failing in a
+	// loop cannot flood the log
+	failures *lograte.Limiter
 }
+
+// handshakeLogInterval is the least time between two log lines of one
+// peer address's failed handshakes.
+const handshakeLogInterval = 10 * time.Second
 
 // serverTLS checks o's RPC-with-TLS settings and returns the server's
 // setup, nil when the server does not offer TLS.
@@ -55,7 +65,8 @@ func (o *TCPOptions) serverTLS() (*serverTLS, error) {
 			return c, nil
 		}
 	}
-	return &serverTLS{cfg: cfg, policy: o.XprtSec, required: o.XprtSec != XprtSecNone}, nil
+	return &serverTLS{cfg: cfg, policy: o.XprtSec, required: o.XprtSec != XprtSecNone,
+		failures: &lograte.Limiter{Interval: handshakeLogInterval, MaxKeys: 4096}}, nil
 }
 
 // hardenServerConfig sets what RFC 9289 section 5 requires over cfg: TLS
@@ -91,7 +102,7 @@ func isTLSProbe(rec []byte) bool {
 // session. Bytes the client sent after its probe and before the handshake
 // end the connection (RFC 9289 section 5.1.1: such traffic is discarded
 // and the connection dropped). A failed handshake is logged with the
-// peer's address.
+// peer's address, at most once per address every handshakeLogInterval.
 func (s *tcpServerConn) startTLS(ctx context.Context) error {
 	if n := s.br.Buffered(); n > 0 {
 		err := fmt.Errorf("%w: %d bytes between the AUTH_TLS probe and the TLS handshake (RFC 9289 section 5.1.1)", ErrMalformed, n)
@@ -104,7 +115,13 @@ func (s *tcpServerConn) startTLS(ctx context.Context) error {
 	if err := tc.HandshakeContext(hctx); err != nil {
 		err = handshakeError(s.peer.String(), err)
 		if ctx.Err() == nil {
-			s.log.Warn("sunrpc: RPC-with-TLS handshake failed", "peer", s.peer, "xprtsec", s.sec.policy, "err", err)
+			host := s.peer.String()
+			if h, _, serr := net.SplitHostPort(host); serr == nil {
+				host = h
+			}
+			if ok, skipped := s.sec.failures.Allow(host); ok {
+				s.log.Warn("sunrpc: RPC-with-TLS handshake failed", "peer", s.peer, "xprtsec", s.sec.policy, "err", err, "notLoggedSince", skipped)
+			}
 			s.linger()
 		}
 		return err

@@ -370,6 +370,34 @@ func TestTLSHandshakeRefusals(t *testing.T) {
 	}
 }
 
+// A peer failing its handshake in a loop gets one log line per
+// handshakeLogInterval, not one per attempt; the next line counts the
+// attempts left out.
+func TestTLSHandshakeFailuresRateLimited(t *testing.T) {
+	pki := newTestPKI(t)
+	var log testenv.Buffer
+	addr, _ := serveTCP(t, newTLSTestServer(nil), pki.serverOpts(XprtSecMTLS, logTo(&log)))
+	const attempts = 5
+	for i := range attempts {
+		ctx := testenv.Context(t, 30*time.Second)
+		c := newClientOpts(t, addr, pki.clientOpts(XprtSecMTLS, &pki.expired), RetryPolicy{})
+		if _, err := callPeer(ctx, c); !errors.Is(err, ErrTLSHandshake) {
+			t.Fatalf("attempt %d: %v, want ErrTLSHandshake", i, err)
+		}
+		c.Close()
+	}
+	// the server logs after the client saw the failure
+	deadline := time.Now().Add(5 * time.Second)
+	const line = `msg="sunrpc: RPC-with-TLS handshake failed"`
+	for strings.Count(log.String(), line) == 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if n := strings.Count(log.String(), line); n != 1 {
+		t.Fatalf("%d log lines for %d failed handshakes of one peer within %v, want 1:\n%s", n, attempts, handshakeLogInterval, log.String())
+	}
+}
+
 // refuseSerialOf is a VerifyConnection refusing cert's serial number, as
 // a revocation list would.
 func refuseSerialOf(cert tls.Certificate) func(tls.ConnectionState) error {
