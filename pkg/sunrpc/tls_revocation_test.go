@@ -83,7 +83,9 @@ func TestRevocationListHandshake(t *testing.T) {
 	replace(t, file, "serial "+leaf.SerialNumber.Text(16)+"\n")
 	refused("serial revoked")
 	// the server logs the failure after the client saw it
-	logged := func() bool { return strings.Contains(log.String(), "certificate revoked: serial "+leaf.SerialNumber.Text(16)) }
+	logged := func() bool {
+		return strings.Contains(log.String(), "certificate revoked: serial "+leaf.SerialNumber.Text(16))
+	}
 	if !testenv.WaitFor(5*time.Second, logged) {
 		t.Fatalf("server log does not name the revoked serial:\n%s", log.String())
 	}
