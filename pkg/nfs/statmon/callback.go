@@ -4,10 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"net"
 	"strconv"
-	"syscall"
 
 	"k8s.io/klog/v2"
 
@@ -15,13 +13,6 @@ import (
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nsm"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/xdr"
-)
-
-// The reserved source ports a callback is made from, as bindresvport(3)
-// picks them.
-const (
-	firstReserved = 600
-	lastReserved  = 1023
 )
 
 // callBack calls my_proc of id's my_prog/my_vers with st at the port the
@@ -84,7 +75,7 @@ func (m *Monitor) notifyPeers(ctx context.Context, peers [][2]string, state int3
 // within ctx.
 func call(ctx context.Context, addr string, prog, vers, proc uint32, args func(*xdr.Encoder)) error {
 	dial := func(ctx context.Context) (sunrpc.ClientTransport, error) {
-		c, err := dialReserved(ctx, addr)
+		c, err := sunrpc.DialReserved(ctx, nil, addr)
 		if err != nil {
 			return nil, err
 		}
@@ -96,28 +87,4 @@ func call(ctx context.Context, addr string, prog, vers, proc uint32, args func(*
 	}
 	defer c.Close()
 	return c.Call(ctx, sunrpc.CallSpec{Prog: prog, Vers: vers, Proc: proc, Args: func(b *sunrpc.Builder) { args(&b.Encoder) }})
-}
-
-// dialReserved connects to addr over TCP from a reserved port (600 to
-// 1023, from a random one on, as bindresvport(3)), or from any port when
-// the process may not bind a reserved one or none is free.
-func dialReserved(ctx context.Context, addr string) (net.Conn, error) {
-	n := lastReserved - firstReserved + 1
-	start := rand.IntN(n)
-	for i := range n {
-		d := net.Dialer{LocalAddr: &net.TCPAddr{Port: firstReserved + (start+i)%n}}
-		c, err := d.DialContext(ctx, "tcp", addr)
-		if err == nil {
-			return c, nil
-		}
-		if errors.Is(err, syscall.EADDRINUSE) || errors.Is(err, syscall.EADDRNOTAVAIL) {
-			continue
-		}
-		if errors.Is(err, syscall.EACCES) || errors.Is(err, syscall.EPERM) {
-			break
-		}
-		return nil, err
-	}
-	var d net.Dialer
-	return d.DialContext(ctx, "tcp", addr)
 }

@@ -71,7 +71,7 @@ func nsmCall(t *testing.T, port int, reserved bool, proc uint32, args []byte, re
 		var c net.Conn
 		var err error
 		if reserved {
-			c, err = dialReserved(ctx, addr)
+			c, err = sunrpc.DialReserved(ctx, nil, addr)
 		} else {
 			c, err = (&net.Dialer{}).DialContext(ctx, "tcp", addr)
 		}
