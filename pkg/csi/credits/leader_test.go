@@ -1,9 +1,7 @@
 package credits
 
 import (
-	"bytes"
 	"context"
-	"flag"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -14,39 +12,16 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/klog/v2"
+
+	"github.com/nfsrdma/nfsrdma-csi/internal/testfix/testenv"
 )
-
-// syncBuffer is a bytes.Buffer safe for klog's writer and the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // Two replicas started together both find no Lease (the API server's
 // reads are held until both have asked): exactly one leads, and neither
 // logs an error (client-go alone logs the loser's AlreadyExists as
 // "error initially creating leader election record").
 func TestRunElectedTogether(t *testing.T) {
-	fs := flag.NewFlagSet("klog", flag.ContinueOnError)
-	klog.InitFlags(fs)
-	_ = fs.Set("logtostderr", "false")
-	_ = fs.Set("alsologtostderr", "false")
-	_ = fs.Set("stderrthreshold", "FATAL")
-	var logs syncBuffer
-	klog.SetOutput(&logs)
-	defer func() { klog.SetOutput(nil); _ = fs.Set("logtostderr", "true") }()
+	logs := testenv.CaptureKlog(t, 0)
 
 	c := fake.NewClientset()
 	// hold every replica's first read of the Lease until both have made it

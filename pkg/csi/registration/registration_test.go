@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -284,10 +283,7 @@ func TestQuietKubeletLogged(t *testing.T) {
 	old := quietWarning
 	quietWarning = 50 * time.Millisecond
 	defer func() { quietWarning = old }()
-	var buf syncBuffer
-	klog.LogToStderr(false)
-	klog.SetOutput(&buf)
-	defer func() { klog.SetOutput(os.Stderr); klog.LogToStderr(true) }()
+	buf := testenv.CaptureKlog(t, 0)
 
 	_, stop := start(t, Options{Dir: t.TempDir()})
 	warned := testenv.WaitFor(5*time.Second, func() bool {
@@ -314,27 +310,4 @@ func TestQuietKubeletLogged(t *testing.T) {
 	if strings.Contains(buf.String(), "not registered the plugin yet") {
 		t.Fatalf("warning although registered:\n%s", buf.String())
 	}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-func (s *syncBuffer) Reset() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.b.Reset()
 }

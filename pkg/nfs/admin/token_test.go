@@ -1,20 +1,17 @@
 package admin
 
 import (
-	"bytes"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"k8s.io/klog/v2"
+	"github.com/nfsrdma/nfsrdma-csi/internal/testfix/testenv"
 )
 
 // statusOnly is a Service answering Status (every other method is left
@@ -69,49 +66,13 @@ func (v *secretVolume) update(t *testing.T, token string) {
 	}
 }
 
-// captureKlog sends klog's output, at verbosity 5, to a buffer until the
-// test ends.
-func captureKlog(t *testing.T) *syncBuffer {
-	t.Helper()
-	fs := flag.NewFlagSet("klog", flag.ContinueOnError)
-	klog.InitFlags(fs)
-	_ = fs.Set("logtostderr", "false")
-	_ = fs.Set("alsologtostderr", "false")
-	_ = fs.Set("v", "5")
-	buf := &syncBuffer{}
-	klog.SetOutput(buf)
-	t.Cleanup(func() {
-		_ = fs.Set("v", "0")
-		_ = fs.Set("logtostderr", "true")
-		klog.SetOutput(os.Stderr)
-	})
-	return buf
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestTokenRotation rotates the token of a Secret volume the way kubelet
 // does (an atomic swap of the ..data symlink) under a running handler and
 // clients on real sockets: the new token is required and used from the
 // next request, without a restart, the old one accepted only for the
 // grace period; and no token ever shows in an error or a log line.
 func TestTokenRotation(t *testing.T) {
-	logs := captureKlog(t)
+	logs := testenv.CaptureKlog(t, 5)
 	const tok1, tok2, tok3 = "first-token-5f0c1e", "second-token-9a7d2b", "third-token-c41e08"
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
