@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nfsrdma/nfsrdma-csi/internal/testfix/rpctest"
 	"github.com/nfsrdma/nfsrdma-csi/internal/testfix/testenv"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nlm"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nsm"
@@ -109,24 +110,11 @@ func (lm *lockManager) expectNone(t *testing.T, what string) {
 func callFrom(t *testing.T, s *Service, src string, proc uint32, args []byte, results func(*xdr.Decoder, int) error) error {
 	t.Helper()
 	addr := "127.0.0.1:" + strconv.Itoa(s.Port())
-	dial := func(ctx context.Context) (sunrpc.ClientTransport, error) {
+	dial := func(ctx context.Context) (net.Conn, error) {
 		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}}
-		c, err := d.DialContext(ctx, "tcp", addr)
-		if err != nil {
-			return nil, err
-		}
-		return sunrpc.NewTCPTransport(c, sunrpc.TCPOptions{}), nil
+		return d.DialContext(ctx, "tcp", addr)
 	}
-	c, err := sunrpc.NewClient(dial, sunrpc.ClientOptions{Retry: sunrpc.RetryPolicy{Soft: true}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	return c.Call(ctx, sunrpc.CallSpec{Prog: nsm.Program, Vers: nsm.Version, Proc: proc,
-		Args:    func(b *sunrpc.Builder) { b.Fixed(args) },
-		Results: results, MaxReplySize: 4096})
+	return rpctest.CallRaw(t, dial, nsm.Program, nsm.Version, proc, args, results)
 }
 
 func enc(m interface{ Encode(*xdr.Encoder) }) []byte {

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nfsrdma/nfsrdma-csi/internal/testfix/rpctest"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nlm"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nsm"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
@@ -67,28 +68,13 @@ func enc(m interface{ Encode(*xdr.Encoder) }) []byte {
 func nsmCall(t *testing.T, port int, reserved bool, proc uint32, args []byte, results func(*xdr.Decoder, int) error) error {
 	t.Helper()
 	addr := "127.0.0.1:" + strconv.Itoa(port)
-	dial := func(ctx context.Context) (sunrpc.ClientTransport, error) {
-		var c net.Conn
-		var err error
+	dial := func(ctx context.Context) (net.Conn, error) {
 		if reserved {
-			c, err = sunrpc.DialReserved(ctx, nil, addr)
-		} else {
-			c, err = (&net.Dialer{}).DialContext(ctx, "tcp", addr)
+			return sunrpc.DialReserved(ctx, nil, addr)
 		}
-		if err != nil {
-			return nil, err
-		}
-		return sunrpc.NewTCPTransport(c, sunrpc.TCPOptions{}), nil
+		return (&net.Dialer{}).DialContext(ctx, "tcp", addr)
 	}
-	c, err := sunrpc.NewClient(dial, sunrpc.ClientOptions{Retry: sunrpc.RetryPolicy{Soft: true}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	return c.Call(ctx, sunrpc.CallSpec{Prog: nsm.Program, Vers: nsm.Version, Proc: proc,
-		Args: func(b *sunrpc.Builder) { b.Fixed(args) }, Results: results, MaxReplySize: 4096})
+	return rpctest.CallRaw(t, dial, nsm.Program, nsm.Version, proc, args, results)
 }
 
 // TestSimuCrash: SM_SIMU_CRASH from a reserved port of this host moves
