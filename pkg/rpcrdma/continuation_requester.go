@@ -21,6 +21,21 @@ func (c *Client) reserveSendsLocked(n int) bool {
 	return true
 }
 
+// contBuffers readies the slot's Sends of one continued call or
+// transmission group: sends work requests and SGEs in s.contWRs and
+// s.contSGEs, and the registered region (sends x the inline threshold)
+// their bytes are built in, returned.
+func (s *slot) contBuffers(sends int) ([]byte, error) {
+	if err := s.ensure(&s.contMR, sends*s.c.inline.Send, 0); err != nil {
+		return nil, err
+	}
+	if cap(s.contWRs) < sends {
+		s.contWRs, s.contSGEs = make([]verbs.SendWR, sends), make([]verbs.SGE, sends)
+	}
+	s.contWRs, s.contSGEs = s.contWRs[:sends], s.contSGEs[:sends]
+	return s.contMR.Bytes(), nil
+}
+
 // sendContinued sends the call of slot s, whose final header h (an
 // RDMA2_CALL_INLINE with the reply's chunks) is built, as sends Sends
 // (contPlan): the Payload stream is laid out in the slot's continuation
@@ -32,14 +47,10 @@ func (s *slot) sendContinued(m *sunrpc.Message, h *Header, sends, mid int) error
 	c := s.c
 	in := c.inline.Send
 	s.stream = m.AppendTo(s.stream[:0])
-	if err := s.ensure(&s.contMR, sends*in, 0); err != nil {
+	region, err := s.contBuffers(sends)
+	if err != nil {
 		return err
 	}
-	if cap(s.contWRs) < sends {
-		s.contWRs, s.contSGEs = make([]verbs.SendWR, sends), make([]verbs.SGE, sends)
-	}
-	s.contWRs, s.contSGEs = s.contWRs[:sends], s.contSGEs[:sends]
-	region := s.contMR.Bytes()
 	rest := s.stream
 	for i := range sends {
 		buf := region[i*in : i*in : (i+1)*in]

@@ -52,14 +52,10 @@ func (s *slot) sendSDDPGroup(m *sunrpc.Message, h *Header, sends int) error {
 	if c.mangleSDDP != nil {
 		c.mangleSDDP(&h.SDDP)
 	}
-	if err := s.ensure(&s.contMR, sends*in, 0); err != nil {
+	region, err := s.contBuffers(sends)
+	if err != nil {
 		return err
 	}
-	if cap(s.contWRs) < sends {
-		s.contWRs, s.contSGEs = make([]verbs.SendWR, sends), make([]verbs.SGE, sends)
-	}
-	s.contWRs, s.contSGEs = s.contWRs[:sends], s.contSGEs[:sends]
-	region := s.contMR.Bytes()
 	item := m.Payload
 	for i := range sends {
 		buf := region[i*in : (i+1)*in : (i+1)*in]
