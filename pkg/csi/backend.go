@@ -4,10 +4,13 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"sort"
 	"strconv"
 	"sync"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
 
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/admin"
@@ -44,20 +47,50 @@ type backends struct {
 	mu sync.Mutex
 	m  map[string]*backend
 	// known servers, for ListVolumes, ListSnapshots and GetCapacity
-	// without parameters.
-	known map[string]struct{}
+	// without parameters: given at start and seen in calls, and those
+	// of the volume handles handles returns (nil: none).
+	known   map[string]struct{}
+	handles func() ([]string, error)
 }
 
-func newBackends(ports ServerPorts, token admin.TokenSource, servers []string) *backends {
-	b := &backends{ports: ports, token: token, callTimeout: 15 * time.Second, m: map[string]*backend{}, known: map[string]struct{}{}}
+func newBackends(ports ServerPorts, token admin.TokenSource, servers []string, handles func() ([]string, error)) *backends {
+	b := &backends{ports: ports, token: token, callTimeout: 15 * time.Second, m: map[string]*backend{}, known: map[string]struct{}{}, handles: handles}
 	for _, s := range servers {
 		b.known[s] = struct{}{}
 	}
 	return b
 }
 
-// servers returns the servers the controller knows of.
-func (bs *backends) servers() []string {
+// servers returns the servers the controller knows of, sorted: those
+// seen, and those of the PersistentVolumes' handles. Errors: the volume
+// handles' source's (Unavailable).
+func (bs *backends) servers() ([]string, error) {
+	set := map[string]struct{}{}
+	if bs.handles != nil {
+		hs, err := bs.handles()
+		if err != nil {
+			return nil, status.Errorf(codes.Unavailable, "the servers of the PersistentVolumes are not known yet: %v", err)
+		}
+		for _, h := range hs {
+			// another format: not ours to list
+			if id, err := parseVolumeID(h); err == nil {
+				set[id.Server] = struct{}{}
+			}
+		}
+	}
+	for _, s := range bs.seen() {
+		set[s] = struct{}{}
+	}
+	out := make([]string, 0, len(set))
+	for s := range set {
+		out = append(out, s)
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+// seen returns the servers given at start and those named in calls since.
+func (bs *backends) seen() []string {
 	bs.mu.Lock()
 	defer bs.mu.Unlock()
 	out := make([]string, 0, len(bs.known))

@@ -44,7 +44,7 @@ func newController(cfg Config) *controller {
 		p.Mount = mount3.Port
 	}
 	cfg.Ports = p
-	return &controller{cfg: cfg, be: newBackends(p, cfg.AdminToken, cfg.Servers), locks: newKeyLocks()}
+	return &controller{cfg: cfg, be: newBackends(p, cfg.AdminToken, cfg.Servers, cfg.VolumeHandles), locks: newKeyLocks()}
 }
 
 var controllerCaps = []csipb.ControllerServiceCapability_RPC_Type{
@@ -72,11 +72,11 @@ func (c *controller) ControllerGetCapabilities(context.Context, *csipb.Controlle
 	return &csipb.ControllerGetCapabilitiesResponse{Capabilities: caps}, nil
 }
 
-// probe checks every known server.
+// probe checks every server given at start or named in a call since.
 func (c *controller) probe(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	for _, s := range c.be.servers() {
+	for _, s := range c.be.seen() {
 		if a := c.be.adminClient(s); a != nil {
 			if _, err := a.Status(ctx); err != nil {
 				return fmt.Errorf("admin API of %s: %w", s, err)

@@ -39,8 +39,12 @@ func page(n int, token string, max int32) (start, end int, next string, err erro
 // volumes lists the volumes of every known server with an admin API, by
 // their CSI IDs, sorted.
 func (c *controller) volumes(ctx context.Context) ([]admin.Volume, error) {
+	servers, err := c.be.servers()
+	if err != nil {
+		return nil, err
+	}
 	var out []admin.Volume
-	for _, s := range c.be.servers() {
+	for _, s := range servers {
 		a := c.be.adminClient(s)
 		if a == nil {
 			continue
@@ -131,7 +135,7 @@ func (c *controller) ControllerGetVolume(ctx context.Context, req *csipb.Control
 // GetCapacity reports the bytes available on the server and share of the
 // parameters (FSSTAT abytes), or the sum over the known servers.
 func (c *controller) GetCapacity(ctx context.Context, req *csipb.GetCapacityRequest) (*csipb.GetCapacityResponse, error) {
-	servers := c.be.servers()
+	var servers []string
 	share := "/"
 	if len(req.GetParameters()) > 0 {
 		p, err := parseParams("capacity", req.GetParameters())
@@ -139,6 +143,11 @@ func (c *controller) GetCapacity(ctx context.Context, req *csipb.GetCapacityRequ
 			return nil, status.Error(codes.InvalidArgument, err.Error())
 		}
 		servers, share = []string{p.Server}, p.Share
+	} else {
+		var err error
+		if servers, err = c.be.servers(); err != nil {
+			return nil, err
+		}
 	}
 	if len(req.GetVolumeCapabilities()) > 0 {
 		if err := checkCaps(req.GetVolumeCapabilities()); err != nil {

@@ -104,7 +104,7 @@ func (c *controller) DeleteSnapshot(ctx context.Context, req *csipb.DeleteSnapsh
 // ListSnapshots lists the snapshots of the known servers, filtered by
 // snapshot or source volume, sorted by ID, paginated like ListVolumes.
 func (c *controller) ListSnapshots(ctx context.Context, req *csipb.ListSnapshotsRequest) (*csipb.ListSnapshotsResponse, error) {
-	servers := c.be.servers()
+	var servers []string
 	var want *snapshotID
 	if req.GetSnapshotId() != "" {
 		sid, err := parseSnapshotID(req.GetSnapshotId())
@@ -112,6 +112,11 @@ func (c *controller) ListSnapshots(ctx context.Context, req *csipb.ListSnapshots
 			return &csipb.ListSnapshotsResponse{}, nil
 		}
 		want, servers = &sid, []string{sid.Server}
+	} else {
+		var err error
+		if servers, err = c.be.servers(); err != nil {
+			return nil, err
+		}
 	}
 	var wantSrc *volumeID
 	if req.GetSourceVolumeId() != "" {

@@ -46,6 +46,13 @@ type Config struct {
 	// ListSnapshots and GetCapacity look there besides the servers seen
 	// in CreateVolume).
 	Servers []string
+	// VolumeHandles, when set, returns the volume handles of this
+	// driver's PersistentVolumes (a lister of the cluster's PVs): their
+	// servers are known too, so that a restarted controller, or a replica
+	// that made none of them, lists every volume in use. An error (the
+	// list not synced yet) makes ListVolumes, ListSnapshots and
+	// GetCapacity without parameters Unavailable rather than partial.
+	VolumeHandles func() ([]string, error)
 
 	// Node: serve the Node service.
 	Node bool

@@ -319,6 +319,16 @@ func (e *env) attach(t *testing.T, c *claim) {
 	// kubelet stand-in: the node reports the volume mounted
 	e.nodeStatus(t, []corev1.UniqueVolumeName{uniqueName(c)})
 
+	// The controller pod replaced (the driver and its sidecars restart
+	// together, as a rollout or an eviction does): the new driver has made
+	// no volume and is given no --server, so its ListVolumes must find the
+	// export server through the PersistentVolumes.
+	for _, n := range []string{"csi-attacher", "csi-provisioner", "controller"} {
+		e.stop(n)
+	}
+	e.startController()
+	e.startSidecars()
+
 	// csi-attacher's reconciler compares every VolumeAttachment with our
 	// ListVolumes' published nodes: two rounds after the attach (one
 	// complete), the VolumeAttachment must still be attached and the

@@ -304,7 +304,7 @@ func (e *env) startController() {
 	args := []string{"controller", "--endpoint", "unix://" + e.ctrlSock, "--admin-token-file", e.tokenFile,
 		"--admin-port", strconv.Itoa(e.adm), "--nfs-port", strconv.Itoa(e.nfsPort),
 		"--rdma-port", strconv.Itoa(e.rdmaPort), "--mount-port", strconv.Itoa(e.mountPort),
-		"--server", "127.0.0.1", "--v=4",
+		"--v=4",
 		"--kubeconfig", e.kubeconfig, "--namespace", ledgerNamespace}
 	e.start("controller", testenv.Dialable("unix", e.ctrlSock), e.bin, args...)
 }

@@ -84,9 +84,17 @@ func RunController(ctx context.Context, cfg ControllerConfig) error {
 		}
 		token = f
 	}
+	// every export server a PersistentVolume of ours names, for ListVolumes
+	// after a restart and on a replica that made none of them
+	var handles func() ([]string, error)
+	if c, err := cfg.Kube.client(cfg.Version); err != nil {
+		klog.InfoS("controller: no Kubernetes API: ListVolumes knows only the servers given with --server and those named in calls", "err", err)
+	} else {
+		handles = pvHandles(ctx, c, csi.DriverName)
+	}
 	cm := metrics.NewCSI(nil)
 	d, err := csi.New(csi.Config{Version: cfg.Version, Endpoint: cfg.Endpoint, Controller: true,
-		Ports: cfg.Ports, AdminToken: token, Servers: cfg.Servers, Metrics: cm})
+		Ports: cfg.Ports, AdminToken: token, Servers: cfg.Servers, VolumeHandles: handles, Metrics: cm})
 	if err != nil {
 		return err
 	}
