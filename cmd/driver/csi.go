@@ -47,7 +47,7 @@ admin API (authenticated with the token in --admin-token-file).`,
 	f.IntVar(&cfg.Ports.RDMA, "rdma-port", nfs3.RDMAPort, "NFS/RDMA port of the export servers (what nodes mount)")
 	f.IntVar(&cfg.Ports.Mount, "mount-port", mount3.Port, "MOUNT v3 TCP port of the export servers")
 	f.IntVar(&cfg.Ports.NLM, "nlm-port", nlm.Port, "NLM v4 TCP port of the export servers, given to mounts as lockport= (0: mounts ask the server's rpcbind)")
-	f.StringArrayVar(&cfg.Servers, "server", nil, "export server known from the start, for ListVolumes, ListSnapshots and GetCapacity (repeatable)")
+	f.StringArrayVar(&cfg.Servers, "server", nil, "export server known from the start, for ListVolumes, ListSnapshots and GetCapacity, besides those the driver's PersistentVolumes name when there is a Kubernetes API (repeatable)")
 	registerKube(f, &cfg.Kube)
 	f.BoolVar(&cfg.CreditLedger, "credit-ledger", true, "keep each pod's RPC-over-RDMA credit grant in the ConfigMap nfsrdma-credits of --namespace (needs the Kubernetes API)")
 	f.IntVar(&cfg.CreditsBudget, "credits-budget", credits.DefaultBudget, "credits each export server grants all pods together")
