@@ -77,6 +77,10 @@ func (s *Server) writeState(m Mount) {
 	}
 }
 
+// fuseDev is /dev/fuse's device number (major 10, minor 229: the misc
+// device Linux registers it as, Documentation/admin-guide/devices.txt).
+var fuseDev = unix.Mkdev(10, 229)
+
 // dupFile returns a close-on-exec duplicate of f, nil if it fails.
 func dupFile(f *os.File) *os.File {
 	if f == nil {
@@ -91,7 +95,11 @@ func dupFile(f *os.File) *os.File {
 }
 
 // fuseOf returns a duplicate of the /dev/fuse descriptor process pid
-// holds (pidfd_getfd(2), Linux 5.6).
+// holds (pidfd_getfd(2), Linux 5.6). The descriptor is known by its
+// device (character device 10:229), not by its path: one received from a
+// process of another container (a handover) was opened through that
+// container's /dev, which this mount namespace may not reach, so that
+// /proc/PID/fd shows it under another path.
 func fuseOf(pid int) (*os.File, error) {
 	dir := "/proc/" + strconv.Itoa(pid) + "/fd"
 	ents, err := os.ReadDir(dir)
@@ -99,7 +107,9 @@ func fuseOf(pid int) (*os.File, error) {
 		return nil, err
 	}
 	for _, e := range ents {
-		if l, err := os.Readlink(dir + "/" + e.Name()); err != nil || l != "/dev/fuse" {
+		var st unix.Stat_t
+		// stat follows the descriptor's magic link to the open file itself
+		if err := unix.Stat(dir+"/"+e.Name(), &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFCHR || st.Rdev != fuseDev {
 			continue
 		}
 		n, err := strconv.Atoi(e.Name())
