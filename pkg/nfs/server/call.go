@@ -42,9 +42,11 @@ func (s *Server) wrap(f procFunc) sunrpc.Handler {
 	}
 }
 
-// obj is an object opened from a file handle: an O_PATH descriptor.
+// obj is an object opened from a file handle: an O_PATH descriptor, or
+// (file) a new regular file's descriptor open for writing.
 type obj struct {
 	fd     int
+	file   bool // fd is open for writing, not O_PATH
 	ex     *export
 	kh     unix.FileHandle
 	rootFD int

@@ -447,11 +447,10 @@ func (v *Volume) ReserveNew(blksize int64, dir bool, symlinkLen int) (int64, boo
 // Release returns n bytes reserved by ReserveNew.
 func (v *Volume) Release(n int64) { v.release(n) }
 
-// ChargeNew sets the record of a new object open as fd, whose stat at
-// open was st (its inode and the blocks it has); undo (on a failed
+// ChargeNew sets the record of a new object whose stat, taken after its
+// creation, is st (its inode and the blocks it has); undo (on a failed
 // creation, after it was removed) forgets it.
-func (v *Volume) ChargeNew(fd int, st unix.Stat_t, undo bool) {
-	unix.Fstat(fd, &st)
+func (v *Volume) ChargeNew(st unix.Stat_t, undo bool) {
 	v.acct.mu.Lock()
 	if undo {
 		v.forgetLocked(keyOf(&st))
