@@ -2,6 +2,7 @@ package server
 
 import (
 	"math/rand/v2"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -11,6 +12,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nfsrdma/nfsrdma-csi/internal/testfix/testenv"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/admin"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/mount3"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nfs3"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/xdr"
@@ -131,9 +134,10 @@ func cpuTime(b *testing.B) time.Duration {
 }
 
 // BenchmarkCreateRemove is a CREATE (UNCHECKED, mode 0644) and a REMOVE
-// of the same name, as uid 0 (the new file is already the caller's) and
-// as uid 1000 (the server makes it the caller's); cpu-ns/op is the CPU
-// time of client and server per pair.
+// of the same name: as uid 0 (the new file is already the caller's) and
+// as uid 1000 (the server makes it the caller's) in a static export, and
+// as uid 1000 in a volume export (its usage charged). cpu-ns/op is the
+// CPU time of client and server per pair.
 func BenchmarkCreateRemove(b *testing.B) {
 	for _, uid := range []uint32{0, 1000} {
 		b.Run("uid"+strconv.Itoa(int(uid)), func(b *testing.B) {
@@ -145,32 +149,58 @@ func BenchmarkCreateRemove(b *testing.B) {
 				b.Fatal(err)
 			}
 			env := startServer(b, root, []Export{{Path: "/exp"}})
-			n := nfsc{b, env.client(b, false, uid, uid)}
 			dir, _ := mnt(b, env.client(b, true, 0, 0), "/exp")
-			ctx := testenv.Context(b, 30*time.Second)
-			cargs := nfs3.CreateArgs{Where: nfs3.DirOpArgs{Dir: dir, Name: "f"},
-				How: nfs3.CreateHow{Mode: nfs3.Unchecked, Attr: nfs3.Sattr{SetMode: true, Mode: 0o644}}}
-			rargs := nfs3.RemoveArgs{Object: cargs.Where}
-			var cres nfs3.CreateRes
-			var rres nfs3.RemoveRes
-			create := sunrpc.CallSpec{Prog: nfs3.Program, Vers: 3, Proc: nfs3.ProcCreate,
-				Args:    func(bd *sunrpc.Builder) { cargs.Encode(&bd.Encoder) },
-				Results: func(d *xdr.Decoder, _ int) error { return cres.Decode(d) }}
-			remove := sunrpc.CallSpec{Prog: nfs3.Program, Vers: 3, Proc: nfs3.ProcRemove,
-				Args:    func(bd *sunrpc.Builder) { rargs.Encode(&bd.Encoder) },
-				Results: func(d *xdr.Decoder, _ int) error { return rres.Decode(d) }}
-			b.ReportAllocs()
-			b.ResetTimer()
-			cpu0 := cpuTime(b)
-			for b.Loop() {
-				if err := n.c.Call(ctx, create); err != nil || cres.Status != nfs3.OK {
-					b.Fatal("CREATE: ", err, cres.Status)
-				}
-				if err := n.c.Call(ctx, remove); err != nil || rres.Status != nfs3.OK {
-					b.Fatal("REMOVE: ", err, rres.Status)
-				}
-			}
-			b.ReportMetric(float64(cpuTime(b)-cpu0)/float64(b.N), "cpu-ns/op")
+			benchCreateRemove(b, nfsc{b, env.client(b, false, uid, uid)}, dir)
 		})
 	}
+	b.Run("volume", func(b *testing.B) {
+		root := b.TempDir()
+		if err := os.Mkdir(filepath.Join(root, "vol"), 0o777); err != nil {
+			b.Fatal(err)
+		}
+		e := startVolEnv(b, root, b.TempDir(), false)
+		ctx := testenv.Context(b, 30*time.Second)
+		if _, err := e.adm.PutVolume(ctx, "vol", 1<<30); err != nil {
+			b.Fatal(err)
+		}
+		if err := e.adm.Grant(ctx, "vol", admin.Access{Node: "n", Addrs: []string{"127.0.0.1"}}); err != nil {
+			b.Fatal(err)
+		}
+		if err := os.Chmod(filepath.Join(root, "vol"), 0o777); err != nil {
+			b.Fatal(err)
+		}
+		dir, ms := mnt(b, e.rpcClient(b, true), "/vol")
+		if ms != mount3.OK {
+			b.Fatal("MNT /vol: ", ms)
+		}
+		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(e.nfsPort))
+		benchCreateRemove(b, nfsc{b, authSysClient(b, addr, 1000, 1000)}, dir)
+	})
+}
+
+func benchCreateRemove(b *testing.B, n nfsc, dir nfs3.FH) {
+	ctx := testenv.Context(b, 30*time.Second)
+	cargs := nfs3.CreateArgs{Where: nfs3.DirOpArgs{Dir: dir, Name: "f"},
+		How: nfs3.CreateHow{Mode: nfs3.Unchecked, Attr: nfs3.Sattr{SetMode: true, Mode: 0o644}}}
+	rargs := nfs3.RemoveArgs{Object: cargs.Where}
+	var cres nfs3.CreateRes
+	var rres nfs3.RemoveRes
+	create := sunrpc.CallSpec{Prog: nfs3.Program, Vers: 3, Proc: nfs3.ProcCreate,
+		Args:    func(bd *sunrpc.Builder) { cargs.Encode(&bd.Encoder) },
+		Results: func(d *xdr.Decoder, _ int) error { return cres.Decode(d) }}
+	remove := sunrpc.CallSpec{Prog: nfs3.Program, Vers: 3, Proc: nfs3.ProcRemove,
+		Args:    func(bd *sunrpc.Builder) { rargs.Encode(&bd.Encoder) },
+		Results: func(d *xdr.Decoder, _ int) error { return rres.Decode(d) }}
+	b.ReportAllocs()
+	b.ResetTimer()
+	cpu0 := cpuTime(b)
+	for b.Loop() {
+		if err := n.c.Call(ctx, create); err != nil || cres.Status != nfs3.OK {
+			b.Fatal("CREATE: ", err, cres.Status)
+		}
+		if err := n.c.Call(ctx, remove); err != nil || rres.Status != nfs3.OK {
+			b.Fatal("REMOVE: ", err, rres.Status)
+		}
+	}
+	b.ReportMetric(float64(cpuTime(b)-cpu0)/float64(b.N), "cpu-ns/op")
 }

@@ -9,6 +9,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/admin"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/mount3"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nfs3"
 )
 
@@ -132,4 +134,54 @@ func TestRemoveStatuses(t *testing.T) {
 		t.Errorf("removed file: %v", err)
 	}
 	wantStatus(t, "REMOVE of another's file (not sticky)", remove("theirs").Status, nfs3.OK)
+}
+
+// TestVolumeWcc: in a volume export (whose directory changes are charged
+// from a stat after them) CREATE, MKDIR, REMOVE and RMDIR answer the
+// directory's attributes before and after.
+func TestVolumeWcc(t *testing.T) {
+	root, state := t.TempDir(), t.TempDir()
+	must(t, os.Mkdir(filepath.Join(root, "vol"), 0o755))
+	e := startVolEnv(t, root, state, false)
+	ctx := ctxLong(t)
+	if _, err := e.adm.PutVolume(ctx, "vol", 1<<30); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.adm.Grant(ctx, "vol", admin.Access{Node: "n", Addrs: []string{"127.0.0.1"}}); err != nil {
+		t.Fatal(err)
+	}
+	dirFH, ms := mnt(t, e.rpcClient(t, true), "/vol")
+	if ms != mount3.OK {
+		t.Fatalf("MNT /vol: %v", ms)
+	}
+	n := nfsc{t, e.rpcClient(t, false)}
+	dir := filepath.Join(root, "vol")
+	check := func(what string, st nfs3.Status, w nfs3.WccData, pre unix.Stat_t) {
+		t.Helper()
+		wantStatus(t, what, st, nfs3.OK)
+		var post unix.Stat_t
+		must(t, unix.Lstat(dir, &post))
+		if w.Before != wccAttr(&pre) || !w.After.Set || w.After.Attr != fattr(&post) {
+			t.Errorf("%s: directory wcc %+v, want before %+v after %+v", what, w, wccAttr(&pre), fattr(&post))
+		}
+	}
+	var pre unix.Stat_t
+	remove := func(proc uint32, name string) nfs3.RemoveRes {
+		var r nfs3.RemoveRes
+		n.do(proc, &nfs3.RemoveArgs{Object: nfs3.DirOpArgs{Dir: dirFH, Name: name}}, &r)
+		return r
+	}
+	must(t, unix.Lstat(dir, &pre))
+	c := n.create(dirFH, "f", nfs3.CreateHow{Attr: sattrMode(0o644)})
+	check("CREATE", c.Status, c.DirWcc, pre)
+	must(t, unix.Lstat(dir, &pre))
+	m := n.mkdir(dirFH, "d", 0o755)
+	check("MKDIR", m.Status, m.DirWcc, pre)
+	must(t, unix.Lstat(dir, &pre))
+	r := remove(nfs3.ProcRemove, "f")
+	check("REMOVE", r.Status, r.DirWcc, pre)
+	must(t, unix.Lstat(dir, &pre))
+	r = remove(nfs3.ProcRmdir, "d")
+	check("RMDIR", r.Status, r.DirWcc, pre)
+	checkUsage(t, e, "vol")
 }
