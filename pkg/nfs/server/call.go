@@ -51,7 +51,9 @@ type obj struct {
 	kh     unix.FileHandle
 	rootFD int
 	st     unix.Stat_t // as of open (pre-operation)
-	ro     bool        // the caller may not modify (read-only export or client)
+	post   unix.Stat_t // after the operation, when posted (chargeDir)
+	posted bool
+	ro     bool // the caller may not modify (read-only export or client)
 }
 
 // done ends a modifying operation on o: its wcc_data (RFC 1813 section

@@ -26,7 +26,7 @@ type quotaVolume interface {
 	Release(n int64)
 	ChargeNew(st unix.Stat_t, undo bool)
 	ChargeGone(st *unix.Stat_t)
-	ChargeDir(fd int)
+	ChargeDir(fd int, st *unix.Stat_t) bool
 	Remove(dirfd int, name string, st *unix.Stat_t, remove func() error) error
 	Sync(fd int, ino uint64) error
 	Quota() (quota, used int64)
@@ -133,10 +133,11 @@ func (c *call) removeEntry(o *obj, name string, st *unix.Stat_t, remove func() e
 	return statusOf(err)
 }
 
-// chargeDir sets the record of directory o after a change of its entries.
+// chargeDir sets the record of directory o after a change of its entries;
+// the stat it takes is o's post-operation attributes (obj.wcc).
 func chargeDir(o *obj) {
 	if v := o.ex.vol; v != nil && o.fd >= 0 {
-		v.ChargeDir(o.fd)
+		o.posted = v.ChargeDir(o.fd, &o.post)
 	}
 }
 
