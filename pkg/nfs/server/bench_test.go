@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -176,6 +177,102 @@ func BenchmarkCreateRemove(b *testing.B) {
 		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(e.nfsPort))
 		benchCreateRemove(b, nfsc{b, authSysClient(b, addr, 1000, 1000)}, dir)
 	})
+}
+
+// BenchmarkDispatchCreateRemove is BenchmarkCreateRemove's pair through
+// the server's dispatcher in process, with no transport or client: the
+// server's own work per pair (decoding, the DRC, the file system calls,
+// encoding).
+func BenchmarkDispatchCreateRemove(b *testing.B) {
+	for _, uid := range []uint32{0, 1000} {
+		b.Run("uid"+strconv.Itoa(int(uid)), func(b *testing.B) {
+			root := b.TempDir()
+			if err := os.Mkdir(filepath.Join(root, "exp"), 0o777); err != nil {
+				b.Fatal(err)
+			}
+			if err := os.Chmod(filepath.Join(root, "exp"), 0o777); err != nil {
+				b.Fatal(err)
+			}
+			srv, err := New(Options{Root: root, Exports: []Export{{Path: "/exp"}}})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { srv.Close() })
+			t := srv.exports.Load()
+			dir, _ := nfs3.NewFH(t.list[0].rootFH[:t.list[0].fhLen])
+			benchDispatchCreateRemove(b, srv, uid, dir)
+		})
+	}
+	b.Run("volume", func(b *testing.B) {
+		root := b.TempDir()
+		if err := os.Mkdir(filepath.Join(root, "vol"), 0o777); err != nil {
+			b.Fatal(err)
+		}
+		e := startVolEnv(b, root, b.TempDir(), false)
+		ctx := testenv.Context(b, 30*time.Second)
+		if _, err := e.adm.PutVolume(ctx, "vol", 1<<30); err != nil {
+			b.Fatal(err)
+		}
+		if err := e.adm.Grant(ctx, "vol", admin.Access{Node: "n", Addrs: []string{"127.0.0.1"}}); err != nil {
+			b.Fatal(err)
+		}
+		if err := os.Chmod(filepath.Join(root, "vol"), 0o777); err != nil {
+			b.Fatal(err)
+		}
+		dir, ms := mnt(b, e.rpcClient(b, true), "/vol")
+		if ms != mount3.OK {
+			b.Fatal("MNT /vol: ", ms)
+		}
+		benchDispatchCreateRemove(b, e.srv, 1000, dir)
+	})
+}
+
+func benchDispatchCreateRemove(b *testing.B, srv *Server, uid uint32, dir nfs3.FH) {
+	cred, err := (&sunrpc.AuthSysParams{MachineName: "bench", UID: uid, GID: uid}).Credential()
+	if err != nil {
+		b.Fatal(err)
+	}
+	peer := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 700}
+	xid := uint32(0)
+	var req sunrpc.Request
+	// call dispatches proc with args (a new XID each, as the DRC would
+	// answer a repeated one from its cache) and decodes its result
+	call := func(proc uint32, args interface{ Encode(*xdr.Encoder) }, res interface{ Decode(*xdr.Decoder) error }) {
+		xid++
+		h := sunrpc.CallHeader{XID: xid, RPCVers: sunrpc.RPCVersion, Prog: nfs3.Program, Vers: nfs3.Version, Proc: proc, Cred: cred}
+		e := xdr.NewEncoder(make([]byte, 0, 256))
+		h.Encode(e)
+		args.Encode(e)
+		req.Reset(e.Bytes(), nil, peer, "bench")
+		bd := sunrpc.NewBuilder(make([]byte, 0, 512))
+		if !srv.Dispatcher().Dispatch(context.Background(), &req, bd) {
+			b.Fatal("call dropped")
+		}
+		var d xdr.Decoder
+		d.Reset(bd.Message().Head)
+		if rh, err := sunrpc.DecodeReplyHeader(&d); err != nil || rh.Accept != sunrpc.Success {
+			b.Fatalf("reply %+v, %v", rh, err)
+		}
+		if err := res.Decode(&d); err != nil {
+			b.Fatal(err)
+		}
+		bd.RunAfterSend()
+	}
+	cargs := nfs3.CreateArgs{Where: nfs3.DirOpArgs{Dir: dir, Name: "f"},
+		How: nfs3.CreateHow{Mode: nfs3.Unchecked, Attr: nfs3.Sattr{SetMode: true, Mode: 0o644}}}
+	rargs := nfs3.RemoveArgs{Object: cargs.Where}
+	var cres nfs3.CreateRes
+	var rres nfs3.RemoveRes
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		if call(nfs3.ProcCreate, &cargs, &cres); cres.Status != nfs3.OK {
+			b.Fatal("CREATE: ", cres.Status)
+		}
+		if call(nfs3.ProcRemove, &rargs, &rres); rres.Status != nfs3.OK {
+			b.Fatal("REMOVE: ", rres.Status)
+		}
+	}
 }
 
 func benchCreateRemove(b *testing.B, n nfsc, dir nfs3.FH) {
