@@ -97,7 +97,8 @@ func TestCreateAttributes(t *testing.T) {
 // TestRemoveStatuses: REMOVE of another user's entry in a sticky
 // directory is NFS3ERR_PERM, of a directory NFS3ERR_ISDIR, of a missing
 // name NFS3ERR_NOENT; a removed file is gone, and the directory's
-// wcc_data are its attributes before and after.
+// wcc_data are its attributes before and after. RMDIR likewise, with
+// NFS3ERR_NOTDIR for a file.
 func TestRemoveStatuses(t *testing.T) {
 	root, exps := layout(t)
 	dir := filepath.Join(root, "exp")
@@ -134,6 +135,26 @@ func TestRemoveStatuses(t *testing.T) {
 		t.Errorf("removed file: %v", err)
 	}
 	wantStatus(t, "REMOVE of another's file (not sticky)", remove("theirs").Status, nfs3.OK)
+
+	rmdir := func(name string) nfs3.RemoveRes {
+		t.Helper()
+		var r nfs3.RemoveRes
+		n.do(nfs3.ProcRmdir, &nfs3.RmdirArgs{Object: nfs3.DirOpArgs{Dir: rootFH, Name: name}}, &r)
+		return r
+	}
+	must(t, os.WriteFile(filepath.Join(dir, "file"), nil, 0o644))
+	must(t, unix.Chmod(dir, 0o1777))
+	wantStatus(t, "RMDIR of another's directory in a sticky directory", rmdir("sub").Status, nfs3.ErrPerm)
+	must(t, unix.Chmod(dir, 0o777))
+	wantStatus(t, "RMDIR of a file", rmdir("file").Status, nfs3.ErrNotDir)
+	wantStatus(t, "RMDIR of a missing name", rmdir("none").Status, nfs3.ErrNoEnt)
+	must(t, unix.Lstat(dir, &pre))
+	r = rmdir("sub")
+	must(t, unix.Lstat(dir, &post))
+	wantStatus(t, "RMDIR", r.Status, nfs3.OK)
+	if r.DirWcc.Before != wccAttr(&pre) || !r.DirWcc.After.Set || r.DirWcc.After.Attr != fattr(&post) {
+		t.Errorf("RMDIR: directory wcc %+v, want before %+v after %+v", r.DirWcc, wccAttr(&pre), fattr(&post))
+	}
 }
 
 // TestVolumeWcc: in a volume export (whose directory changes are charged

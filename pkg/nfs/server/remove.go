@@ -85,7 +85,11 @@ func (c *call) rmdir(d *xdr.Decoder, b *sunrpc.Builder) error {
 			st = checkName(a.Object.Name, nfs3.ErrInval)
 		}
 	}
-	if st == nfs3.OK {
+	if st == nfs3.OK && o.ex.vol == nil && !c.sticky(&o) {
+		// nothing needs the entry's stat: rmdir(2) refuses a
+		// non-directory (ENOTDIR)
+		st = statusOf(unix.Unlinkat(o.fd, a.Object.Name, unix.AT_REMOVEDIR))
+	} else if st == nfs3.OK {
 		var est unix.Stat_t
 		if st = c.mayDelete(&o, a.Object.Name, &est); st == nfs3.OK {
 			if st = statusOf(unix.Unlinkat(o.fd, a.Object.Name, unix.AT_REMOVEDIR)); st == nfs3.OK {
