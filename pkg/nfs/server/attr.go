@@ -88,11 +88,14 @@ func (c *call) applySattr(o *obj, sa *nfs3.Sattr) nfs3.Status {
 		if !owner {
 			return nfs3.ErrPerm
 		}
-		mode := sa.Mode & 0o7777
-		if id.uid != 0 && !id.inGroup(st.Gid) && st.Mode&unix.S_IFMT != unix.S_IFDIR {
-			mode &^= unix.S_ISGID
+		mode := id.chmodMode(st, sa.Mode)
+		var err error
+		if o.file {
+			err = unix.Fchmod(o.fd, mode)
+		} else {
+			err = unix.Fchmodat(unix.AT_FDCWD, procPath(o.fd), mode, 0)
 		}
-		if err := unix.Fchmodat(unix.AT_FDCWD, procPath(o.fd), mode, 0); err != nil {
+		if err != nil {
 			return statusOf(err)
 		}
 	}
@@ -107,13 +110,16 @@ func (c *call) applySattr(o *obj, sa *nfs3.Sattr) nfs3.Status {
 		if id.uid != st.Uid && !id.may(st, mayWrite) {
 			return nfs3.ErrAccess
 		}
-		fd, err := o.reopen(unix.O_WRONLY)
-		if err != nil {
-			return statusOf(err)
-		}
 		if sa.Size > 1<<63-1 {
-			unix.Close(fd)
 			return nfs3.ErrFBig
+		}
+		fd := o.fd
+		if !o.file {
+			var err error
+			if fd, err = o.reopen(unix.O_WRONLY); err != nil {
+				return statusOf(err)
+			}
+			defer unix.Close(fd)
 		}
 		// a caller other than root loses the set-ID bits, as the
 		// kernel's do_truncate clears them for one without CAP_FSETID
@@ -123,13 +129,10 @@ func (c *call) applySattr(o *obj, sa *nfs3.Sattr) nfs3.Status {
 		}
 		if mode, drop := id.setIDAfterWrite(st); drop {
 			if err := unix.Fchmod(fd, mode); err != nil {
-				unix.Close(fd)
 				return statusOf(err)
 			}
 		}
-		s := c.quotaTruncate(o, fd, int64(sa.Size))
-		unix.Close(fd)
-		if s != nfs3.OK {
+		if s := c.quotaTruncate(o, fd, int64(sa.Size)); s != nfs3.OK {
 			return s
 		}
 	}

@@ -42,14 +42,18 @@ func (s *Server) wrap(f procFunc) sunrpc.Handler {
 	}
 }
 
-// obj is an object opened from a file handle: an O_PATH descriptor.
+// obj is an object opened from a file handle: an O_PATH descriptor, or
+// (file) a new regular file's descriptor open for writing.
 type obj struct {
 	fd     int
+	file   bool // fd is open for writing, not O_PATH
 	ex     *export
 	kh     unix.FileHandle
 	rootFD int
 	st     unix.Stat_t // as of open (pre-operation)
-	ro     bool        // the caller may not modify (read-only export or client)
+	post   unix.Stat_t // after the operation, when posted (chargeDir)
+	posted bool
+	ro     bool // the caller may not modify (read-only export or client)
 }
 
 // done ends a modifying operation on o: its wcc_data (RFC 1813 section

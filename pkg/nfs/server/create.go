@@ -52,33 +52,67 @@ func openChild(o *obj, name string) (obj, error) {
 	return ch, nil
 }
 
-// created finishes the creation of name in o: it makes the new object the
-// caller's (group: the directory's if it is set-gid), applies sa, and
-// fills r's handle and attributes. A directory made in a set-gid
-// directory is set-gid too, whatever mode sa asks for (as Linux's
-// inode_init_owner, which knfsd keeps by not applying MKDIR's mode
-// again). On failure the object is removed. In a volume, the new inode
-// and its blocks are charged (and charged back on failure).
-func (c *call) created(o *obj, name string, sa *nfs3.Sattr, r *nfs3.CreateRes, isDir bool) nfs3.Status {
-	gid := c.id.gid
+// created finishes the creation of name in o, given the descriptor of
+// the new object (fd, not O_PATH, taken over; -1: name is opened O_PATH
+// here): it makes the new object the caller's (group: the directory's if
+// it is set-gid), applies sa, and fills r's handle and attributes. A
+// directory made in a set-gid directory is set-gid too, whatever mode sa
+// asks for (as Linux's inode_init_owner, which knfsd keeps by not
+// applying MKDIR's mode again). The object is expected to be made with
+// permission bits createPerm(sa): a mode it already has is not set again.
+// On failure the object is removed. In a volume, the new inode and its
+// blocks are charged (and charged back on failure).
+func (c *call) created(o *obj, name string, fd int, sa *nfs3.Sattr, r *nfs3.CreateRes, isDir bool) nfs3.Status {
+	uid, gid := c.id.uid, c.id.gid
+	egid := c.s.egid // the group the object was made with, as Linux's inode_init_owner
 	if o.st.Mode&unix.S_ISGID != 0 {
-		gid = o.st.Gid
+		gid, egid = o.st.Gid, o.st.Gid
 		if isDir && sa.SetMode {
 			a := *sa
 			a.Mode |= unix.S_ISGID
 			sa = &a
 		}
 	}
-	ch, err := openChild(o, name)
+	ch := obj{fd: fd, file: fd >= 0, ex: o.ex, rootFD: o.rootFD, ro: o.ro}
+	var err error
+	if fd < 0 {
+		ch.fd, err = unix.Openat(o.fd, name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			ch.fd = -1
+		}
+	}
+	chown := func() error {
+		return unix.Fchownat(ch.fd, "", int(uid), int(gid), unix.AT_EMPTY_PATH|unix.AT_SYMLINK_NOFOLLOW)
+	}
+	if err == nil && (uid != c.s.euid || gid != egid) {
+		err = chown()
+	}
+	if err == nil {
+		err = unix.Fstat(ch.fd, &ch.st)
+	}
+	if err == nil && (ch.st.Uid != uid || ch.st.Gid != gid) { // not the owner predicted (a grpid mount ...)
+		if err = chown(); err == nil {
+			err = unix.Fstat(ch.fd, &ch.st)
+		}
+	}
+	if err == nil {
+		ch.kh, _, err = unix.NameToHandleAt(ch.fd, "", unix.AT_EMPTY_PATH)
+	}
 	st := statusOf(err)
+	charged := false
 	if st == nfs3.OK {
-		defer ch.close()
 		chargeNew(&ch, false)
-		if err := unix.Fchownat(ch.fd, "", int(c.id.uid), int(gid), unix.AT_EMPTY_PATH|unix.AT_SYMLINK_NOFOLLOW); err != nil {
-			st = statusOf(err)
-		} else {
-			unix.Fstat(ch.fd, &ch.st)
-			st = c.applySattr(&ch, sa)
+		charged = true
+		rest := *sa
+		if !rest.SetUID && !rest.SetGID && rest.SetMode && ch.st.Mode&unix.S_IFMT != unix.S_IFLNK &&
+			c.id.chmodMode(&ch.st, rest.Mode) == ch.st.Mode&0o7777 {
+			rest.SetMode = false
+		}
+		if rest.SetMode || rest.SetUID || rest.SetGID || rest.SetSize ||
+			rest.Atime.How != nfs3.DontChange || rest.Mtime.How != nfs3.DontChange {
+			if st = c.applySattr(&ch, &rest); st == nfs3.OK {
+				st = statusOf(unix.Fstat(ch.fd, &ch.st))
+			}
 		}
 	}
 	if st != nfs3.OK {
@@ -86,22 +120,35 @@ func (c *call) created(o *obj, name string, sa *nfs3.Sattr, r *nfs3.CreateRes, i
 		if isDir {
 			flags = unix.AT_REMOVEDIR
 		}
-		if unix.Unlinkat(o.fd, name, flags) == nil && ch.fd >= 0 {
+		if unix.Unlinkat(o.fd, name, flags) == nil && charged {
 			chargeNew(&ch, true)
 		}
+		ch.close()
 		return st
 	}
-	return c.fillNew(&ch, r)
+	st = c.fillNew(&ch, r)
+	ch.close()
+	return st
 }
 
-// fillNew sets r's handle and attributes from ch.
+// createPerm is the mode to make a new object with for sa: its
+// permission bits; the set-ID and sticky bits are set after the new
+// object is the caller's (created), as a chown clears them.
+func createPerm(sa *nfs3.Sattr) uint32 {
+	if !sa.SetMode {
+		return 0
+	}
+	return sa.Mode & 0o777
+}
+
+// fillNew sets r's handle and attributes from ch (its stat current).
 func (c *call) fillNew(ch *obj, r *nfs3.CreateRes) nfs3.Status {
 	fh, err := c.s.seal.fhOf(ch.ex.id, ch.kh)
 	if err != nil {
 		return statusOf(err)
 	}
 	r.Obj = nfs3.Handle(fh)
-	r.ObjAttr = postAttr(ch.fd)
+	r.ObjAttr = nfs3.Attrs(fattr(&ch.st))
 	return nfs3.OK
 }
 
@@ -137,18 +184,17 @@ func (c *call) create(d *xdr.Decoder, b *sunrpc.Builder) error {
 
 func (c *call) doCreate(o *obj, a *nfs3.CreateArgs, r *nfs3.CreateRes) nfs3.Status {
 	name := a.Where.Name
-	fd, err := unix.Openat(o.fd, name, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err == nil {
-		unix.Close(fd)
-		if a.How.Mode != nfs3.Exclusive {
-			return c.created(o, name, &a.How.Attr, r, false)
-		}
+	sa := &a.How.Attr
+	if a.How.Mode == nfs3.Exclusive {
 		at, mt := exclVerf(a.How.Verf)
-		sa := nfs3.Sattr{
+		sa = &nfs3.Sattr{
 			Atime: nfs3.SetTime{How: nfs3.SetToClientTime, Time: nfs3.Time{Seconds: uint32(at)}},
 			Mtime: nfs3.SetTime{How: nfs3.SetToClientTime, Time: nfs3.Time{Seconds: uint32(mt)}},
 		}
-		return c.created(o, name, &sa, r, false)
+	}
+	fd, err := unix.Openat(o.fd, name, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, createPerm(sa))
+	if err == nil {
+		return c.created(o, name, fd, sa, r, false)
 	}
 	if err != unix.EEXIST || a.How.Mode == nfs3.Guarded {
 		return statusOf(err)
@@ -172,6 +218,9 @@ func (c *call) doCreate(o *obj, a *nfs3.CreateArgs, r *nfs3.CreateRes) nfs3.Stat
 		if st := c.applySattr(&ch, &nfs3.Sattr{SetSize: true, Size: a.How.Attr.Size}); st != nfs3.OK {
 			return st
 		}
+		if err := unix.Fstat(ch.fd, &ch.st); err != nil {
+			return statusOf(err)
+		}
 	}
 	return c.fillNew(&ch, r)
 }
@@ -183,7 +232,7 @@ func (c *call) mkdir(d *xdr.Decoder, b *sunrpc.Builder) error {
 		return garbage(err)
 	}
 	c.makeEntry(b, &a.Where, &a.Attr, true, true, 0, func(dir int) nfs3.Status {
-		return statusOf(unix.Mkdirat(dir, a.Where.Name, 0))
+		return statusOf(unix.Mkdirat(dir, a.Where.Name, createPerm(&a.Attr)))
 	})
 	return nil
 }
@@ -235,7 +284,7 @@ func (c *call) mknod(d *xdr.Decoder, b *sunrpc.Builder) error {
 		default:
 			return nfs3.ErrBadType
 		}
-		return statusOf(unix.Mknodat(dir, a.Where.Name, mode, int(dev)))
+		return statusOf(unix.Mknodat(dir, a.Where.Name, mode|createPerm(&a.Attr), int(dev)))
 	})
 	return nil
 }
@@ -261,7 +310,7 @@ func (c *call) makeEntry(b *sunrpc.Builder, where *nfs3.DirOpArgs, sa *nfs3.Satt
 	if st == nfs3.OK {
 		st = mk(o.fd)
 		if st == nfs3.OK {
-			st = c.created(&o, where.Name, sa, &r, isDir)
+			st = c.created(&o, where.Name, -1, sa, &r, isDir)
 		}
 		chargeDir(&o)
 		release(&o, est)

@@ -51,10 +51,14 @@ func postAttr(fd int) nfs3.PostOpAttr {
 	return nfs3.Attrs(fattr(&st))
 }
 
-// wcc returns wcc_data with o's pre-operation attributes and its current ones.
+// wcc returns wcc_data with o's pre-operation attributes and its current
+// ones (those a stat after the operation took, when posted).
 func (o *obj) wcc() nfs3.WccData {
 	if o.fd < 0 {
 		return nfs3.WccData{}
+	}
+	if o.posted {
+		return nfs3.WccData{Before: wccAttr(&o.st), After: nfs3.Attrs(fattr(&o.post))}
 	}
 	return nfs3.WccData{Before: wccAttr(&o.st), After: postAttr(o.fd)}
 }

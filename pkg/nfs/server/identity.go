@@ -107,6 +107,18 @@ func (id *identity) mayChown(st *unix.Stat_t, sa *nfs3.Sattr) nfs3.Status {
 	return nfs3.OK
 }
 
+// chmodMode returns the permission bits (07777) that setting mode on an
+// object with stat st leaves for id, as the kernel's setattr_prepare for
+// a caller without CAP_FSETID: S_ISGID is dropped on a non-directory
+// whose group id is not in.
+func (id *identity) chmodMode(st *unix.Stat_t, mode uint32) uint32 {
+	mode &= 0o7777
+	if id.uid != 0 && !id.inGroup(st.Gid) && st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		mode &^= unix.S_ISGID
+	}
+	return mode
+}
+
 // setIDAfterWrite returns the mode a regular file with stat st keeps after
 // id writes to it or sets its size, as the kernel's file_remove_privs and
 // do_truncate (setattr_should_drop_suidgid) leave it for a caller without

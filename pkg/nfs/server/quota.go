@@ -24,9 +24,9 @@ type quotaVolume interface {
 	Truncate(fd int, ino uint64, size int64) (over bool, err error)
 	ReserveNew(blksize int64, dir bool, symlinkLen int) (int64, bool)
 	Release(n int64)
-	ChargeNew(fd int, st unix.Stat_t, undo bool)
+	ChargeNew(st unix.Stat_t, undo bool)
 	ChargeGone(st *unix.Stat_t)
-	ChargeDir(fd int)
+	ChargeDir(fd int, st *unix.Stat_t) bool
 	Remove(dirfd int, name string, st *unix.Stat_t, remove func() error) error
 	Sync(fd int, ino uint64) error
 	Quota() (quota, used int64)
@@ -98,10 +98,11 @@ func release(o *obj, n int64) {
 }
 
 // chargeNew sets the record of a new object ch (its inode and the blocks
-// it has); undo (on a failed creation, after it was removed) forgets it.
+// it has; ch.st taken after its creation); undo (on a failed creation,
+// after it was removed) forgets it.
 func chargeNew(ch *obj, undo bool) {
 	if v := ch.ex.vol; v != nil {
-		v.ChargeNew(ch.fd, ch.st, undo)
+		v.ChargeNew(ch.st, undo)
 	}
 }
 
@@ -132,10 +133,11 @@ func (c *call) removeEntry(o *obj, name string, st *unix.Stat_t, remove func() e
 	return statusOf(err)
 }
 
-// chargeDir sets the record of directory o after a change of its entries.
+// chargeDir sets the record of directory o after a change of its entries;
+// the stat it takes is o's post-operation attributes (obj.wcc).
 func chargeDir(o *obj) {
 	if v := o.ex.vol; v != nil && o.fd >= 0 {
-		v.ChargeDir(o.fd)
+		o.posted = v.ChargeDir(o.fd, &o.post)
 	}
 }
 

@@ -42,7 +42,8 @@ type window struct {
 	key        winKey
 	mem        []byte
 	refs       int
-	gone       bool // out of the table
+	gone       bool   // out of the table
+	seq        uint64 // readMap.seq when mapped
 	used       time.Time
 	prev, next *window // LRU list, most recent first
 	release    func()  // m.release(w), made once
@@ -59,6 +60,7 @@ type readMap struct {
 	wins       map[winKey]*window
 	head, tail *window
 	mapped     int64
+	seq        uint64 // windows mapped so far (window.seq of the last)
 
 	hits, misses, evictions, copied, faults atomic.Uint64
 }
@@ -119,7 +121,8 @@ func (m *readMap) get(fd int, st *unix.Stat_t, off int64) *window {
 		return nil
 	}
 	m.misses.Add(1)
-	w := &window{key: k, mem: mem, refs: 1, used: now}
+	m.seq++
+	w := &window{key: k, mem: mem, refs: 1, used: now, seq: m.seq}
 	w.release = func() { m.release(w) }
 	if old := m.wins[k]; old != nil { // mapped meanwhile by another READ
 		m.dropLocked(old)
@@ -158,6 +161,39 @@ func (m *readMap) forget(dev, ino uint64) {
 }
 
 // close unmaps every window not in use (the rest when released).
+// mark returns the count of windows mapped so far and whether any is
+// mapped now. A REMOVE that finds none mapped unlinks without learning
+// the file's inode, then calls forgetSince(seq) for the windows mapped
+// meanwhile.
+func (m *readMap) mark() (seq uint64, mapped bool) {
+	if m.limit == 0 {
+		return 0, false
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.seq, len(m.wins) > 0
+}
+
+// forgetSince unmaps (now, or when their replies are sent) the windows
+// mapped after mark returned seq, whatever their file.
+func (m *readMap) forgetSince(seq uint64) {
+	if m.limit == 0 {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.seq == seq {
+		return
+	}
+	for w := m.head; w != nil; {
+		next := w.next
+		if w.seq > seq {
+			m.dropLocked(w)
+		}
+		w = next
+	}
+}
+
 func (m *readMap) close() {
 	m.mu.Lock()
 	defer m.mu.Unlock()

@@ -133,3 +133,35 @@ func minorFaults(t *testing.T) int64 {
 	}
 	return ru.Minflt
 }
+
+// TestReadMapMarkForgetSince: mark tells whether a window is mapped;
+// forgetSince unmaps the windows mapped after the mark, and only those.
+func TestReadMapMarkForgetSince(t *testing.T) {
+	fd, st := windowsFile(t, 2)
+	m := newReadMap(64 * ReadMapWindow)
+	defer m.close()
+	seq, mapped := m.mark()
+	if mapped {
+		t.Fatal("mark of an empty map: mapped")
+	}
+	m.forgetSince(seq)
+	w0 := m.get(fd, st, 0)
+	m.release(w0)
+	seq, mapped = m.mark()
+	if !mapped {
+		t.Fatal("mark with a window: not mapped")
+	}
+	m.forgetSince(seq)
+	if w0.gone {
+		t.Fatal("forgetSince unmapped a window mapped before the mark")
+	}
+	w1 := m.get(fd, st, ReadMapWindow)
+	m.release(w1)
+	m.forgetSince(seq)
+	if s := m.stats(); !w1.gone || w1.mem != nil || w0.gone || s.Windows != 1 {
+		t.Fatalf("forgetSince: later window gone %v, earlier gone %v, %+v", w1.gone, w0.gone, s)
+	}
+	if seq, mapped := newReadMap(0).mark(); seq != 0 || mapped {
+		t.Fatal("mark with the READ mappings off")
+	}
+}

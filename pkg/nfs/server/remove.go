@@ -16,10 +16,16 @@ func (c *call) mayDelete(o *obj, name string, st *unix.Stat_t) nfs3.Status {
 	if err := unix.Fstatat(o.fd, name, st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 		return statusOf(err)
 	}
-	if o.st.Mode&unix.S_ISVTX != 0 && c.id.uid != 0 && c.id.uid != o.st.Uid && c.id.uid != st.Uid {
+	if c.sticky(o) && c.id.uid != st.Uid {
 		return nfs3.ErrPerm
 	}
 	return nfs3.OK
+}
+
+// sticky reports whether the sticky bit of directory o limits the caller
+// to removing its own entries (it is neither uid 0 nor o's owner).
+func (c *call) sticky(o *obj) bool {
+	return o.st.Mode&unix.S_ISVTX != 0 && c.id.uid != 0 && c.id.uid != o.st.Uid
 }
 
 // remove is REMOVE (RFC 1813 section 3.3.12): a non-directory
@@ -34,7 +40,14 @@ func (c *call) remove(d *xdr.Decoder, b *sunrpc.Builder) error {
 	if st == nfs3.OK {
 		st = checkName(a.Object.Name, nfs3.ErrIsDir)
 	}
-	if st == nfs3.OK {
+	seq, mapped := c.s.rmap.mark()
+	if st == nfs3.OK && o.ex.vol == nil && !mapped && !c.sticky(&o) {
+		// nothing needs the entry's stat: unlink(2) refuses a
+		// directory (EISDIR)
+		if st = statusOf(unix.Unlinkat(o.fd, a.Object.Name, 0)); st == nfs3.OK {
+			c.s.rmap.forgetSince(seq)
+		}
+	} else if st == nfs3.OK {
 		var est unix.Stat_t
 		if st = c.mayDelete(&o, a.Object.Name, &est); st == nfs3.OK {
 			if est.Mode&unix.S_IFMT == unix.S_IFDIR {
@@ -72,7 +85,11 @@ func (c *call) rmdir(d *xdr.Decoder, b *sunrpc.Builder) error {
 			st = checkName(a.Object.Name, nfs3.ErrInval)
 		}
 	}
-	if st == nfs3.OK {
+	if st == nfs3.OK && o.ex.vol == nil && !c.sticky(&o) {
+		// nothing needs the entry's stat: rmdir(2) refuses a
+		// non-directory (ENOTDIR)
+		st = statusOf(unix.Unlinkat(o.fd, a.Object.Name, unix.AT_REMOVEDIR))
+	} else if st == nfs3.OK {
 		var est unix.Stat_t
 		if st = c.mayDelete(&o, a.Object.Name, &est); st == nfs3.OK {
 			if st = statusOf(unix.Unlinkat(o.fd, a.Object.Name, unix.AT_REMOVEDIR)); st == nfs3.OK {

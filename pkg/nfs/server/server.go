@@ -123,6 +123,10 @@ type Server struct {
 
 	refusals *refusalLog // calls refused for the client (refusals.go)
 
+	// euid and egid are the server's own ids: the owner a new object
+	// has before the server makes it the caller's (created)
+	euid, egid uint32
+
 	closed atomic.Bool
 }
 
@@ -155,7 +159,8 @@ func New(opts Options) (*Server, error) {
 		return nil, errors.New("nfs server: RPC-with-TLS required without a TLS configuration")
 	}
 	s := &Server{root: opts.Root, rootFD: fd, rpc: sunrpc.NewServer(log), log: log, seal: newSealer(key), rmap: newReadMap(opts.ReadMapBytes),
-		tls: opts.TLS, nameOnly: opts.TLSRequired, refusals: newRefusalLog()}
+		tls: opts.TLS, nameOnly: opts.TLSRequired, refusals: newRefusalLog(),
+		euid: uint32(unix.Geteuid()), egid: uint32(unix.Getegid())}
 	rand.Read(s.wverf[:])
 	s.exports.Store(&exportTable{byID: map[uint32]*export{}})
 	if opts.Volumes != nil {

@@ -447,11 +447,10 @@ func (v *Volume) ReserveNew(blksize int64, dir bool, symlinkLen int) (int64, boo
 // Release returns n bytes reserved by ReserveNew.
 func (v *Volume) Release(n int64) { v.release(n) }
 
-// ChargeNew sets the record of a new object open as fd, whose stat at
-// open was st (its inode and the blocks it has); undo (on a failed
+// ChargeNew sets the record of a new object whose stat, taken after its
+// creation, is st (its inode and the blocks it has); undo (on a failed
 // creation, after it was removed) forgets it.
-func (v *Volume) ChargeNew(fd int, st unix.Stat_t, undo bool) {
-	unix.Fstat(fd, &st)
+func (v *Volume) ChargeNew(st unix.Stat_t, undo bool) {
 	v.acct.mu.Lock()
 	if undo {
 		v.forgetLocked(keyOf(&st))
@@ -494,16 +493,20 @@ func (v *Volume) Remove(dirfd int, name string, st *unix.Stat_t, remove func() e
 }
 
 // ChargeDir sets the record of the directory open as fd after a change of
-// its entries (which may grow or shrink it). The stat is taken under
-// acct.mu, so that concurrent calls in one directory set its record in
-// the order of their stats.
-func (v *Volume) ChargeDir(fd int) {
+// its entries (which may grow or shrink it), from a stat it takes into st
+// (false when fstat(2) failed). The stat is taken under acct.mu, so that
+// concurrent calls in one directory set its record in the order of their
+// stats.
+func (v *Volume) ChargeDir(fd int, st *unix.Stat_t) bool {
 	v.acct.mu.Lock()
-	var st unix.Stat_t
-	if unix.Fstat(fd, &st) == nil && st.Nlink > 0 {
-		v.setLocked(keyOf(&st), st.Blocks*512)
+	defer v.acct.mu.Unlock()
+	if unix.Fstat(fd, st) != nil {
+		return false
 	}
-	v.acct.mu.Unlock()
+	if st.Nlink > 0 {
+		v.setLocked(keyOf(st), st.Blocks*512)
+	}
+	return true
 }
 
 // Sync is fsync(2) of fd (the open file of inode ino) for COMMIT: the
