@@ -63,9 +63,8 @@ type Peer struct {
 }
 
 var (
-	mu      sync.Mutex
-	booted  bool // this test binary booted the guest
-	current *Peer
+	mu     sync.Mutex
+	booted bool // this test binary booted the guest
 )
 
 func skip(t testing.TB, why string) {
@@ -82,13 +81,12 @@ func Script() string {
 	return filepath.Join(filepath.Dir(file), "..", "..", "..", "hack", "tls-peer")
 }
 
-// Start returns the peer, booting it when none runs (hack/tls-peer start,
-// at most 30 minutes with a cold cache) and stopping it again when the
-// last test of the binary that booted it has ended (Stop, from TestMain,
-// or t's cleanup when this test booted it). Each call issues a new
-// authority and certificates (knfsd's server certificate for 127.0.0.1 and
-// 10.0.2.15, the guest client's "tlspeer-client") and restarts tlshd with
-// them.
+// Start returns the peer: the running guest (hack/test boots it for all
+// packages), or one it boots (hack/tls-peer start, building the guest
+// first with a cold cache; at most 30 minutes) and stops when t ends. Each
+// call issues a new authority and certificates (knfsd's server certificate
+// "tlspeer" for 127.0.0.1 and 10.0.2.15, the guest client's
+// "tlspeer-client") and restarts tlshd with them.
 func Start(t testing.TB) *Peer {
 	t.Helper()
 	if testing.Short() {
@@ -149,12 +147,8 @@ func Start(t testing.TB) *Peer {
 		}
 	}
 	p.Sh(t, "tlspeer-certs")
-	current = p
 	return p
 }
-
-// Stop stops the guest if this test binary booted it (for TestMain).
-func Stop() { stopIfBooted() }
 
 func stopIfBooted() {
 	if booted {
