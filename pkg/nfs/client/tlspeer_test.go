@@ -30,9 +30,9 @@ import (
 // client certificate, on /export (exported xprtsec=tls:mtls): MOUNT,
 // GETATTR, a file written and read back, its bytes checked in the guest;
 // a NULL call's session is TLS 1.3 with knfsd's certificate, and tlshd
-// logged the handshakes. xprtsec=tls against /plain (exported without
-// xprtsec) and a server certificate of another authority fail with our
-// errors.
+// logged the handshakes. Exports whose xprtsec does not admit the session,
+// a server certificate of another authority and a knfsd without tlshd fail
+// with our errors.
 func TestKnfsdRPCWithTLS(t *testing.T) {
 	p := tlspeer.Start(t)
 	t.Logf("peer: %s", p.Versions)
@@ -159,6 +159,24 @@ func TestKnfsdRPCWithTLS(t *testing.T) {
 		if !errors.Is(err, sunrpc.ErrTLSHandshake) {
 			t.Fatalf("knfsd's certificate checked against another CA: %v, want %v", err, sunrpc.ErrTLSHandshake)
 		}
+	})
+
+	t.Run("no-tlshd", func(t *testing.T) {
+		// knfsd offers STARTTLS whether or not tlshd runs; without it
+		// the kernel's handshake request fails (ESRCH: no agent) and
+		// knfsd reads our ClientHello as an RPC record ("fragment too
+		// large") and closes the connection: to our client a connection
+		// that failed in the handshake (retried, not ErrTLSHandshake)
+		p.Sh(t, "kill $(pgrep -x tlshd)")
+		defer p.Sh(t, "tlspeer-certs")
+		_, err := mount(t, "/export", "tls", transport.TLSFiles{CA: p.CA})
+		if !errors.Is(err, io.EOF) || !strings.Contains(err.Error(), "TLS handshake with") {
+			t.Fatalf("knfsd without tlshd: %v, want the connection closed in the TLS handshake", err)
+		}
+		if dmesg := p.Sh(t, "dmesg | tail -n 5"); !strings.Contains(dmesg, "RPC fragment too large") {
+			t.Errorf("knfsd did not log reading the ClientHello as an RPC record:\n%s", dmesg)
+		}
+		t.Logf("knfsd without tlshd: %v", err)
 	})
 }
 
