@@ -59,24 +59,27 @@ func Mount(ctx context.Context, opts Options) (*Client, error) {
 	cred := opts.AuthSys
 	copts := sunrpc.ClientOptions{AuthSys: &cred, Retry: opts.Retry}
 	if opts.MountPort == 0 {
-		p, err := GetPort(ctx, hostPort(opts.Server, opts.RPCBindPort), mount3.Program, mount3.Version, opts.rpcbindTCP())
+		p, err := GetPort(ctx, hostPort(opts.Server, opts.RPCBindPort), mount3.Program, mount3.Version, opts.plainTCP())
 		if err != nil {
 			return nil, err
 		}
 		opts.MountPort = p
 	}
 	maddr := hostPort(opts.Server, opts.MountPort)
-	mnt, err := sunrpc.NewClient(sunrpc.TCPDialer(maddr, opts.tcpFor(mount3.Program, mount3.Version)), copts)
-	if err != nil {
+	mnt, mres, err := callMnt(ctx, maddr, opts.Export, opts.tcpFor(mount3.Program, mount3.Version), copts)
+	if errors.Is(err, sunrpc.ErrTLSRefused) && opts.TCP.XprtSec != sunrpc.XprtSecNone {
+		// a MOUNT server that does not do RPC-with-TLS (Linux's
+		// rpc.mountd): MNT in plaintext, as Linux's client always sends
+		// it; the NFS connections stay under the mount's policy
+		klog.InfoS(LogMountPlaintext, "server", maddr, "export", opts.Export, "xprtsec", opts.TCP.XprtSec.String())
+		if mnt != nil {
+			mnt.Close()
+		}
+		mnt, mres, err = callMnt(ctx, maddr, opts.Export, opts.plainTCP(), copts)
+	}
+	if mnt == nil {
 		return nil, err
 	}
-	var mres mount3.MntRes
-	err = mnt.Call(ctx, sunrpc.CallSpec{
-		Prog: mount3.Program, Vers: mount3.Version, Proc: mount3.ProcMnt,
-		Args:         func(b *sunrpc.Builder) { (&mount3.MntArgs{Path: opts.Export}).Encode(&b.Encoder) },
-		Results:      func(d *xdr.Decoder, _ int) error { return mres.Decode(d) },
-		MaxReplySize: replyHeaderMax + 4 + 4 + mount3.FHSize + 4 + 4*64,
-	})
 	if err == nil && mres.Status != mount3.OK {
 		err = fmt.Errorf("%w: %w", ErrMountFailed, mres.Status)
 	}
@@ -92,7 +95,7 @@ func Mount(ctx context.Context, opts Options) (*Client, error) {
 	dial := opts.Dial
 	if dial == nil {
 		if opts.NFSPort == 0 {
-			p, err := GetPort(ctx, hostPort(opts.Server, opts.RPCBindPort), nfs3.Program, nfs3.Version, opts.rpcbindTCP())
+			p, err := GetPort(ctx, hostPort(opts.Server, opts.RPCBindPort), nfs3.Program, nfs3.Version, opts.plainTCP())
 			if err != nil {
 				umount(mnt, opts.Export)
 				return nil, err
@@ -120,6 +123,28 @@ func Mount(ctx context.Context, opts Options) (*Client, error) {
 	klog.V(1).InfoS("NFSv3 mounted", "server", opts.Server, "export", opts.Export, "transport", opts.Transport,
 		"mountPort", opts.MountPort, "nfsPort", opts.NFSPort, "nconnect", len(nc.conns), "root", mres.FH.String())
 	return c, nil
+}
+
+// LogMountPlaintext is the message of the log line a mount with
+// xprtsec=tls or mtls writes when its MOUNT server refused RPC-with-TLS and
+// MNT went in plaintext.
+const LogMountPlaintext = "nfs client: the MOUNT server does not do RPC-with-TLS: MNT in plaintext, as Linux sends it; NFS stays under the mount's xprtsec"
+
+// callMnt calls MNT for export over TCP to addr with the TCP options tcp; it
+// returns the MOUNT client (also on error, to be closed) and the reply.
+func callMnt(ctx context.Context, addr, export string, tcp sunrpc.TCPOptions, copts sunrpc.ClientOptions) (*sunrpc.Client, mount3.MntRes, error) {
+	var mres mount3.MntRes
+	c, err := sunrpc.NewClient(sunrpc.TCPDialer(addr, tcp), copts)
+	if err != nil {
+		return nil, mres, err
+	}
+	err = c.Call(ctx, sunrpc.CallSpec{
+		Prog: mount3.Program, Vers: mount3.Version, Proc: mount3.ProcMnt,
+		Args:         func(b *sunrpc.Builder) { (&mount3.MntArgs{Path: export}).Encode(&b.Encoder) },
+		Results:      func(d *xdr.Decoder, _ int) error { return mres.Decode(d) },
+		MaxReplySize: replyHeaderMax + 4 + 4 + mount3.FHSize + 4 + 4*64,
+	})
+	return c, mres, err
 }
 
 // New returns a Client for an already known root handle over an existing

@@ -298,7 +298,7 @@ func (l *Locker) connect(ctx context.Context) (rpc *sunrpc.Client, join bool, er
 		if rb == 0 {
 			rb = PortmapPort
 		}
-		p, err := GetPort(ctx, hostPort(o.Server, rb), nlm.Program, nlm.Version, o.rpcbindTCP())
+		p, err := GetPort(ctx, hostPort(o.Server, rb), nlm.Program, nlm.Version, o.plainTCP())
 		if err != nil {
 			return nil, false, fmt.Errorf("%w: %w", ErrLockService, err)
 		}

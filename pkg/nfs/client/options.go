@@ -96,9 +96,11 @@ func (o *Options) tcpFor(prog, vers uint32) sunrpc.TCPOptions {
 	return t
 }
 
-// rpcbindTCP returns o.TCP for rpcbind queries: plaintext (rpcbind does
-// not speak RPC-with-TLS; Linux asks it in plaintext too).
-func (o *Options) rpcbindTCP() sunrpc.TCPOptions {
+// plainTCP returns o.TCP without RPC-with-TLS: for rpcbind queries
+// (rpcbind does not speak RPC-with-TLS; Linux asks it in plaintext too)
+// and for MNT to a MOUNT server that refused it (Linux's rpc.mountd;
+// Linux's client sends MOUNT in plaintext).
+func (o *Options) plainTCP() sunrpc.TCPOptions {
 	t := o.TCP
 	t.XprtSec, t.TLS = sunrpc.XprtSecNone, nil
 	return t
