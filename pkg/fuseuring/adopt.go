@@ -85,7 +85,8 @@ func CanResend(init *fuse.InitIn) bool {
 // refused) by that reply; copies of the others are handled (resend.go,
 // ResendStats). On a server that does not (Start), tracking starts with
 // the call: a request in flight before it may be handled twice. Call it
-// once. Errors: the write's (EINVAL before Linux 6.9).
+// once; tracking ends when its copies are read, or when it fails.
+// Errors: the write's (EINVAL before Linux 6.9).
 func (s *Server) Resend() error {
 	t := s.resends.Load()
 	if t == nil || t.draining.Load() {
@@ -93,6 +94,14 @@ func (s *Server) Resend() error {
 	}
 	st := s.notify(notifyResend, nil)
 	if !st.Ok() {
+		// nothing will be sent again: tracking ends
+		t.mu.Lock()
+		t.drainLocked()
+		empty := len(t.inflight) == 0
+		t.mu.Unlock()
+		if empty {
+			s.dropTracker(t)
+		}
 		return fmt.Errorf("fuseuring: FUSE_NOTIFY_RESEND: %v", st)
 	}
 	t.sent.Store(true)

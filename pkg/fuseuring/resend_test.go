@@ -1,6 +1,7 @@
 package fuseuring
 
 import (
+	"encoding/binary"
 	"errors"
 	"os"
 	"path/filepath"
@@ -252,5 +253,42 @@ func TestResendInterruptOfJoinedCopy(t *testing.T) {
 	}
 	if n := f.mkdirs.Load(); n != 1 {
 		t.Errorf("%d MKDIRs handled, want 1", n)
+	}
+}
+
+// The tracker's bookkeeping, without a kernel: copies join the request
+// in flight or take its kept reply; the first request that is no copy,
+// read after the notification, ends tracking and drops what is kept;
+// after that a request costs no allocation.
+func TestResendTrackerDrains(t *testing.T) {
+	tr := newResendTracker()
+	if act, _ := tr.read(10, false); act != readTracked {
+		t.Fatalf("request before the resend: %v, want tracked", act)
+	}
+	if act, _ := tr.read(12, false); act != readTracked {
+		t.Fatalf("request before the resend: %v, want tracked", act)
+	}
+	tr.sent.Store(true)
+	if act, _ := tr.read(10|resendBit, true); act != readJoined || tr.inflight[10].reply != 10|resendBit {
+		t.Fatalf("copy of a request in flight: %v %+v, want joined", act, tr.inflight[10])
+	}
+	reply := make([]byte, outHdrSize)
+	tr.kept[14] = reply
+	tr.keptBytes = len(reply)
+	if act, r := tr.read(14|resendBit, true); act != readReplay || len(r) != outHdrSize || binary.LittleEndian.Uint64(r[8:]) != 14|resendBit {
+		t.Fatalf("copy of a request answered: %v %x, want its reply re-stamped", act, r)
+	}
+	if act, _ := tr.read(20|resendBit, true); act != readTracked || tr.inflight[20].as != 20|resendBit {
+		t.Fatalf("copy of another process's request: %v, want handled and tracked", act)
+	}
+	tr.kept[16] = reply // a reply whose copy never comes
+	if act, _ := tr.read(30, true); act != readUntracked || !tr.draining.Load() || len(tr.kept) != 0 {
+		t.Fatalf("first request after the copies: %v, draining %v, %d kept", act, tr.draining.Load(), len(tr.kept))
+	}
+	if st := tr.stats(); st != (ResendStats{Joined: 1, Replayed: 1, Handled: 1, Dropped: 1}) {
+		t.Errorf("stats %+v", st)
+	}
+	if n := testing.AllocsPerRun(100, func() { tr.read(40, true) }); n != 0 {
+		t.Errorf("%v allocations a request after tracking ended", n)
 	}
 }
