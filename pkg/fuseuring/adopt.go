@@ -25,8 +25,10 @@ var ErrNoResend = errors.New("fuseuring: the kernel cannot resend requests (FUSE
 // is replayed to go-fuse's ProtocolServer, which negotiates the same
 // parameters as the first server did (same MountOptions) without a reply
 // reaching the kernel. Nothing is read from /dev/fuse until ServeAdopted;
-// Wait waits for that reading to end. Errors: an INIT go-fuse refuses
-// (major version, minor below its minimum).
+// Wait waits for that reading to end. The server tracks the requests it
+// reads until the copies of its Resend are read, so that none is handled
+// twice (Resend). Errors: an INIT go-fuse refuses (major version, minor
+// below its minimum).
 func (s *Server) Adopt(fs fuse.RawFileSystem, init fuse.InitIn) error {
 	s.fs = fs
 	s.ps = fuse.NewProtocolServer(fs, &s.opts)
@@ -42,6 +44,7 @@ func (s *Server) Adopt(fs fuse.RawFileSystem, init fuse.InitIn) error {
 	if e := int32(binary.LittleEndian.Uint32((*out)[4:])); e != 0 {
 		return fmt.Errorf("fuseuring: replayed INIT refused: errno %d", -e)
 	}
+	s.trackResends()
 	s.adopted = make(chan struct{})
 	s.loops.Add(1)
 	go func() {
@@ -53,12 +56,9 @@ func (s *Server) Adopt(fs fuse.RawFileSystem, init fuse.InitIn) error {
 
 // ServeAdopted starts serving the connection Adopt took, as Start does
 // without the ring. With resend it first asks the kernel to send again
-// what was read and not answered (Resend): before this server reads
-// anything, because the kernel resends every request of the connection
-// read and not answered, whichever process read it, so that one this
-// server were handling would reach it twice (a CREATE answered EEXIST,
-// a lost-write error reported to nobody). Errors: Resend's (the
-// connection is served anyway).
+// what was read and not answered (Resend), as after a crash of the
+// process that served the connection: nothing is in flight here yet.
+// Errors: Resend's (the connection is served anyway).
 func (s *Server) ServeAdopted(resend bool) error {
 	var err error
 	if resend {
@@ -75,15 +75,35 @@ func CanResend(init *fuse.InitIn) bool {
 }
 
 // Resend asks the kernel to queue again every request of the connection
-// that was read and not answered (FUSE_NOTIFY_RESEND), by any process:
-// call it before this server reads (ServeAdopted), so that those are the
-// requests a process serving the connection before read and never
-// answered. The
-// resent requests carry the FUSE_UNIQUE_RESEND bit in their unique,
-// which is echoed back. Errors: the write's (EINVAL before Linux 6.9).
+// that was read and not answered (FUSE_NOTIFY_RESEND, Linux 6.9), by any
+// process: the requests a process that served the connection before
+// read and never answered, and those this server is handling. The copies
+// carry FUSE_UNIQUE_RESEND in their unique. A server that tracks its
+// requests (Adopt) handles each request once: a copy of one it is
+// handling is answered by that handler's reply, and a copy of one it
+// answered between the resend and reading the copy (the reply was
+// refused) by that reply; copies of the others are handled (resend.go,
+// ResendStats). On a server that does not (Start), tracking starts with
+// the call: a request in flight before it may be handled twice. Call it
+// once; tracking ends when its copies are read, or when it fails.
+// Errors: the write's (EINVAL before Linux 6.9).
 func (s *Server) Resend() error {
-	if st := s.notify(notifyResend, nil); !st.Ok() {
+	t := s.resends.Load()
+	if t == nil || t.draining.Load() {
+		t = s.trackResends()
+	}
+	st := s.notify(notifyResend, nil)
+	if !st.Ok() {
+		// nothing will be sent again: tracking ends
+		t.mu.Lock()
+		t.drainLocked()
+		empty := len(t.inflight) == 0
+		t.mu.Unlock()
+		if empty {
+			s.dropTracker(t)
+		}
 		return fmt.Errorf("fuseuring: FUSE_NOTIFY_RESEND: %v", st)
 	}
+	t.sent.Store(true)
 	return nil
 }

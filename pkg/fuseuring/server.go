@@ -88,6 +88,12 @@ type Server struct {
 	serving sync.WaitGroup // request goroutines
 	stopped chan struct{}
 	adopted chan struct{} // Adopt: closed when its reading may start (ServeAdopted)
+
+	// resends tracks the requests read from /dev/fuse while the kernel
+	// may send some again (resend.go); nil otherwise.
+	resends    atomic.Pointer[resendTracker]
+	resendMu   sync.Mutex
+	resendDone ResendStats // of trackers dropped, guarded by resendMu
 }
 
 // NewServer returns a server for the FUSE connection of fd, an open
@@ -230,11 +236,15 @@ func (s *Server) writeDev(b []byte) error {
 // readLoop serves /dev/fuse until the connection ends (ENODEV): FORGET,
 // BATCH_FORGET and INTERRUPT in the reader, so that an interrupt is never
 // queued behind the request it interrupts; others in a goroutine each.
+// While requests are tracked (resend.go), a copy the kernel resent of a
+// request this server is handling or answered is not handled again.
 func (s *Server) readLoop() {
 	defer s.loops.Done()
 	defer s.stop()
 	for {
 		b := s.getBuf()
+		t := s.resends.Load()
+		after := t != nil && t.sent.Load()
 		n, err := s.readDev(*b)
 		if err != nil {
 			s.putBuf(b)
@@ -250,14 +260,34 @@ func (s *Server) readLoop() {
 				s.serveInterrupt(b, n)
 				continue
 			case opForget, opBatchForget:
-				s.serveDev(b, n)
+				s.serveDev(b, n, nil)
 				continue
+			}
+		}
+		var tracked *resendTracker
+		if t != nil && n >= inHeaderSize {
+			unique := binary.LittleEndian.Uint64((*b)[8:])
+			act, reply := t.read(unique, after)
+			switch act {
+			case readJoined:
+				s.putBuf(b)
+				continue
+			case readReplay:
+				s.putBuf(b)
+				if err := s.writeDev(reply); err != nil && err != unix.ENODEV {
+					s.opts.Logger.Printf("fuseuring: write /dev/fuse: %v", err)
+				}
+				continue
+			case readTracked:
+				tracked = t
+			case readDrained:
+				s.dropTracker(t)
 			}
 		}
 		s.serving.Add(1)
 		go func() {
 			defer s.serving.Done()
-			s.serveDev(b, n)
+			s.serveDev(b, n, tracked)
 		}()
 	}
 }
@@ -281,6 +311,11 @@ const (
 func (s *Server) serveInterrupt(b *[]byte, n int) {
 	in := append([]byte(nil), (*b)[:n]...)
 	s.putBuf(b)
+	if t := s.resends.Load(); t != nil && len(in) >= inHeaderSize+8 {
+		// a joined copy is handled under its request's unique
+		u := binary.LittleEndian.Uint64(in[inHeaderSize:])
+		binary.LittleEndian.PutUint64(in[inHeaderSize:], t.interruptTarget(u))
+	}
 	if s.interrupt(in) {
 		return
 	}
@@ -309,8 +344,9 @@ func (s *Server) interrupt(in []byte) bool {
 	return st.Ok() && m == 0
 }
 
-// serveDev answers the request in (*b)[:n] read from /dev/fuse.
-func (s *Server) serveDev(b *[]byte, n int) {
+// serveDev answers the request in (*b)[:n] read from /dev/fuse; t, when
+// not nil, tracks it (finishTracked).
+func (s *Server) serveDev(b *[]byte, n int, t *resendTracker) {
 	defer s.putBuf(b)
 	out := s.getBuf()
 	defer s.putBuf(out)
@@ -322,6 +358,10 @@ func (s *Server) serveDev(b *[]byte, n int) {
 		var hdr [headerSize]byte
 		putErrorReply(hdr[:], binary.LittleEndian.Uint64((*b)[8:]), int32(st))
 		m = copy(*out, hdr[:outHdrSize])
+	}
+	if t != nil {
+		s.finishTracked(t, binary.LittleEndian.Uint64((*b)[8:])&^resendBit, (*out)[:m])
+		return
 	}
 	if m == 0 {
 		return

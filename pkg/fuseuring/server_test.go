@@ -71,6 +71,13 @@ func watchdog(t testing.TB, dir string) {
 // test; it returns the mount point, the backing directory and the server.
 func mountLoopback(t testing.TB, cfg Config) (string, string, *Server) {
 	t.Helper()
+	return mountWrapped(t, cfg, nil)
+}
+
+// mountWrapped is mountLoopback with the loopback's raw file system
+// wrapped by wrap (nil: not wrapped).
+func mountWrapped(t testing.TB, cfg Config, wrap func(fuse.RawFileSystem) fuse.RawFileSystem) (string, string, *Server) {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to mount")
 	}
@@ -87,6 +94,9 @@ func mountLoopback(t testing.TB, cfg Config) (string, string, *Server) {
 	srv := NewServer(fd, dir, opts, cfg)
 	watchdog(t, dir)
 	raw := fs.NewNodeFS(root, &fs.Options{ServerCallbacks: srv})
+	if wrap != nil {
+		raw = wrap(raw)
+	}
 	if err := srv.Start(raw); err != nil {
 		_ = Abort(dir)
 		_ = syscall.Unmount(dir, syscall.MNT_DETACH)

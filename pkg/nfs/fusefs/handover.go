@@ -54,7 +54,10 @@ import (
 // INIT to go-fuse (fuseuring.Server.Adopt: the kernel sends none),
 // answers "ok", serves, and once the old process is gone (the socket's end) asks
 // the kernel to send again what the old process read and never answered
-// (FUSE_NOTIFY_RESEND, Linux 6.9): held requests, blocked SETLKWs.
+// (FUSE_NOTIFY_RESEND, Linux 6.9): held requests, blocked SETLKWs. The
+// kernel sends again the requests the successor is handling too; its
+// fuseuring server answers those copies with their requests' replies
+// (fuseuring.Server.Resend), so none is handled twice.
 //
 // Not carried: the RPC-over-RDMA connection and its credit grant (an
 // RDMA queue pair lives in the process; the successor connects and is
@@ -366,7 +369,8 @@ func recvState(conn *net.UnixConn) (int, *handoverState, error) {
 // descriptor and the state, mounts cfg's export with a new NFS client,
 // restores the nodes, open files and locks, answers "ok" with
 // cfg.Version, and serves. Once the old process has closed conn (it
-// exited), the kernel is asked to send again the requests it held.
+// exited), the kernel is asked to send again the requests it held (and
+// those this process is handling, each answered once).
 // Errors: the socket's, the client's mount errors, a different root file
 // handle, a state that cannot be restored; the old process serves on
 // after any.

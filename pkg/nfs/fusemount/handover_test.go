@@ -42,6 +42,11 @@ const childEnv = "FUSEMOUNT_TEST_CHILD"
 // dead mount process would never answer).
 const goEnv = "FUSEMOUNT_TEST_GO"
 
+// lingerEnv, when set, is the fd a child reads one byte from (or its end)
+// after Run returns nil, before it exits: an old process that exits late
+// after a handover, its end of the handover socket still open.
+const lingerEnv = "FUSEMOUNT_TEST_LINGER"
+
 func TestMain(m *testing.M) {
 	if v := os.Getenv(childEnv); v != "" {
 		os.Exit(runChild(v))
@@ -70,6 +75,11 @@ func runChild(v string) int {
 		fmt.Fprintln(os.Stderr, "child:", err)
 		return 1
 	}
+	if l := os.Getenv(lingerEnv); l != "" {
+		fd, _ := strconv.Atoi(l)
+		var b [1]byte
+		_, _ = os.NewFile(uintptr(fd), "linger").Read(b[:])
+	}
 	return 0
 }
 
@@ -94,6 +104,13 @@ func startMount(t *testing.T, cfg Config, extra ...*os.File) *mountProc {
 // which waits for its "ok".
 func startMountLater(t *testing.T, cfg Config, held bool, extra ...*os.File) (*mountProc, func()) {
 	t.Helper()
+	return startMountEnv(t, cfg, held, nil, extra...)
+}
+
+// startMountEnv is startMountLater with env added to the child's
+// environment; the first of extra is the child's fd 4, and so on.
+func startMountEnv(t *testing.T, cfg Config, held bool, env []string, extra ...*os.File) (*mountProc, func()) {
+	t.Helper()
 	b, err := json.Marshal(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -103,7 +120,7 @@ func startMountLater(t *testing.T, cfg Config, held bool, extra ...*os.File) (*m
 		t.Fatal(err)
 	}
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), childEnv+"="+string(b))
+	cmd.Env = append(append(os.Environ(), childEnv+"="+string(b)), env...)
 	cmd.ExtraFiles = append([]*os.File{pw}, extra...)
 	var gw *os.File
 	if held {
