@@ -165,8 +165,13 @@ func TestResendJoinsRequestInFlight(t *testing.T) {
 		_ = os.WriteFile(filepath.Join(dir, "after"+string(rune('0'+i))), nil, 0o600)
 	}
 	waitFor(t, "tracker dropped", func() bool { return srv.resends.Load() == nil })
-	if st := srv.ResendStats(); st != (ResendStats{Joined: 1}) {
-		t.Errorf("stats %+v, want one joined", st)
+	// Handled may count copies of requests read before this test's
+	// tracking started (mountSlow tracks once the mount is served, an
+	// adopted server from its first read), which any process of the
+	// machine may have made (seen once in 14 runs beside other tests):
+	// those are handled again; the MKDIR count shows the MKDIR was not.
+	if st := srv.ResendStats(); st.Joined != 1 || st.Replayed != 0 || st.Dropped != 0 {
+		t.Errorf("stats %+v, want one joined, none replayed or dropped", st)
 	}
 }
 
