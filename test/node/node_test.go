@@ -22,7 +22,7 @@ const (
 	resource  = "nfsrdma.csi.dev/hca"
 	ledger    = "nfsrdma-credits"
 	busybox   = "localhost/busybox:1.35.0"
-	locktest  = "localhost/fcntllock:dev" // busybox and fcntllock (hack/cluster images)
+	locktest  = "localhost/fcntllock:dev" // busybox, fcntllock and fsyncwriter (hack/cluster images)
 	blobMiB   = 256
 	chartPath = "deploy/helm/nfsrdma-csi"
 )
