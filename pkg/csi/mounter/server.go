@@ -20,6 +20,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/nfsrdma/nfsrdma-csi/internal/unixsock"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/lockcb"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/mountopts"
 	"golang.org/x/sys/unix"
@@ -133,12 +134,12 @@ func (s *Server) Run(ctx context.Context) error {
 		}()
 		<-ready
 	}
-	_ = os.Remove(s.Socket)
-	l, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: s.Socket, Net: "unixpacket"})
+	// a predecessor that still runs (a rolling update's old pod) keeps
+	// its connections but leaves the path alone when it exits
+	l, err := unixsock.Listen("unixpacket", s.Socket, 0o600)
 	if err != nil {
 		return fmt.Errorf("mounter: %w", err)
 	}
-	_ = os.Chmod(s.Socket, 0o600)
 	klog.InfoS("mounter: listening", "socket", s.Socket, "stateDir", s.StateDir, "adopted", len(s.List()))
 	go func() { <-ctx.Done(); l.Close() }()
 	for {
