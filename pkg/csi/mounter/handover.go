@@ -99,7 +99,9 @@ func fuseOf(pid int) (*os.File, error) {
 		return nil, err
 	}
 	for _, e := range ents {
-		if l, err := os.Readlink(dir + "/" + e.Name()); err != nil || l != "/dev/fuse" {
+		// by its device number: the link's text is the path as this
+		// mount namespace sees it ("/" when another container opened it)
+		if !isFuseDev(dir + "/" + e.Name()) {
 			continue
 		}
 		n, err := strconv.Atoi(e.Name())
@@ -119,6 +121,20 @@ func fuseOf(pid int) (*os.File, error) {
 		return os.NewFile(uintptr(fd), "fuse"), nil
 	}
 	return nil, fmt.Errorf("process %d holds no /dev/fuse descriptor", pid)
+}
+
+// fuseMajor and fuseMinor are /dev/fuse's device number (Linux's
+// Documentation/admin-guide/devices.txt: 10, 229).
+const fuseMajor, fuseMinor = 10, 229
+
+// isFuseDev reports whether the file path (a /proc/PID/fd link, followed)
+// is the FUSE device.
+func isFuseDev(path string) bool {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return false
+	}
+	return st.Mode&unix.S_IFMT == unix.S_IFCHR && unix.Major(st.Rdev) == fuseMajor && unix.Minor(st.Rdev) == fuseMinor
 }
 
 // recover starts a process that takes p's connection up after p's process
