@@ -318,7 +318,7 @@ func checkServer(t *testing.T, objs []object) {
 	c := container(t, spec, "server")
 	// no --export: the root is exported to no one, each volume to its nodes
 	wantArgs := []string{"server", "--root=/export", "--listen=0.0.0.0", "--nfs-port=2049",
-		"--mount-port=20048", "--rdma-port=20049", "--nlm-port=4045", "--nsm-port=4046", "--credits=32", "--credits-budget=512", "--rdma-read-chunks=true", "--rdma-send-ddp=true", "--admin-listen=0.0.0.0:20050",
+		"--mount-port=20048", "--rdma-port=20049", "--nlm-port=4045", "--nsm-port=4046", "--nsm-name=" + serverNm + "." + namespace + ".svc.cluster.local", "--credits=32", "--credits-budget=512", "--rdma-read-chunks=true", "--rdma-send-ddp=true", "--admin-listen=0.0.0.0:20050",
 		"--admin-token-file=/etc/nfsrdma/admin/token", "--state-dir=/var/lib/nfsrdma-server", "--read-map-bytes=268435456", "--metrics-address=:9812", "--v=2"}
 	if !reflect.DeepEqual(c.Args, wantArgs) {
 		t.Errorf("server args %v, want %v", c.Args, wantArgs)

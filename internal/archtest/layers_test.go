@@ -30,7 +30,7 @@ type layer struct {
 // of the module listed nowhere is an error: each new package takes a
 // place in the order.
 var layers = []layer{
-	{name: "libraries", pkgs: []string{"pkg/xdr", "pkg/fairshare", "internal/atomicfile", "internal/posixlock", "internal/lograte"}},
+	{name: "libraries", pkgs: []string{"pkg/xdr", "pkg/fairshare", "internal/atomicfile", "internal/posixlock", "internal/lograte", "internal/unixsock"}},
 	{name: "RDMA verbs", pkgs: []string{"pkg/verbs"}},
 	{name: "verbs providers", pkgs: []string{"pkg/verbs/siw", "pkg/verbs/ibverbs"}},
 	{name: "device choice, ONC RPC", pkgs: []string{"pkg/verbs/devselect", "pkg/sunrpc"}},
@@ -49,7 +49,7 @@ var layers = []layer{
 	{name: "binary", pkgs: []string{"cmd/driver"}},
 	{name: "test fixtures", sameLayer: true, pkgs: []string{"internal/testfix/testenv", "internal/testfix/rpctest",
 		"internal/testfix/lockdtest", "internal/testfix/exporttest", "internal/testfix/kernelpeer",
-		"internal/testfix/kernelpeer/fcntllock", "internal/testfix/tlspeer", "internal/testfix/wakeups"}},
+		"internal/testfix/kernelpeer/fcntllock", "internal/testfix/fsyncwriter", "internal/testfix/tlspeer", "internal/testfix/wakeups"}},
 	{name: "tests", pkgs: []string{"internal/archtest", "deploy", "test/e2e", "test/node", "test/node/nfsprobe"}},
 }
 

@@ -6,13 +6,14 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"os"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"k8s.io/klog/v2"
+
+	"github.com/nfsrdma/nfsrdma-csi/internal/unixsock"
 )
 
 // Timeouts of the HTTP server of Serve and ServeUnix.
@@ -61,23 +62,16 @@ func Serve(ctx context.Context, addr string, reg *prometheus.Registry) error {
 }
 
 // ServeUnix is Serve on a unix socket at path (a stale socket file there
-// is removed; the socket is made mode 0600 and removed on return): how a
+// is removed; the socket is made mode 0600 and removed on return unless
+// another process bound the path since): how a
 // `driver mount` process exposes its metrics to the node plugin. path ""
 // means off.
 func ServeUnix(ctx context.Context, path string, reg *prometheus.Registry) error {
 	if path == "" {
 		return nil
 	}
-	if fi, err := os.Lstat(path); err == nil && fi.Mode()&os.ModeSocket != 0 {
-		_ = os.Remove(path)
-	}
-	l, err := net.Listen("unix", path)
+	l, err := unixsock.Listen("unix", path, 0o600)
 	if err != nil {
-		return fmt.Errorf("metrics: %w", err)
-	}
-	l.(*net.UnixListener).SetUnlinkOnClose(true)
-	if err := os.Chmod(path, 0o600); err != nil {
-		l.Close()
 		return fmt.Errorf("metrics: %w", err)
 	}
 	return serveListener(ctx, l, reg)

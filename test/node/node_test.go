@@ -22,7 +22,7 @@ const (
 	resource  = "nfsrdma.csi.dev/hca"
 	ledger    = "nfsrdma-credits"
 	busybox   = "localhost/busybox:1.35.0"
-	locktest  = "localhost/fcntllock:dev" // busybox and fcntllock (hack/cluster images)
+	locktest  = "localhost/fcntllock:dev" // busybox, fcntllock and fsyncwriter (hack/cluster images)
 	blobMiB   = 256
 	chartPath = "deploy/helm/nfsrdma-csi"
 )
@@ -107,10 +107,12 @@ func TestNode(t *testing.T) {
 	independent("2c-unpublished-node-refused", c.unpublishedRefused)
 	independent("2d-attacker-pod", c.attacker)
 	step("3-node-plugin-restart", c.pluginRestart)
+	step("3b-upgrade-under-io", c.upgradeUnderIO)
 	step("4-expand", c.expand)
 	step("5-snapshot-restore", c.snapshot)
 	step("6-credits-wait", c.creditsWait)
 	independent("8-bad-input", c.badInput)
+	independent("6b-mounter-killed", c.mounterKilled)
 	step("7-cleanup", c.teardownSteps)
 	independent("9-node-certificates", c.nodeCertificates)
 }

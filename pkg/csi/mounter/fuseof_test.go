@@ -3,34 +3,33 @@ package mounter
 import (
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/nfsrdma/nfsrdma-csi/internal/testfix/testenv"
 )
 
-// fuseOf finds a process's /dev/fuse descriptor by its device, also when
-// it was opened under another path (a device node of another container's
-// /dev, which is what a handed-over descriptor shows here): the mounter
-// must hold its duplicate of every taken-over connection. (There readlink
-// of /proc/PID/fd/N shows "/": the device node of a container's /dev
-// that is gone.)
-func TestFuseOfOtherPath(t *testing.T) {
-	testenv.NeedRootFUSE(t)
-	if f, err := fuseOf(os.Getpid()); err == nil {
-		f.Close()
-		t.Skip("this test process holds another /dev/fuse descriptor already")
+// fuseOf finds the FUSE device among a process's descriptors by its device
+// number, whatever path the descriptor's link shows: one opened through
+// another node (as in another container's /dev) is found too, and a
+// descriptor of another device is not taken for it.
+func TestFuseOfByDevice(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (mknod)")
 	}
-	node := filepath.Join(t.TempDir(), "fuse")
-	if err := unix.Mknod(node, unix.S_IFCHR|0o600, int(fuseDev)); err != nil {
-		t.Fatalf("mknod: %v", err)
+	dir := t.TempDir()
+	node := filepath.Join(dir, "not-dev-fuse")
+	if err := unix.Mknod(node, unix.S_IFCHR|0o600, int(unix.Mkdev(fuseMajor, fuseMinor))); err != nil {
+		t.Skipf("mknod: %v", err)
 	}
 	f, err := os.OpenFile(node, os.O_RDWR, 0)
 	if err != nil {
-		t.Fatal(err)
+		t.Skipf("open the FUSE device through %s: %v (a nodev file system?)", node, err)
 	}
 	defer f.Close()
+	if l, _ := os.Readlink("/proc/self/fd/" + strconv.Itoa(int(f.Fd()))); l == "/dev/fuse" {
+		t.Fatalf("the descriptor's link reads %q: the test would not tell the device from its path", l)
+	}
 	dup, err := fuseOf(os.Getpid())
 	if err != nil {
 		t.Fatalf("fuseOf: %v", err)
@@ -43,7 +42,11 @@ func TestFuseOfOtherPath(t *testing.T) {
 	if err := unix.Fstat(int(dup.Fd()), &b); err != nil {
 		t.Fatal(err)
 	}
-	if b.Rdev != fuseDev || a.Ino != b.Ino {
-		t.Fatalf("duplicate is device %x inode %d, want the descriptor opened (device %x inode %d)", b.Rdev, b.Ino, a.Rdev, a.Ino)
+	if a.Rdev != b.Rdev || a.Ino != b.Ino {
+		t.Fatalf("fuseOf returned another file (rdev %x ino %d), not the FUSE device (rdev %x ino %d)", b.Rdev, b.Ino, a.Rdev, a.Ino)
+	}
+	// another character device (/dev/null) is not the FUSE device
+	if isFuseDev("/dev/null") {
+		t.Fatal("/dev/null taken for the FUSE device")
 	}
 }

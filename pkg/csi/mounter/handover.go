@@ -77,10 +77,6 @@ func (s *Server) writeState(m Mount) {
 	}
 }
 
-// fuseDev is /dev/fuse's device number (major 10, minor 229: the misc
-// device Linux registers it as, Documentation/admin-guide/devices.txt).
-var fuseDev = unix.Mkdev(10, 229)
-
 // dupFile returns a close-on-exec duplicate of f, nil if it fails.
 func dupFile(f *os.File) *os.File {
 	if f == nil {
@@ -95,11 +91,7 @@ func dupFile(f *os.File) *os.File {
 }
 
 // fuseOf returns a duplicate of the /dev/fuse descriptor process pid
-// holds (pidfd_getfd(2), Linux 5.6). The descriptor is known by its
-// device (character device 10:229), not by its path: one received from a
-// process of another container (a handover) was opened through that
-// container's /dev, which this mount namespace may not reach, so that
-// /proc/PID/fd shows it under another path.
+// holds (pidfd_getfd(2), Linux 5.6).
 func fuseOf(pid int) (*os.File, error) {
 	dir := "/proc/" + strconv.Itoa(pid) + "/fd"
 	ents, err := os.ReadDir(dir)
@@ -107,9 +99,9 @@ func fuseOf(pid int) (*os.File, error) {
 		return nil, err
 	}
 	for _, e := range ents {
-		var st unix.Stat_t
-		// stat follows the descriptor's magic link to the open file itself
-		if err := unix.Stat(dir+"/"+e.Name(), &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFCHR || st.Rdev != fuseDev {
+		// by its device number: the link's text is the path as this
+		// mount namespace sees it ("/" when another container opened it)
+		if !isFuseDev(dir + "/" + e.Name()) {
 			continue
 		}
 		n, err := strconv.Atoi(e.Name())
@@ -129,6 +121,20 @@ func fuseOf(pid int) (*os.File, error) {
 		return os.NewFile(uintptr(fd), "fuse"), nil
 	}
 	return nil, fmt.Errorf("process %d holds no /dev/fuse descriptor", pid)
+}
+
+// fuseMajor and fuseMinor are /dev/fuse's device number (Linux's
+// Documentation/admin-guide/devices.txt: 10, 229).
+const fuseMajor, fuseMinor = 10, 229
+
+// isFuseDev reports whether the file path (a /proc/PID/fd link, followed)
+// is the FUSE device.
+func isFuseDev(path string) bool {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return false
+	}
+	return st.Mode&unix.S_IFMT == unix.S_IFCHR && unix.Major(st.Rdev) == fuseMajor && unix.Minor(st.Rdev) == fuseMinor
 }
 
 // recover starts a process that takes p's connection up after p's process

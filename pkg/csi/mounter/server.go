@@ -20,6 +20,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/nfsrdma/nfsrdma-csi/internal/unixsock"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/lockcb"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/mountopts"
 	"golang.org/x/sys/unix"
@@ -73,6 +74,7 @@ type Server struct {
 	TakeOver bool
 
 	mu        sync.Mutex
+	stopped   bool // Run returned: the processes' ends are left to the next mounter
 	callbacks *lockcb.Service
 	mounts    map[string]*proc    // by target
 	starting  map[string]struct{} // targets with a mount in progress
@@ -106,23 +108,27 @@ func (s *Server) Run(ctx context.Context) error {
 	if s.ReadyTimeout == 0 {
 		s.ReadyTimeout = DefaultReadyTimeout
 	}
+	defer func() {
+		s.mu.Lock()
+		s.stopped = true
+		s.mu.Unlock()
+	}()
 	if err := os.MkdirAll(s.StateDir, 0o700); err != nil {
 		return fmt.Errorf("mounter: state dir: %w", err)
 	}
 	s.mu.Lock()
 	s.mounts = map[string]*proc{}
 	s.starting = map[string]struct{}{}
+	s.stopped = false
 	s.adopt()
 	s.mu.Unlock()
-	if s.TakeOver {
-		s.takeOverAll(ctx)
-	}
 	if err := os.MkdirAll(filepath.Dir(s.Socket), 0o755); err != nil {
 		return fmt.Errorf("mounter: %w", err)
 	}
 	if s.LockSocket != "" {
-		// before the first mount (adopted ones attach again by
-		// themselves): a mount process attaches when it starts
+		// before the first mount and the takeovers (adopted processes
+		// attach again by themselves): a mount process attaches when it
+		// starts, and is given the socket only if the service runs
 		ready := make(chan struct{})
 		cctx, cancel := context.WithCancel(ctx)
 		done := make(chan struct{})
@@ -133,12 +139,15 @@ func (s *Server) Run(ctx context.Context) error {
 		}()
 		<-ready
 	}
-	_ = os.Remove(s.Socket)
-	l, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: s.Socket, Net: "unixpacket"})
+	if s.TakeOver {
+		s.takeOverAll(ctx)
+	}
+	// a predecessor that still runs (a rolling update's old pod) keeps
+	// its connections but leaves the path alone when it exits
+	l, err := unixsock.Listen("unixpacket", s.Socket, 0o600)
 	if err != nil {
 		return fmt.Errorf("mounter: %w", err)
 	}
-	_ = os.Chmod(s.Socket, 0o600)
 	klog.InfoS("mounter: listening", "socket", s.Socket, "stateDir", s.StateDir, "adopted", len(s.List()))
 	go func() { <-ctx.Done(); l.Close() }()
 	for {
@@ -341,16 +350,19 @@ func (s *Server) launch(ctx context.Context, m Mount, fuse *os.File, mode launch
 		return Mount{}, err
 	}
 	args := append([]string{"mount"}, s.ExtraArgs...)
-	m.MetricsSocket = filepath.Join(s.StateDir, key(m.Target)+".metrics.sock")
+	// the sockets are the process's own (its predecessor in a handover
+	// still serves on its own until it exits)
+	old := m.HandoverSocket
+	run := key(m.Target) + "." + strconv.FormatInt(time.Now().UnixNano(), 36)
+	m.MetricsSocket = filepath.Join(s.StateDir, run+".metrics.sock")
 	if mode != modeTakeOver {
 		args = append(args, "--fuse-fd=3")
 	}
 	args = append(args, "--ready-fd=4", "--metrics-socket="+m.MetricsSocket)
 	// where a successor takes the mount over, and the state map a
 	// process taking it up after a crash reads
-	old := m.HandoverSocket
 	m.MapFile = filepath.Join(s.StateDir, key(m.Target)+".map")
-	m.HandoverSocket = filepath.Join(s.StateDir, key(m.Target)+"."+strconv.FormatInt(time.Now().UnixNano(), 36)+".handover.sock")
+	m.HandoverSocket = filepath.Join(s.StateDir, run+".handover.sock")
 	args = append(args, "--handover-socket="+m.HandoverSocket, "--map-file="+m.MapFile)
 	switch mode {
 	case modeRecover:
@@ -404,19 +416,40 @@ func (s *Server) launch(ctx context.Context, m Mount, fuse *os.File, mode launch
 	}
 	s.mu.Lock()
 	s.mounts[m.Target] = p
+	if mode == modeTakeOver {
+		// recorded before the process can take the mount: its
+		// predecessor exits once it has, and that process's mounter
+		// (the old pod's) must then find the mount recorded as
+		// another process's, and leave its files alone (forget)
+		s.writeState(m)
+	}
 	s.mu.Unlock()
 	go func() {
 		err := cmd.Wait()
 		klog.InfoS("mounter: mount process exited", "target", m.Target, "pid", m.PID, "err", err)
+		s.mu.Lock()
+		stopped := s.stopped
+		s.mu.Unlock()
+		if stopped {
+			// the next mounter (adopt) recovers or forgets the mount;
+			// its files may be a successor's already
+			if p.fuse != nil {
+				p.fuse.Close()
+			}
+			close(p.done)
+			return
+		}
 		if crashed(err) && s.recover(p) {
 			return
 		}
 		if p.fuse != nil {
 			p.fuse.Close()
 		}
-		if err == nil {
+		if err == nil && !s.superseded(p) {
 			// a clean end (unmounted): its log has nothing left to tell;
-			// a failed or killed one keeps its log for troubleshooting
+			// a failed or killed one keeps its log for troubleshooting,
+			// and one that handed the mount over leaves it to its
+			// successor, which writes on in it
 			_ = os.Remove(m.Log)
 		}
 		s.forget(p)
@@ -478,18 +511,36 @@ func (s *Server) launch(ctx context.Context, m Mount, fuse *os.File, mode launch
 	return m, nil
 }
 
-// forget drops p once its process has exited.
+// forget drops p once its process has exited. Its state file is removed
+// unless it records another process (superseded).
 func (s *Server) forget(p *proc) {
 	s.mu.Lock()
 	if s.mounts[p.m.Target] == p {
 		delete(s.mounts, p.m.Target)
-		_ = os.Remove(s.statePath(p.m.Target))
-		if p.m.MetricsSocket != "" {
-			_ = os.Remove(p.m.MetricsSocket)
+		if !s.superseded(p) {
+			_ = os.Remove(s.statePath(p.m.Target))
 		}
+	}
+	if p.m.MetricsSocket != "" {
+		_ = os.Remove(p.m.MetricsSocket)
 	}
 	s.mu.Unlock()
 	close(p.done)
+}
+
+// superseded reports whether the state file of p's mount records another
+// process: a successor (another mounter's, in a rolling update) took the
+// mount over, and the state file and the log are its own now.
+func (s *Server) superseded(p *proc) bool {
+	b, err := os.ReadFile(s.statePath(p.m.Target))
+	if err != nil {
+		return false
+	}
+	var m Mount
+	if json.Unmarshal(b, &m) != nil {
+		return false
+	}
+	return m.PID != p.m.PID
 }
 
 // release waits for the process serving target to exit, then SIGTERM,

@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -707,5 +708,52 @@ func TestLockGrantedFromOtherAddress(t *testing.T) {
 	}
 	if r := srv.Held(1002); len(r) != 1 || r[0].Start != 100 || r[0].End != 199 {
 		t.Fatalf("server holds %v for b", r)
+	}
+}
+
+// TestLockConfirmAfterAdopt: a Locker that adopted another's locks asks
+// the server for them again: a server that restarted meanwhile (its
+// SM_NOTIFY gone to the other process) gets them reclaimed in its grace
+// period, so that another owner is refused after it; a server that holds
+// them grants them again with no reclaim.
+func TestLockConfirmAfterAdopt(t *testing.T) {
+	for _, restart := range []bool{true, false} {
+		t.Run(fmt.Sprintf("restart=%v", restart), func(t *testing.T) {
+			srv := startNLM(t)
+			a := newTestLocker(t, srv, "host-a", LockOptions{NoCallbacks: true})
+			ctx := testenv.Context(t, 20*time.Second)
+			if err := a.Lock(ctx, req(1, 1001, 0, 9, true), false); err != nil {
+				t.Fatal(err)
+			}
+			st := a.State()
+			if restart {
+				srv.Restart()
+			}
+			b := newTestLocker(t, srv, "host-a", LockOptions{NoCallbacks: true})
+			if err := b.Adopt(st); err != nil {
+				t.Fatal(err)
+			}
+			b.Confirm(ctx)
+			if r := srv.Held(1001); len(r) != 1 || r[0] != (posixlock.Range{Start: 0, End: 9, Exclusive: true}) {
+				t.Fatalf("the server holds %v for svid 1001 after Confirm; calls %+v", r, srv.Calls())
+			}
+			var reclaims int
+			for _, c := range srv.Calls() {
+				if c.Proc == nlm.ProcLock && c.Reclaim {
+					reclaims++
+				}
+			}
+			if want := map[bool]int{true: 1, false: 0}[restart]; reclaims != want {
+				t.Fatalf("%d reclaim LOCKs, want %d", reclaims, want)
+			}
+			srv.EndGrace()
+			other := newTestLocker(t, srv, "host-b", LockOptions{NoCallbacks: true})
+			if err := other.Lock(ctx, req(1, 2002, 5, 5, true), false); !errors.Is(err, ErrLockDenied) {
+				t.Fatalf("another owner's lock on the confirmed range: %v, want denied", err)
+			}
+			if h := b.Held(); len(h) != 1 {
+				t.Fatalf("b holds %+v", h)
+			}
+		})
 	}
 }

@@ -1,8 +1,14 @@
 package client
 
 import (
+	"context"
 	"errors"
 	"fmt"
+
+	"k8s.io/klog/v2"
+
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nlm"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/xdr"
 )
 
 // LockOwnerState is one lock owner's wire identity (nlm4_lock svid and
@@ -81,4 +87,48 @@ func (l *Locker) Adopt(s LockState) error {
 	// an owner that holds nothing (a waiter's) keeps its svid and oh
 	// for its next call, then goes as any other at the end of that call
 	return nil
+}
+
+// Confirm asks the server again for every held lock, as a plain LOCK of
+// the same owner, which a server holding the lock grants at once (the
+// ranges are the owner's own). A process that took the locks over (Adopt)
+// calls it: the server may have restarted while they were handed over, its
+// SM_NOTIFY reaching the process that held them then. A server in its
+// grace period (NLM4_DENIED_GRACE_PERIOD) gets the held locks reclaimed
+// (as after SM_NOTIFY); a lock the server refuses (another owner took it
+// once the grace period ended) is lost: it is forgotten and logged. It
+// returns once every lock was asked and any reclaim done, or ctx ended.
+func (l *Locker) Confirm(ctx context.Context) {
+	held := l.Held()
+	if len(held) == 0 {
+		return
+	}
+	grace := false
+	l.rw.Lock()
+	for _, h := range held {
+		o := l.owner(h.Owner, 0)
+		a := nlm.LockArgs{Cookie: l.newCookie(), Exclusive: h.Exclusive, Lock: l.nlmLock(h.FH, o, h.Start, h.End), State: l.state()}
+		var res nlm.Res
+		st, err := l.call(ctx, nlm.ProcLock, true, a.Encode, func(d *xdr.Decoder) (nlm.Stat, error) {
+			err := res.Decode(d)
+			return res.Stat, err
+		}, nil)
+		switch {
+		case err != nil:
+			klog.ErrorS(err, "NLM: held lock not confirmed", "server", l.srv.Server, "svid", o.svid, "start", h.Start, "end", h.End)
+		case st == nlm.DeniedGracePeriod:
+			grace = true
+		case st != nlm.Granted:
+			klog.ErrorS(statErr(st), "NLM: lock lost: the server refuses the held lock", "server", l.srv.Server, "svid", o.svid, "start", h.Start, "end", h.End)
+			l.forget(h.FH, h.Owner, h.Start, h.End)
+		}
+		l.put(o)
+		if grace || err != nil && ctx.Err() != nil {
+			break
+		}
+	}
+	l.rw.Unlock()
+	if grace {
+		l.reclaim("grace period after a takeover")
+	}
 }

@@ -414,6 +414,16 @@ func Adopt(ctx context.Context, dir string, cfg Config, conn *net.UnixConn) (*Mo
 	st.Nodes, st.Files, st.Locks, st.Held = len(s.Nodes), len(s.Files), len(s.Held), s.Requests
 	klog.InfoS("fusefs: took the mount over", "dir", dir, "from", st.From, "to", st.To, "paused", st.Paused,
 		"nodes", st.Nodes, "files", st.Files, "locks", st.Locks, "held_requests", st.Held)
+	if st.Locks > 0 {
+		// the server may have restarted during the pause, its SM_NOTIFY
+		// going to the old process: ask for the locks again (reclaimed
+		// in its grace period)
+		go func() {
+			cctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			c.Locks().Confirm(cctx)
+		}()
+	}
 	_ = m.ring.ServeAdopted(false)
 	go func() {
 		// the old process exits after "ok": its end of conn closes

@@ -14,6 +14,7 @@ import (
 
 	"k8s.io/klog/v2"
 
+	"github.com/nfsrdma/nfsrdma-csi/internal/unixsock"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nlm"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nsm"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/statmon"
@@ -185,13 +186,13 @@ func (s *Service) Run(ctx context.Context) error {
 	if err := os.MkdirAll(filepath.Dir(s.Socket), 0o755); err != nil {
 		return fmt.Errorf("lockcb: %w", err)
 	}
-	_ = os.Remove(s.Socket)
-	ul, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: s.Socket, Net: "unixpacket"})
+	// a predecessor that still runs (a rolling update's old mounter)
+	// leaves the path alone when it exits
+	ul, err := unixsock.Listen("unixpacket", s.Socket, 0o600)
 	if err != nil {
 		return fmt.Errorf("lockcb: %w", err)
 	}
 	defer ul.Close()
-	_ = os.Chmod(s.Socket, 0o600)
 	tl, err := net.Listen("tcp", s.Listen)
 	if err != nil {
 		return fmt.Errorf("lockcb: %w", err)
