@@ -852,12 +852,7 @@ func (l *Locker) reclaim(why string) {
 	defer cancel()
 	for _, h := range held {
 		o := l.owner(h.Owner, 0)
-		a := nlm.LockArgs{Cookie: l.newCookie(), Exclusive: h.Exclusive, Lock: l.nlmLock(h.FH, o, h.Start, h.End), Reclaim: true, State: l.state()}
-		var res nlm.Res
-		st, err := l.call(ctx, nlm.ProcLock, true, a.Encode, func(d *xdr.Decoder) (nlm.Stat, error) {
-			err := res.Decode(d)
-			return res.Stat, err
-		}, nil)
+		st, err := l.lockAgain(ctx, h, o, true)
 		if err == nil {
 			err = statErr(st)
 		}
@@ -867,4 +862,16 @@ func (l *Locker) reclaim(why string) {
 		}
 		l.put(o)
 	}
+}
+
+// lockAgain asks the server for the held lock h of owner o again, a
+// non-blocking LOCK (NLM4 section 10.3), with the reclaim flag in a grace
+// period after the server's restart (reclaim). Called with l.rw held.
+func (l *Locker) lockAgain(ctx context.Context, h HeldLock, o *lockOwner, reclaim bool) (nlm.Stat, error) {
+	a := nlm.LockArgs{Cookie: l.newCookie(), Exclusive: h.Exclusive, Lock: l.nlmLock(h.FH, o, h.Start, h.End), Reclaim: reclaim, State: l.state()}
+	var res nlm.Res
+	return l.call(ctx, nlm.ProcLock, true, a.Encode, func(d *xdr.Decoder) (nlm.Stat, error) {
+		err := res.Decode(d)
+		return res.Stat, err
+	}, nil)
 }

@@ -8,7 +8,6 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nlm"
-	"github.com/nfsrdma/nfsrdma-csi/pkg/xdr"
 )
 
 // LockOwnerState is one lock owner's wire identity (nlm4_lock svid and
@@ -107,12 +106,7 @@ func (l *Locker) Confirm(ctx context.Context) {
 	l.rw.Lock()
 	for _, h := range held {
 		o := l.owner(h.Owner, 0)
-		a := nlm.LockArgs{Cookie: l.newCookie(), Exclusive: h.Exclusive, Lock: l.nlmLock(h.FH, o, h.Start, h.End), State: l.state()}
-		var res nlm.Res
-		st, err := l.call(ctx, nlm.ProcLock, true, a.Encode, func(d *xdr.Decoder) (nlm.Stat, error) {
-			err := res.Decode(d)
-			return res.Stat, err
-		}, nil)
+		st, err := l.lockAgain(ctx, h, o, false)
 		switch {
 		case err != nil:
 			klog.ErrorS(err, "NLM: held lock not confirmed", "server", l.srv.Server, "svid", o.svid, "start", h.Start, "end", h.End)
