@@ -12,16 +12,10 @@ package tlspeer
 import (
 	"bufio"
 	"bytes"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/base64"
-	"encoding/pem"
 	"fmt"
 	"io"
-	"math/big"
 	"net"
 	"os"
 	"os/exec"
@@ -32,6 +26,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/nfsrdma/nfsrdma-csi/internal/testfix/testpki"
 )
 
 // GuestIP is the guest's address on its user-mode network; HostIP is this
@@ -56,10 +52,9 @@ type Peer struct {
 	// versions ("kernel=6.12.117+deb13-amd64 ktls-utils=1.0.0-1 ...").
 	Versions string
 
-	dir    string // certificates written by this package
-	caCert *x509.Certificate
-	caKey  *ecdsa.PrivateKey
-	shell  string // the command channel, host:port
+	dir   string // certificates written by this package
+	ca    *testpki.CA
+	shell string // the command channel, host:port
 }
 
 var (
@@ -186,39 +181,15 @@ func tail(s string, n int) string {
 
 func (p *Peer) newCA(t testing.TB) {
 	t.Helper()
-	p.caCert, p.caKey, p.CA = newCA(t, p.dir, "tlspeer-ca")
+	p.ca = testpki.New(t, p.dir, "tlspeer")
+	p.CA = p.ca.File
 }
 
 // NewAuthority writes the certificate of a new authority named name, one
 // the peer does not know, and returns its PEM file.
 func NewAuthority(t testing.TB, name string) string {
 	t.Helper()
-	_, _, file := newCA(t, t.TempDir(), name)
-	return file
-}
-
-func newCA(t testing.TB, dir, name string) (*x509.Certificate, *ecdsa.PrivateKey, string) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	file := filepath.Join(dir, name+".pem")
-	writePEM(t, file, "CERTIFICATE", der)
-	return cert, key, file
+	return testpki.New(t, t.TempDir(), name).File
 }
 
 // Issue writes a certificate of the peer's authority for name (its CN and
@@ -226,35 +197,7 @@ func newCA(t testing.TB, dir, name string) (*x509.Certificate, *ecdsa.PrivateKey
 // usage usage, valid for a day, and its key; it returns the PEM files.
 func (p *Peer) Issue(t testing.TB, name string, ips []net.IP, usage x509.ExtKeyUsage) (certFile, keyFile string) {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	serial, _ := rand.Int(rand.Reader, big.NewInt(1<<62))
-	tmpl := &x509.Certificate{
-		SerialNumber: serial, Subject: pkix.Name{CommonName: name}, DNSNames: []string{name}, IPAddresses: ips,
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.caCert, &key.PublicKey, p.caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kder, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	base := filepath.Join(p.dir, name+"-"+serial.String())
-	writePEM(t, base+".pem", "CERTIFICATE", der)
-	writePEM(t, base+"-key.pem", "PRIVATE KEY", kder)
-	return base + ".pem", base + "-key.pem"
-}
-
-func writePEM(t testing.TB, file, typ string, der []byte) {
-	t.Helper()
-	if err := os.WriteFile(file, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	return p.ca.Issue(t, name, ips, usage, time.Now().Add(-time.Hour), time.Now().Add(24*time.Hour))
 }
 
 // rcMarker ends the output of a command (hack/tlspeer/cmd).

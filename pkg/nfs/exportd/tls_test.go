@@ -2,15 +2,9 @@ package exportd
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
-	"math/big"
 	"net"
 	"os"
 	"path/filepath"
@@ -20,6 +14,7 @@ import (
 	"time"
 
 	"github.com/nfsrdma/nfsrdma-csi/internal/testfix/testenv"
+	"github.com/nfsrdma/nfsrdma-csi/internal/testfix/testpki"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/admin"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/client"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/mount3"
@@ -29,83 +24,17 @@ import (
 	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
 )
 
-// pki is a test certificate authority writing PEM files in dir.
-type pki struct {
-	t    *testing.T
-	dir  string
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-	file string // the CA certificate's PEM file
-}
-
-func newPKI(t *testing.T, dir, name string) *pki {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, _ := x509.ParseCertificate(der)
-	p := &pki{t: t, dir: dir, cert: cert, key: key, file: filepath.Join(dir, name+"-ca.pem")}
-	writePEM(t, p.file, "CERTIFICATE", der)
-	return p
-}
-
-// issue writes a certificate for name (its DNS SAN; ips its IP SANs),
-// valid from notBefore to notAfter, and its key; it returns their files.
-func (p *pki) issue(name string, ips []net.IP, usage x509.ExtKeyUsage, notBefore, notAfter time.Time) (certFile, keyFile string) {
-	t := p.t
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	serial, _ := rand.Int(rand.Reader, big.NewInt(1<<62))
-	tmpl := &x509.Certificate{
-		SerialNumber: serial, Subject: pkix.Name{CommonName: name}, DNSNames: []string{name}, IPAddresses: ips,
-		NotBefore: notBefore, NotAfter: notAfter,
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.cert, &key.PublicKey, p.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kder, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	base := filepath.Join(p.dir, name+"-"+serial.String())
-	writePEM(t, base+".pem", "CERTIFICATE", der)
-	writePEM(t, base+"-key.pem", "EC PRIVATE KEY", kder)
-	return base + ".pem", base + "-key.pem"
-}
-
-func writePEM(t *testing.T, file, typ string, der []byte) {
-	t.Helper()
-	if err := os.WriteFile(file, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // tlsEnv is an export server with RPC-with-TLS and two volumes: "vol",
 // published to node "node-a" at an address that is not the test's (so
 // that only its certificate can name it), and "byaddr", published to a
 // node at 127.0.0.1 that has no name.
 type tlsEnv struct {
-	ca    *pki
+	ca    *testpki.CA
 	srv   *Server
 	ports Ports
 }
 
-func startTLSServer(t *testing.T, required bool, ca *pki, serverCert, serverKey string) *tlsEnv {
+func startTLSServer(t *testing.T, required bool, ca *testpki.CA, serverCert, serverKey string) *tlsEnv {
 	t.Helper()
 	testenv.NeedRoot(t, "the export server (name_to_handle_at, open_by_handle_at)")
 	root := t.TempDir()
@@ -117,7 +46,7 @@ func startTLSServer(t *testing.T, required bool, ca *pki, serverCert, serverKey 
 	cfg := Config{Root: root, Listen: "127.0.0.1", NLMPort: -1, RDMAPort: 0, TLSRequired: required}
 	if ca != nil {
 		var err error
-		if cfg.TLS, err = LoadTLS(serverCert, serverKey, ca.file, ""); err != nil {
+		if cfg.TLS, err = LoadTLS(serverCert, serverKey, ca.File, ""); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -211,12 +140,12 @@ func writeRead(t *testing.T, c *client.Client) {
 // and an address no longer enough.
 func TestRPCWithTLS(t *testing.T) {
 	dir := t.TempDir()
-	ca, other := newPKI(t, dir, "cluster"), newPKI(t, dir, "other")
+	ca, other := testpki.New(t, dir, "cluster"), testpki.New(t, dir, "other")
 	now := time.Now()
-	srvCert, srvKey := ca.issue("nfs-server", []net.IP{net.IPv4(127, 0, 0, 1)}, x509.ExtKeyUsageServerAuth, now.Add(-time.Minute), now.Add(time.Hour))
-	nodeA, nodeAKey := ca.issue("node-a", nil, x509.ExtKeyUsageClientAuth, now.Add(-time.Minute), now.Add(time.Hour))
-	expired, expiredKey := ca.issue("node-a", nil, x509.ExtKeyUsageClientAuth, now.Add(-2*time.Hour), now.Add(-time.Hour))
-	foreign, foreignKey := other.issue("node-a", nil, x509.ExtKeyUsageClientAuth, now.Add(-time.Minute), now.Add(time.Hour))
+	srvCert, srvKey := ca.Issue(t, "nfs-server", []net.IP{net.IPv4(127, 0, 0, 1)}, x509.ExtKeyUsageServerAuth, now.Add(-time.Minute), now.Add(time.Hour))
+	nodeA, nodeAKey := ca.Issue(t, "node-a", nil, x509.ExtKeyUsageClientAuth, now.Add(-time.Minute), now.Add(time.Hour))
+	expired, expiredKey := ca.Issue(t, "node-a", nil, x509.ExtKeyUsageClientAuth, now.Add(-2*time.Hour), now.Add(-time.Hour))
+	foreign, foreignKey := other.Issue(t, "node-a", nil, x509.ExtKeyUsageClientAuth, now.Add(-time.Minute), now.Add(time.Hour))
 	base := "proto=tcp,soft,retrans=1"
 
 	t.Run("optional", func(t *testing.T) {
@@ -224,7 +153,7 @@ func TestRPCWithTLS(t *testing.T) {
 
 		// xprtsec=tls: a TLS 1.3 session, the server's certificate checked
 		o, _ := mountopts.Parse(base + ",xprtsec=tls")
-		tcp, err := transport.TCPForMount("127.0.0.1", o, transport.TLSFiles{CA: ca.file})
+		tcp, err := transport.TCPForMount("127.0.0.1", o, transport.TLSFiles{CA: ca.File})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -245,22 +174,22 @@ func TestRPCWithTLS(t *testing.T) {
 
 		// ... without a client certificate the node is its address:
 		// "byaddr" (granted to 127.0.0.1) mounts, "vol" (node-a) does not
-		c, err := e.mount(t, "/byaddr", base+",xprtsec=tls", transport.TLSFiles{CA: ca.file})
+		c, err := e.mount(t, "/byaddr", base+",xprtsec=tls", transport.TLSFiles{CA: ca.File})
 		if err != nil {
 			t.Fatal(err)
 		}
 		writeRead(t, c)
 		c.Close()
-		if _, err := e.mount(t, "/vol", base+",xprtsec=tls", transport.TLSFiles{CA: ca.file}); !errors.Is(err, mount3.ErrAccess) {
+		if _, err := e.mount(t, "/vol", base+",xprtsec=tls", transport.TLSFiles{CA: ca.File}); !errors.Is(err, mount3.ErrAccess) {
 			t.Fatalf("vol of node-a mounted without its certificate: %v", err)
 		}
 		// a server certificate from another CA is refused by the client
-		if _, err := e.mount(t, "/byaddr", base+",xprtsec=tls", transport.TLSFiles{CA: other.file}); !errors.Is(err, sunrpc.ErrTLSHandshake) {
+		if _, err := e.mount(t, "/byaddr", base+",xprtsec=tls", transport.TLSFiles{CA: other.File}); !errors.Is(err, sunrpc.ErrTLSHandshake) {
 			t.Fatalf("server certificate of another CA: %v", err)
 		}
 
 		// xprtsec=mtls with node-a's certificate: "vol" is granted by name
-		c, err = e.mount(t, "/vol", base+",xprtsec=mtls", transport.TLSFiles{CA: ca.file, Cert: nodeA, Key: nodeAKey})
+		c, err = e.mount(t, "/vol", base+",xprtsec=mtls", transport.TLSFiles{CA: ca.File, Cert: nodeA, Key: nodeAKey})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -269,8 +198,8 @@ func TestRPCWithTLS(t *testing.T) {
 
 		// refused at the handshake: expired, another CA
 		for name, f := range map[string]transport.TLSFiles{
-			"expired":    {CA: ca.file, Cert: expired, Key: expiredKey},
-			"another CA": {CA: ca.file, Cert: foreign, Key: foreignKey},
+			"expired":    {CA: ca.File, Cert: expired, Key: expiredKey},
+			"another CA": {CA: ca.File, Cert: foreign, Key: foreignKey},
 		} {
 			_, err := e.mount(t, "/vol", base+",xprtsec=mtls", f)
 			if !errors.Is(err, sunrpc.ErrTLSHandshake) {
@@ -293,7 +222,7 @@ func TestRPCWithTLS(t *testing.T) {
 		serverName := func() string {
 			t.Helper()
 			o, _ := mountopts.Parse(base + ",xprtsec=tls")
-			tcp, err := transport.TCPForMount("127.0.0.1", o, transport.TLSFiles{CA: ca.file})
+			tcp, err := transport.TCPForMount("127.0.0.1", o, transport.TLSFiles{CA: ca.File})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -313,31 +242,31 @@ func TestRPCWithTLS(t *testing.T) {
 		if n := serverName(); n != "nfs-server" {
 			t.Fatalf("server certificate %q", n)
 		}
-		renewed, renewedKey := ca.issue("nfs-server-renewed", []net.IP{net.IPv4(127, 0, 0, 1)}, x509.ExtKeyUsageServerAuth, now.Add(-time.Minute), now.Add(time.Hour))
+		renewed, renewedKey := ca.Issue(t, "nfs-server-renewed", []net.IP{net.IPv4(127, 0, 0, 1)}, x509.ExtKeyUsageServerAuth, now.Add(-time.Minute), now.Add(time.Hour))
 		install(t, renewedKey, sk)
 		install(t, renewed, sc)
 		if n := serverName(); n != "nfs-server-renewed" {
 			t.Fatalf("server certificate after renewal %q", n)
 		}
 
-		c, err := e.mount(t, "/vol", base+",xprtsec=mtls", transport.TLSFiles{CA: ca.file, Cert: nc, Key: nk})
+		c, err := e.mount(t, "/vol", base+",xprtsec=mtls", transport.TLSFiles{CA: ca.File, Cert: nc, Key: nk})
 		if err != nil {
 			t.Fatal(err)
 		}
 		c.Close()
 		// the node's files now name node-b: its next mount is node-b's,
 		// which has no grant on vol
-		nodeB, nodeBKey := ca.issue("node-b", nil, x509.ExtKeyUsageClientAuth, now.Add(-time.Minute), now.Add(time.Hour))
+		nodeB, nodeBKey := ca.Issue(t, "node-b", nil, x509.ExtKeyUsageClientAuth, now.Add(-time.Minute), now.Add(time.Hour))
 		install(t, nodeBKey, nk)
 		install(t, nodeB, nc)
-		if _, err := e.mount(t, "/vol", base+",xprtsec=mtls", transport.TLSFiles{CA: ca.file, Cert: nc, Key: nk}); !errors.Is(err, mount3.ErrAccess) {
+		if _, err := e.mount(t, "/vol", base+",xprtsec=mtls", transport.TLSFiles{CA: ca.File, Cert: nc, Key: nk}); !errors.Is(err, mount3.ErrAccess) {
 			t.Fatalf("mount with the replaced node certificate: %v", err)
 		}
 	})
 
 	t.Run("no-tls-server", func(t *testing.T) {
 		e := startTLSServer(t, false, nil, "", "")
-		_, err := e.mount(t, "/byaddr", base+",xprtsec=mtls", transport.TLSFiles{CA: ca.file, Cert: nodeA, Key: nodeAKey})
+		_, err := e.mount(t, "/byaddr", base+",xprtsec=mtls", transport.TLSFiles{CA: ca.File, Cert: nodeA, Key: nodeAKey})
 		if !errors.Is(err, sunrpc.ErrTLSRefused) || !strings.Contains(err.Error(), "refused RPC-with-TLS") {
 			t.Fatalf("xprtsec=mtls against a server without TLS: %v, want %v", err, sunrpc.ErrTLSRefused)
 		}
@@ -352,18 +281,18 @@ func TestRPCWithTLS(t *testing.T) {
 			t.Fatalf("plaintext client of a server requiring TLS: %v, want AUTH_TOOWEAK", err)
 		}
 		// xprtsec=tls without a certificate: refused at the handshake
-		if _, err := e.mount(t, "/byaddr", base+",xprtsec=tls", transport.TLSFiles{CA: ca.file}); !errors.Is(err, sunrpc.ErrTLSHandshake) {
+		if _, err := e.mount(t, "/byaddr", base+",xprtsec=tls", transport.TLSFiles{CA: ca.File}); !errors.Is(err, sunrpc.ErrTLSHandshake) {
 			t.Fatalf("no client certificate on a server requiring one: %v", err)
 		}
 		// node-a by its certificate: its volume mounts; the address alone
 		// no longer grants "byaddr"
-		c, err := e.mount(t, "/vol", base+",xprtsec=mtls", transport.TLSFiles{CA: ca.file, Cert: nodeA, Key: nodeAKey})
+		c, err := e.mount(t, "/vol", base+",xprtsec=mtls", transport.TLSFiles{CA: ca.File, Cert: nodeA, Key: nodeAKey})
 		if err != nil {
 			t.Fatal(err)
 		}
 		writeRead(t, c)
 		c.Close()
-		if _, err := e.mount(t, "/byaddr", base+",xprtsec=mtls", transport.TLSFiles{CA: ca.file, Cert: nodeA, Key: nodeAKey}); !errors.Is(err, mount3.ErrAccess) {
+		if _, err := e.mount(t, "/byaddr", base+",xprtsec=mtls", transport.TLSFiles{CA: ca.File, Cert: nodeA, Key: nodeAKey}); !errors.Is(err, mount3.ErrAccess) {
 			t.Fatalf("volume granted by address to a TLS-required server's client: %v", err)
 		}
 	})
@@ -372,7 +301,7 @@ func TestRPCWithTLS(t *testing.T) {
 		testenv.NeedRoot(t, "the export server")
 		cfg := Config{Root: t.TempDir(), Listen: "127.0.0.1", NLMPort: -1, RDMAPort: testenv.FreePort(t), TLSRequired: true}
 		var err error
-		if cfg.TLS, err = LoadTLS(srvCert, srvKey, ca.file, ""); err != nil {
+		if cfg.TLS, err = LoadTLS(srvCert, srvKey, ca.File, ""); err != nil {
 			t.Fatal(err)
 		}
 		s, err := New(context.Background(), cfg)
