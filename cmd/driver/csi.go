@@ -92,6 +92,7 @@ of the node-driver-registrar sidecar, and exits when kubelet rejects it;
     --plugin-registration-dir /registration --health-address :29753`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg.CSI.KeeperSocket = besideSocket(cfg.CSI.KeeperSocket, cfg.CSI.MounterSocket, "keeper.sock")
 			return plugin.RunNode(cmd.Context(), cfg)
 		},
 	}
@@ -102,6 +103,7 @@ of the node-driver-registrar sidecar, and exits when kubelet rejects it;
 	f.StringVar(&cfg.CSI.NodeName, "nodeid", "", "this node's name (the node ID is NAME@ADDRESS)")
 	f.StringVar(&cfg.CSI.NodeAddress, "node-address", "", "this node's IP address, granted on the export by ControllerPublishVolume (default: the first non-loopback address)")
 	f.StringVar(&cfg.CSI.MounterSocket, "mounter-socket", "/run/nfsrdma/mounter.sock", "unix socket of driver mounter")
+	f.StringVar(&cfg.CSI.KeeperSocket, "keeper-socket", "", "unix socket on which this plugin keeps a duplicate of every mount's FUSE connection for driver mounter (its --keeper-socket), so that the mounts survive the death of the mounter's container (default: keeper.sock beside --mounter-socket; \"none\": off)")
 	f.StringVar(&cfg.CSI.TargetRoot, "target-root", "/var/lib/kubelet", "directory every target path must be under")
 	f.DurationVar(&cfg.CSI.UnmountTimeout, "unmount-timeout", 0, "how long NodeUnpublishVolume retries a busy unmount before a lazy one (default 10s)")
 	registerKube(f, &cfg.Kube)
@@ -141,12 +143,8 @@ SM_NOTIFY every mount holding locks on it.`,
 			if v := cmd.Flags().Lookup("v"); v != nil && v.Value.String() != "0" {
 				s.ExtraArgs = []string{"--v=" + v.Value.String()}
 			}
-			switch s.LockSocket {
-			case "":
-				s.LockSocket = filepath.Join(filepath.Dir(s.Socket), "lockd.sock")
-			case "none":
-				s.LockSocket = ""
-			}
+			s.Keeper = besideSocket(s.Keeper, s.Socket, "keeper.sock")
+			s.LockSocket = besideSocket(s.LockSocket, s.Socket, "lockd.sock")
 			go serveMetrics(cmd.Context(), metricsAddr, newRegistry(metrics.NewNLMCallbackCollector(s.CallbackCounts)))
 			return s.Run(cmd.Context())
 		},
@@ -156,12 +154,25 @@ SM_NOTIFY every mount holding locks on it.`,
 	f.StringVar(&s.StateDir, "state-dir", "/var/lib/nfsrdma/mounts", "directory for the state and log of each mount")
 	f.BoolVar(&s.TakeOver, "takeover", false, "at start, hand every mount recorded in --state-dir whose process (of a previous mounter, e.g. the pod this one replaces) listens on its handover socket to a new mount process of this binary: an upgrade that applications see as a pause")
 	f.StringVar(&s.LockSocket, "lock-socket", "", "unix socket of the node's lock callback service: one NLM/NSM callback service (GRANTED, GRANTED_MSG, SM_NOTIFY) for every mount of the node, and the node's status monitor for its own lock managers (SM_STAT, SM_MON, SM_UNMON, SM_UNMON_ALL), registered with the node's rpcbind, which the mount processes attach to (default: lockd.sock beside --socket; \"none\": each mount process serves its own)")
+	f.StringVar(&s.Keeper, "keeper-socket", "", "unix socket of the node plugin's keeper of the mounts' FUSE connections (driver node --keeper-socket): at start, the mounts whose processes died with a previous mounter are taken up again on its duplicates (default: keeper.sock beside --socket; \"none\": off)")
 	f.StringVar(&metricsAddr, "metrics-address", "", "HOST:PORT of the Prometheus /metrics endpoint: the lock callbacks received and routed to mounts (empty: off)")
 	f.StringVar(&s.TLSCA, "tls-ca", "", "PEM file of the authorities of the export servers' certificates, given to mounts with xprtsec=tls or mtls as --tls-ca (empty: the system's roots)")
 	f.StringVar(&s.TLSCert, "tls-cert", "", "PEM file of this node's certificate (driver node --node-cert), given to mounts with xprtsec=mtls as --tls-cert")
 	f.StringVar(&s.TLSKey, "tls-key", "", "PEM file of the key of --tls-cert (the same file when it holds both), given to mounts with xprtsec=mtls as --tls-key")
 	f.BoolVar(&probe, "probe", false, "exit 0 if the mounter at --socket answers (a readiness probe), else 1")
 	return cmd
+}
+
+// besideSocket returns the socket path flag value v: "" is name in the
+// directory of socket, "none" is "" (off).
+func besideSocket(v, socket, name string) string {
+	switch v {
+	case "":
+		return filepath.Join(filepath.Dir(socket), name)
+	case "none":
+		return ""
+	}
+	return v
 }
 
 // probeMounter is the readiness of a mounter: the mounter of this

@@ -143,7 +143,9 @@ func TestNodeRegistersWithKubelet(t *testing.T) {
 	l.(*net.UnixListener).SetUnlinkOnClose(false)
 	l.Close()
 
-	node := startDriver(t, e.nodeArgs()...)
+	// without a keeper, the plugin's health is its mounter's (with one it
+	// stays live: node.probe)
+	node := startDriver(t, e.nodeArgs("--keeper-socket=none")...)
 	testenv.Eventually(t, 10*time.Second, "registration socket", testenv.Dialable("unix", e.regSock))
 	reg := registerapi.NewRegistrationClient(unixConn(t, e.regSock))
 	ctx := testenv.Context(t, 30*time.Second)

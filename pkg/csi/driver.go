@@ -61,6 +61,10 @@ type Config struct {
 	NodeName, NodeAddress string
 	// MounterSocket is the mounter's unix socket.
 	MounterSocket string
+	// KeeperSocket, if not "", is where the node keeps a duplicate of each
+	// mount's FUSE connection for the mounter (mounter.Keeper): the
+	// mounts survive the death of the mounter's container.
+	KeeperSocket string
 	// TargetRoot, when set, is the directory every target path must be
 	// under (kubelet's /var/lib/kubelet); others are InvalidArgument.
 	TargetRoot string

@@ -31,7 +31,7 @@ func (i *identity) GetPluginCapabilities(context.Context, *csipb.GetPluginCapabi
 }
 
 // Probe reports readiness: the node plugin is ready when its mounter
-// answers; the controller when every export server it knows answers (its
+// answers (always, with a keeper: node.probe); the controller when every export server it knows answers (its
 // admin API, or NFS NULL for a third-party server).
 func (i *identity) Probe(ctx context.Context, _ *csipb.ProbeRequest) (*csipb.ProbeResponse, error) {
 	ready := true

@@ -290,8 +290,25 @@ func TestNodeRestart(t *testing.T) {
 		t.Fatalf("after a mounter restart: %d bytes, %v; want %d", len(got), err, n)
 	}
 
-	// a dead mount: kill its FUSE server
+	// the adopted mount process dies: the mounter takes the connection
+	// the node plugin keeps up again (--recover)
 	syscall.Kill(ms[0].PID, syscall.SIGKILL)
+	var rs []mounter.Mount
+	if !testenv.WaitFor(30*time.Second, func() bool {
+		rs, _ = (&mounter.Client{Socket: e.mounterSock}).List(ctx)
+		return len(rs) == 1 && rs[0].PID != ms[0].PID
+	}) {
+		t.Fatalf("the killed adopted process was not replaced: %+v", rs)
+	}
+	if got, err := os.ReadFile(filepath.Join(target, "log")); err != nil || int64(len(got)) != n {
+		t.Fatalf("after the recovery: %d bytes, %v; want %d", len(got), err, n)
+	}
+
+	// a dead mount: its FUSE server killed while neither the node plugin
+	// (the keeper) nor the mounter holds the connection
+	e.stop("node", syscall.SIGKILL)
+	e.stop("mounter", syscall.SIGTERM)
+	syscall.Kill(rs[0].PID, syscall.SIGKILL)
 	deadline := time.Now().Add(10 * time.Second)
 	for healthy(target, time.Second) == nil && time.Now().Before(deadline) {
 		time.Sleep(50 * time.Millisecond)
@@ -299,6 +316,8 @@ func TestNodeRestart(t *testing.T) {
 	if err := healthy(target, time.Second); err == nil {
 		t.Fatal("mount still healthy after its server was killed")
 	}
+	e.startNode()
+	e.startMounter()
 	if _, err := e.node().NodePublishVolume(ctx, &csipb.NodePublishVolumeRequest{
 		VolumeId: id, TargetPath: target, VolumeCapability: mountCap(), VolumeContext: vc}); err != nil {
 		t.Fatal("NodePublishVolume of a dead mount:", err)

@@ -28,31 +28,121 @@ import (
 // (per pod), served by the mounter.
 type node struct {
 	csipb.UnimplementedNodeServer
-	cfg   Config
-	mnt   *mounter.Client
-	locks *keyLocks
+	cfg    Config
+	mnt    *mounter.Client
+	keeper *mounter.Keeper // nil: none
+	locks  *keyLocks
 }
 
 func newNode(cfg Config) *node {
-	return &node{cfg: cfg, mnt: &mounter.Client{Socket: cfg.MounterSocket}, locks: newKeyLocks()}
+	n := &node{cfg: cfg, mnt: &mounter.Client{Socket: cfg.MounterSocket}, locks: newKeyLocks()}
+	if cfg.KeeperSocket != "" {
+		n.keeper = &mounter.Keeper{Socket: cfg.KeeperSocket}
+	}
+	return n
 }
 
-// start logs the mounts the mounter serves (those that survived a
-// restart of this plugin).
+// reclaimFor bounds how long a starting node plugin retries taking the
+// duplicates of the mounts the mounter serves (the mounter may be
+// starting too).
+const reclaimFor = 2 * time.Minute
+
+// start runs the keeper and, in the background, logs the mounts the
+// mounter serves (those that survived a restart of this plugin) and keeps
+// a duplicate of each one's connection.
 func (n *node) start(ctx context.Context) {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	ms, err := n.mnt.List(ctx)
+	if n.keeper != nil {
+		go func() {
+			if err := n.keeper.Run(ctx); err != nil {
+				klog.ErrorS(err, "node: keeper stopped: a death of the mounter's container ends the node's mounts")
+			}
+		}()
+	}
+	go func() {
+		deadline := time.Now().Add(reclaimFor)
+		for {
+			err := n.reclaim(ctx)
+			if err == nil || ctx.Err() != nil {
+				return
+			}
+			if time.Now().After(deadline) {
+				klog.ErrorS(err, "node: mounter not reachable: the connections of the mounts it serves are not kept", "socket", n.cfg.MounterSocket)
+				return
+			}
+			klog.V(2).InfoS("node: mounter not reachable yet", "socket", n.cfg.MounterSocket, "err", err)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(2 * time.Second):
+			}
+		}
+	}()
+}
+
+// reclaim lists the mounts the mounter serves and keeps a duplicate of
+// the connection of each one the keeper lacks and this node still has
+// mounted (OpDuplicate).
+func (n *node) reclaim(ctx context.Context) error {
+	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	ms, err := n.mnt.List(lctx)
+	cancel()
 	if err != nil {
-		klog.InfoS("node: mounter not reachable yet", "socket", n.cfg.MounterSocket, "err", err)
-		return
+		return err
+	}
+	kept := map[string]bool{}
+	if n.keeper != nil {
+		for _, t := range n.keeper.Kept() {
+			kept[t] = true
+		}
 	}
 	for _, m := range ms {
 		klog.InfoS("node: mount still served", "target", m.Target, "source", m.Source, "pid", m.PID, "volume", m.VolumeID)
+		if n.keeper == nil || kept[m.Target] {
+			continue
+		}
+		if kept, err := n.keepServed(ctx, m.Target); err != nil {
+			klog.ErrorS(err, "node: no duplicate of a served connection: a death of the mounter's container would end this mount", "target", m.Target)
+		} else if kept {
+			klog.InfoS("node: keeping the connection of a served mount", "target", m.Target)
+		}
 	}
+	return nil
 }
 
+// keepServed keeps a duplicate of the connection the mounter serves on
+// target, under target's lock, while target is still mounted, and
+// reports whether it did.
+func (n *node) keepServed(ctx context.Context, target string) (bool, error) {
+	unlock, err := n.locks.lock(ctx, "target/"+target)
+	if err != nil {
+		return false, err
+	}
+	defer unlock()
+	if mi, ok, err := mountAt(target); err != nil || !ok || mi.FsType != fuseType {
+		return false, err // unmounted meanwhile: nothing to keep
+	}
+	dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	f, err := n.mnt.Duplicate(dctx, target)
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	if err := n.keeper.Keep(target, f); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+// probe reports whether the node plugin is ready: when its mounter
+// answers. With a keeper, always: the probe drives the plugin's liveness
+// (the chart's), and a restart of the plugin while the mounter is down
+// would let the kept connections go, ending the mounts the restarted
+// mounter is to take up again; the mounter has probes of its own.
 func (n *node) probe(ctx context.Context) error {
+	if n.keeper != nil {
+		return nil
+	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	_, err := n.mnt.List(ctx)
@@ -231,6 +321,7 @@ func (n *node) NodePublishVolume(ctx context.Context, req *csipb.NodePublishVolu
 			if err := unmount(target, time.Second); err != nil {
 				return nil, status.Errorf(codes.Internal, "unmount dead mount %s: %v", target, err)
 			}
+			n.forgetKept(target)
 			_ = n.mnt.Release(ctx, target, 2*time.Second)
 		}
 	}
@@ -273,8 +364,21 @@ func (n *node) NodePublishVolume(ctx context.Context, req *csipb.NodePublishVolu
 		}
 		return nil, toStatus(err, "mount "+sp.source)
 	}
+	if n.keeper != nil {
+		if err := n.keeper.Keep(target, fd); err != nil {
+			klog.ErrorS(err, "node: connection not kept: a death of the mounter's container would end this mount", "target", target)
+		}
+	}
 	klog.InfoS("node: volume published", "volume", req.GetVolumeId(), "target", target, "source", sp.source, "options", sp.options, "pid", m.PID, "pod", sp.podUID)
 	return &csipb.NodePublishVolumeResponse{}, nil
+}
+
+// forgetKept closes the keeper's duplicate of target's connection, once
+// target is unmounted.
+func (n *node) forgetKept(target string) {
+	if n.keeper != nil {
+		n.keeper.Forget(target)
+	}
 }
 
 // NodeUnpublishVolume unmounts the target within UnmountTimeout (then
@@ -308,6 +412,7 @@ func (n *node) NodeUnpublishVolume(ctx context.Context, req *csipb.NodeUnpublish
 			return nil, status.Errorf(codes.Internal, "unmount %s: %v", target, err)
 		}
 	}
+	n.forgetKept(target)
 	if err := n.mnt.Release(ctx, target, n.cfg.UnmountTimeout); err != nil {
 		klog.InfoS("node: mounter release failed (the process ends by itself once unmounted)", "target", target, "err", err)
 	}

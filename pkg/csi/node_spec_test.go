@@ -2,10 +2,13 @@ package csi
 
 import (
 	"errors"
+	"path/filepath"
 	"testing"
+	"time"
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 
+	"github.com/nfsrdma/nfsrdma-csi/internal/testfix/testenv"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/mountopts"
 )
 
@@ -53,5 +56,22 @@ func TestEphemeralSpec(t *testing.T) {
 		} else if vc["mountOptions"] != "" && !errors.Is(err, mountopts.ErrBadOption) {
 			t.Errorf("%v: %v, want a bad mount option", vc, err)
 		}
+	}
+}
+
+// TestProbeWithKeeper: a node plugin keeping the mounts' connections is
+// ready (live) while its mounter does not answer, so that its liveness
+// probe never restarts it and lets the connections go; without a keeper
+// it is not ready then.
+func TestProbeWithKeeper(t *testing.T) {
+	ctx := testenv.Context(t, 30*time.Second)
+	gone := filepath.Join(t.TempDir(), "mounter.sock")
+	cfg := Config{MounterSocket: gone}
+	if err := newNode(cfg).probe(ctx); err == nil {
+		t.Fatal("probe without a keeper and without a mounter: ready")
+	}
+	cfg.KeeperSocket = filepath.Join(t.TempDir(), "keeper.sock")
+	if err := newNode(cfg).probe(ctx); err != nil {
+		t.Fatalf("probe with a keeper, without a mounter: %v", err)
 	}
 }

@@ -54,11 +54,64 @@ func (c *Client) Release(ctx context.Context, target string, timeout time.Durati
 	return err
 }
 
+// Duplicate returns a duplicate of the /dev/fuse descriptor of target's
+// connection, which the mounter serves (OpDuplicate): the node plugin's
+// Keeper takes its copies back with it after a restart.
+func (c *Client) Duplicate(ctx context.Context, target string) (*os.File, error) {
+	return c.callFile(ctx, Request{Op: OpDuplicate, Mount: Mount{Target: target}})
+}
+
+// Fetch returns a keeper's duplicate of target's connection (OpFetch, to
+// the Keeper's socket); an error wrapping ErrNotKept when it holds none.
+func (c *Client) Fetch(ctx context.Context, target string) (*os.File, error) {
+	return c.callFile(ctx, Request{Op: OpFetch, Mount: Mount{Target: target}})
+}
+
+// Forget makes a keeper close its duplicate of target's connection
+// (OpForget, to the Keeper's socket).
+func (c *Client) Forget(ctx context.Context, target string) error {
+	_, err := c.call(ctx, Request{Op: OpForget, Mount: Mount{Target: target}}, nil)
+	return err
+}
+
+// callFile calls req, whose answer carries one fd.
+func (c *Client) callFile(ctx context.Context, req Request) (*os.File, error) {
+	_, files, err := c.callFiles(ctx, req, nil)
+	if err != nil {
+		return nil, err
+	}
+	if len(files) != 1 {
+		for _, f := range files {
+			f.Close()
+		}
+		return nil, fmt.Errorf("mounter: %s answered with %d fds, want 1", req.Op, len(files))
+	}
+	return files[0], nil
+}
+
 func (c *Client) call(ctx context.Context, req Request, fd *os.File) (Response, error) {
+	resp, files, err := c.callFiles(ctx, req, fd)
+	for _, f := range files {
+		f.Close()
+	}
+	return resp, err
+}
+
+// callFiles calls req, sending fd with it (when not nil), and returns the
+// answer and the fds it carried (closed on error).
+func (c *Client) callFiles(ctx context.Context, req Request, fd *os.File) (_ Response, _ []*os.File, err error) {
+	var got []*os.File // what the answer carried
+	defer func() {
+		if err != nil {
+			for _, f := range got {
+				f.Close()
+			}
+		}
+	}()
 	var d net.Dialer
 	conn, err := d.DialContext(ctx, "unixpacket", c.Socket)
 	if err != nil {
-		return Response{}, fmt.Errorf("mounter: %w", err)
+		return Response{}, nil, fmt.Errorf("mounter: %w", err)
 	}
 	defer conn.Close()
 	uc := conn.(*net.UnixConn)
@@ -69,42 +122,46 @@ func (c *Client) call(ctx context.Context, req Request, fd *os.File) (Response, 
 	defer stop()
 	b, err := json.Marshal(req)
 	if err != nil {
-		return Response{}, err
+		return Response{}, nil, err
 	}
 	if len(b) > MaxMessage {
-		return Response{}, fmt.Errorf("mounter: request of %d bytes exceeds %d", len(b), MaxMessage)
+		return Response{}, nil, fmt.Errorf("mounter: request of %d bytes exceeds %d", len(b), MaxMessage)
 	}
-	var oob []byte
+	var rights []byte
 	if fd != nil {
-		oob = unix.UnixRights(int(fd.Fd()))
+		rights = unix.UnixRights(int(fd.Fd()))
 	}
-	if _, _, err := uc.WriteMsgUnix(b, oob, nil); err != nil {
-		return Response{}, fmt.Errorf("mounter: send: %w", err)
+	if _, _, err := uc.WriteMsgUnix(b, rights, nil); err != nil {
+		return Response{}, nil, fmt.Errorf("mounter: send: %w", err)
 	}
 	// one message, or for a long list several, then the end of the
 	// connection
 	var resp Response
 	buf := make([]byte, MaxMessage+1)
+	oob := make([]byte, unix.CmsgSpace(maxFDs*4))
 	for msgs := 0; ; msgs++ {
-		n, err := uc.Read(buf)
+		n, oobn, _, _, err := uc.ReadMsgUnix(buf, oob)
+		if oobn > 0 {
+			got = append(got, receivedFiles(oob[:oobn])...)
+		}
 		if errors.Is(err, io.EOF) && msgs > 0 {
 			break
 		}
 		if err != nil {
 			if ctx.Err() != nil {
-				return Response{}, fmt.Errorf("mounter: %w", ctx.Err())
+				return Response{}, nil, fmt.Errorf("mounter: %w", ctx.Err())
 			}
 			if dl, ok := ctx.Deadline(); ok && errors.Is(err, os.ErrDeadlineExceeded) && !time.Now().Before(dl) {
-				return Response{}, fmt.Errorf("mounter: %w", context.DeadlineExceeded)
+				return Response{}, nil, fmt.Errorf("mounter: %w", context.DeadlineExceeded)
 			}
-			return Response{}, fmt.Errorf("mounter: receive: %w", err)
+			return Response{}, nil, fmt.Errorf("mounter: receive: %w", err)
 		}
 		if n > MaxMessage {
-			return Response{}, fmt.Errorf("mounter: response exceeds %d bytes", MaxMessage)
+			return Response{}, nil, fmt.Errorf("mounter: response exceeds %d bytes", MaxMessage)
 		}
 		var r Response
 		if err := json.Unmarshal(buf[:n], &r); err != nil {
-			return Response{}, fmt.Errorf("mounter: bad response: %w", err)
+			return Response{}, nil, fmt.Errorf("mounter: bad response: %w", err)
 		}
 		if r.Error != "" && resp.Error == "" {
 			resp.Error = r.Error
@@ -113,11 +170,14 @@ func (c *Client) call(ctx context.Context, req Request, fd *os.File) (Response, 
 	}
 	if resp.Error != "" {
 		if msg, ok := strings.CutPrefix(resp.Error, ErrMount.Error()+": "); ok {
-			return resp, mountError(msg)
+			return resp, got, mountError(msg)
 		}
-		return resp, fmt.Errorf("mounter: %s", resp.Error)
+		if strings.HasSuffix(resp.Error, ErrNotKept.Error()) {
+			return resp, got, fmt.Errorf("mounter: %s: %w", req.Mount.Target, ErrNotKept)
+		}
+		return resp, got, fmt.Errorf("mounter: %s", resp.Error)
 	}
-	return resp, nil
+	return resp, got, nil
 }
 
 // goneStatuses are the RFC 1813 statuses with which a serving process

@@ -165,6 +165,7 @@ func (s *Server) recover(p *proc) bool {
 	if err != nil {
 		klog.ErrorS(err, "mounter: recovery failed", "target", p.m.Target)
 		s.forget(p)
+		s.forgetKept(p.m.Target)
 		return true
 	}
 	klog.InfoS("mounter: mount taken up again", "target", m.Target, "pid", m.PID)

@@ -34,7 +34,8 @@ type env struct {
 // startServer runs a Server on a new socket with state directory state
 // ("" for a new one), mount processes in helper mode mode, and stops it
 // at the end of the test. Mount processes still running then are killed.
-func startServer(t *testing.T, state, mode string, readyTimeout time.Duration) *env {
+// Each opt sets up the Server before it runs.
+func startServer(t *testing.T, state, mode string, readyTimeout time.Duration, opts ...func(*Server)) *env {
 	t.Helper()
 	if state == "" {
 		state = t.TempDir()
@@ -45,6 +46,9 @@ func startServer(t *testing.T, state, mode string, readyTimeout time.Duration) *
 	}
 	sock := filepath.Join(t.TempDir(), "mounter.sock")
 	s := &Server{Socket: sock, StateDir: state, Exe: exe, ExtraArgs: []string{"--helper=" + mode}, ReadyTimeout: readyTimeout}
+	for _, o := range opts {
+		o(s)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	e := &env{s: s, c: &Client{Socket: sock}, sock: sock, state: state, cancel: cancel, done: make(chan error, 1)}
 	go func() { e.done <- s.Run(ctx) }()

@@ -12,6 +12,16 @@
 // what it serves when it starts again. This is the split mountpoint-s3's
 // and gcsfuse's CSI drivers use.
 //
+// The node plugin also keeps a duplicate of each mount's /dev/fuse
+// descriptor (Keeper, on its own socket): the kernel keeps a FUSE
+// connection while any process holds one, so when the mounter's
+// container dies with every mount process in it (kill -9 of its main
+// process, an OOM kill), the connections stay, and the restarted mounter
+// fetches each from the keeper and starts a `driver mount --recover` on
+// it, which asks the kernel to queue again the requests the dead process
+// had read (FUSE_NOTIFY_RESEND). A restarted node plugin gets its
+// duplicates back from the mounter (OpDuplicate).
+//
 // Wire protocol: one request per connection on a SOCK_SEQPACKET unix
 // socket, one JSON Request (at most MaxMessage bytes) with the fd as
 // ancillary data for OpMount, answered by one JSON Response (at most
@@ -38,6 +48,21 @@ const (
 	// OpRelease waits (bounded) for the FUSE server of Target to exit
 	// after the caller unmounted Target, and kills it when it does not.
 	OpRelease = "release"
+	// OpDuplicate answers with a duplicate of the /dev/fuse descriptor of
+	// Target's connection, as the response's one fd.
+	OpDuplicate = "duplicate"
+)
+
+// Operations of a Request to a Keeper (its own socket).
+const (
+	// OpFetch answers with the keeper's duplicate of Target's
+	// connection, as the response's one fd, or an error naming
+	// ErrNotKept.
+	OpFetch = "fetch"
+	// OpForget closes the keeper's duplicate of Target's connection (no
+	// error when it has none): the mounter gave the mount up, and the
+	// connection must end so that its callers get ENOTCONN.
+	OpForget = "forget"
 )
 
 // Request is one call to the mounter.
@@ -88,6 +113,10 @@ type Response struct {
 	// Mounts: the new mount (OpMount), every mount (OpList).
 	Mounts []Mount `json:"mounts,omitempty"`
 }
+
+// ErrNotKept is the error of OpFetch for a target the keeper holds no
+// connection of.
+var ErrNotKept = errors.New("no connection kept")
 
 // ErrMount wraps a mount that failed in the serving process (NFS MOUNT
 // refused, server unreachable, bad options): the process's own message.

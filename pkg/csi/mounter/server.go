@@ -72,9 +72,17 @@ type Server struct {
 	// Exe (driver mount --takeover): the upgrade of a node's mounts to
 	// this mounter's binary, which the applications see as a pause.
 	TakeOver bool
+	// Keeper, if not "", is the socket of the node's Keeper (the node
+	// plugin), which holds a duplicate of every mount's connection: at
+	// start, the mounts recorded in StateDir whose processes died with a
+	// previous mounter's container are taken up again on the keeper's
+	// duplicates (driver mount --recover), and a mount given up is
+	// forgotten there.
+	Keeper string
 
 	mu        sync.Mutex
-	stopped   bool // Run returned: the processes' ends are left to the next mounter
+	orphans   []Mount // recorded mounts whose process died, for recoverOrphans
+	stopped   bool    // Run returned: the processes' ends are left to the next mounter
 	callbacks *lockcb.Service
 	mounts    map[string]*proc    // by target
 	starting  map[string]struct{} // targets with a mount in progress
@@ -86,8 +94,8 @@ type proc struct {
 	done chan struct{} // closed when the process has exited
 	// fuse is this mounter's duplicate of the mount's /dev/fuse
 	// descriptor: the connection outlives the process, and a process
-	// started with --recover takes it up after a crash (nil for
-	// adopted processes).
+	// started with --recover takes it up after a crash (for an adopted
+	// process, taken from it: nil when that fails).
 	fuse *os.File
 	// released: the node plugin unmounted the target (OpRelease); the
 	// process's end is not a crash.
@@ -139,6 +147,7 @@ func (s *Server) Run(ctx context.Context) error {
 		}()
 		<-ready
 	}
+	s.recoverOrphans(ctx)
 	if s.TakeOver {
 		s.takeOverAll(ctx)
 	}
@@ -178,6 +187,17 @@ func (s *Server) List() []Mount {
 // when it is answered. A mount is abandoned (its process killed) when the
 // client goes away before the answer.
 func (s *Server) serveConn(ctx context.Context, c *net.UnixConn) {
+	serveRequest(ctx, c, s.handle)
+}
+
+// handler answers one request, with the fds it carried; a non-nil file
+// it returns is sent with the response (SCM_RIGHTS) and then closed.
+type handler func(ctx context.Context, req Request, files []*os.File) (Response, *os.File)
+
+// serveRequest reads the one request of c, answers it with h and closes
+// c. The request's fds are closed once it is answered. Its context ends
+// when the client of an OpMount closes its end.
+func serveRequest(ctx context.Context, c *net.UnixConn, h handler) {
 	defer c.Close()
 	buf := make([]byte, MaxMessage+1)
 	oob := make([]byte, unix.CmsgSpace(maxFDs*4))
@@ -187,16 +207,7 @@ func (s *Server) serveConn(ctx context.Context, c *net.UnixConn) {
 	if oobn > 0 {
 		// received with MSG_CMSG_CLOEXEC (package net): not inherited by
 		// the mount processes of concurrent requests
-		msgs, perr := unix.ParseSocketControlMessage(oob[:oobn])
-		if perr == nil {
-			for _, m := range msgs {
-				if r, err := unix.ParseUnixRights(&m); err == nil {
-					for _, fd := range r {
-						files = append(files, os.NewFile(uintptr(fd), "fuse"))
-					}
-				}
-			}
-		}
+		files = receivedFiles(oob[:oobn])
 	}
 	defer func() {
 		for _, f := range files {
@@ -214,6 +225,7 @@ func (s *Server) serveConn(ctx context.Context, c *net.UnixConn) {
 	_ = c.SetReadDeadline(time.Time{})
 	var req Request
 	var resp Response
+	var out *os.File
 	switch {
 	case n > MaxMessage || flags&unix.MSG_TRUNC != 0:
 		resp.Error = fmt.Sprintf("bad request: exceeds %d bytes", MaxMessage)
@@ -235,24 +247,50 @@ func (s *Server) serveConn(ctx context.Context, c *net.UnixConn) {
 				cancel()
 			}()
 		}
-		resp = s.handle(rctx, req, files)
+		resp, out = h(rctx, req, files)
 	}
-	if err := writeResponse(c, resp); errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET) {
+	if out != nil {
+		defer out.Close()
+	}
+	if err := writeResponse(c, resp, out); errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET) {
 		klog.V(2).InfoS("mounter: client gone before the answer", "op", req.Op, "target", req.Mount.Target, "error", resp.Error)
 	} else if err != nil {
 		klog.ErrorS(err, "mounter: write response", "op", req.Op, "target", req.Mount.Target)
 	}
 }
 
-// writeResponse sends resp as one message, or, when it is longer than
-// MaxMessage, its mounts split over several messages.
-func writeResponse(c *net.UnixConn, resp Response) error {
+// receivedFiles returns the fds carried in the control messages oob as
+// files.
+func receivedFiles(oob []byte) []*os.File {
+	var files []*os.File
+	msgs, err := unix.ParseSocketControlMessage(oob)
+	if err != nil {
+		return nil
+	}
+	for _, m := range msgs {
+		if r, err := unix.ParseUnixRights(&m); err == nil {
+			for _, fd := range r {
+				files = append(files, os.NewFile(uintptr(fd), "fuse"))
+			}
+		}
+	}
+	return files
+}
+
+// writeResponse sends resp as one message, with f's descriptor when f is
+// not nil, or, when it is longer than MaxMessage, its mounts split over
+// several messages.
+func writeResponse(c *net.UnixConn, resp Response, f *os.File) error {
 	b, err := json.Marshal(resp)
 	if err != nil {
 		return err
 	}
 	if len(b) <= MaxMessage {
-		_, err = c.Write(b)
+		var oob []byte
+		if f != nil {
+			oob = unix.UnixRights(int(f.Fd()))
+		}
+		_, _, err = c.WriteMsgUnix(b, oob, nil)
 		return err
 	}
 	if resp.Error != "" || len(resp.Mounts) < 2 {
@@ -261,34 +299,40 @@ func writeResponse(c *net.UnixConn, resp Response) error {
 		return err
 	}
 	half := len(resp.Mounts) / 2
-	if err := writeResponse(c, Response{Mounts: resp.Mounts[:half]}); err != nil {
+	if err := writeResponse(c, Response{Mounts: resp.Mounts[:half]}, nil); err != nil {
 		return err
 	}
-	return writeResponse(c, Response{Mounts: resp.Mounts[half:]})
+	return writeResponse(c, Response{Mounts: resp.Mounts[half:]}, nil)
 }
 
-func (s *Server) handle(ctx context.Context, req Request, files []*os.File) Response {
+func (s *Server) handle(ctx context.Context, req Request, files []*os.File) (Response, *os.File) {
 	switch req.Op {
 	case OpMount:
 		if len(files) != 1 {
-			return Response{Error: fmt.Sprintf("mount: want exactly 1 fd, got %d", len(files))}
+			return Response{Error: fmt.Sprintf("mount: want exactly 1 fd, got %d", len(files))}, nil
 		}
 		m, err := s.start(ctx, req.Mount, files[0])
 		if err != nil {
-			return Response{Error: err.Error()}
+			return Response{Error: err.Error()}, nil
 		}
-		return Response{Mounts: []Mount{m}}
+		return Response{Mounts: []Mount{m}}, nil
 	case OpList:
-		return Response{Mounts: s.List()}
+		return Response{Mounts: s.List()}, nil
 	case OpRelease:
 		t := time.Duration(req.TimeoutMillis) * time.Millisecond
 		if t <= 0 {
 			t = 10 * time.Second
 		}
 		s.release(req.Mount.Target, t)
-		return Response{}
+		return Response{}, nil
+	case OpDuplicate:
+		f, err := s.duplicate(req.Mount.Target)
+		if err != nil {
+			return Response{Error: err.Error()}, nil
+		}
+		return Response{}, f
 	default:
-		return Response{Error: fmt.Sprintf("unknown op %q", req.Op)}
+		return Response{Error: fmt.Sprintf("unknown op %q", req.Op)}, nil
 	}
 }
 
@@ -439,8 +483,16 @@ func (s *Server) launch(ctx context.Context, m Mount, fuse *os.File, mode launch
 			close(p.done)
 			return
 		}
-		if crashed(err) && s.recover(p) {
-			return
+		if crashed(err) {
+			if s.recover(p) {
+				return
+			}
+			s.mu.Lock()
+			released := p.released
+			s.mu.Unlock()
+			if !released {
+				s.forgetKept(m.Target) // given up: its callers get ENOTCONN
+			}
 		}
 		if p.fuse != nil {
 			p.fuse.Close()
@@ -591,18 +643,40 @@ func (s *Server) adopt() {
 		if err == nil {
 			err = json.Unmarshal(b, &m)
 		}
+		if err == nil && s.Keeper != "" && m.MapFile != "" && !alive(m) && !listening(m) {
+			// its process died with the previous mounter's container:
+			// the keeper may hold its connection
+			s.orphans = append(s.orphans, m)
+			continue
+		}
 		if err != nil || !(alive(m) || s.TakeOver && listening(m)) {
 			klog.InfoS("mounter: dropping the state of a mount no longer served", "file", path, "target", m.Target, "pid", m.PID)
 			_ = os.Remove(path)
 			continue
 		}
 		p := &proc{m: m, done: make(chan struct{})}
+		if f, err := fuseOf(m.PID); err == nil {
+			// for --recover should the adopted process crash
+			p.fuse = f
+		}
 		s.mounts[m.Target] = p
 		go func() {
 			for alive(p.m) || listening(p.m) {
 				time.Sleep(time.Second)
 			}
 			klog.InfoS("mounter: adopted mount process exited", "target", p.m.Target, "pid", p.m.PID)
+			if p.fuse != nil {
+				p.fuse.Close()
+			}
+			s.mu.Lock()
+			orphan := s.mounts[p.m.Target] == p && !p.released && !s.stopped && !s.superseded(p)
+			s.mu.Unlock()
+			if orphan && s.Keeper != "" && p.m.MapFile != "" {
+				// no exit status to tell a crash from an unmount: the
+				// keeper holds the connection of a mount still mounted
+				// only (the node plugin lets it go at unmount)
+				s.recoverOrphan(context.Background(), p.m)
+			}
 			s.forget(p)
 		}()
 		klog.InfoS("mounter: adopted", "target", m.Target, "pid", m.PID)
