@@ -1,6 +1,7 @@
 package fuseuring
 
 import (
+	"context"
 	"encoding/binary"
 	"sync"
 	"sync/atomic"
@@ -65,14 +66,16 @@ type handling struct {
 // The copies are at the head of the kernel's pending list once the
 // notification is written, so the first request read by a read started
 // after that which is no copy (nor INTERRUPT or FORGET, which the kernel
-// sends before pending requests) ends the copies: tracking stops, kept
+// sends before pending requests) ends the copies, as does a read started
+// after it that finds nothing pending (poll(2)): tracking stops, kept
 // replies are dropped, and once the requests tracked until then are
 // answered the server drops the tracker (Server.resends nil: the read
 // loop then pays one atomic load a request).
 type resendTracker struct {
-	sent     atomic.Bool // a FUSE_NOTIFY_RESEND was written
-	draining atomic.Bool // its copies are read: no new request is tracked
-	dropped  atomic.Bool // its counts are in Server.resendDone
+	sent     atomic.Bool   // a FUSE_NOTIFY_RESEND was written
+	draining atomic.Bool   // its copies are read: no new request is tracked
+	dropped  atomic.Bool   // its counts are in Server.resendDone
+	drained  chan struct{} // closed when draining starts (WaitResent)
 
 	mu        sync.Mutex
 	inflight  map[uint64]handling // by unique without resendBit
@@ -82,7 +85,7 @@ type resendTracker struct {
 }
 
 func newResendTracker() *resendTracker {
-	return &resendTracker{inflight: make(map[uint64]handling, 64), kept: make(map[uint64][]byte)}
+	return &resendTracker{inflight: make(map[uint64]handling, 64), kept: make(map[uint64][]byte), drained: make(chan struct{})}
 }
 
 // readAction is what the read loop does with a request it read while
@@ -136,7 +139,11 @@ func (t *resendTracker) read(unique uint64, after bool) (readAction, []byte) {
 // drainLocked ends tracking: the copies were read; kept replies have no
 // copy to answer any more. Called with t.mu held.
 func (t *resendTracker) drainLocked() {
+	if t.draining.Load() {
+		return
+	}
 	t.draining.Store(true)
+	close(t.drained)
 	t.st.Dropped += uint64(len(t.kept))
 	clear(t.kept)
 	t.keptBytes = 0
@@ -158,6 +165,45 @@ func (t *resendTracker) stats() ResendStats {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.st
+}
+
+// copiesRead ends tracking once the read loop finds nothing pending
+// after the notification (pending): every copy was read.
+func (s *Server) copiesRead(t *resendTracker) {
+	t.mu.Lock()
+	t.drainLocked()
+	empty := len(t.inflight) == 0
+	t.mu.Unlock()
+	if empty {
+		s.dropTracker(t)
+	}
+}
+
+// pending reports whether a read of /dev/fuse would find a request
+// waiting (poll(2) POLLIN: a pending request, INTERRUPT or FORGET); an
+// error of poll counts as one.
+func (s *Server) pending() bool {
+	fds := [1]unix.PollFd{{Fd: int32(s.fd), Events: unix.POLLIN}}
+	n, err := unix.Poll(fds[:], 0)
+	return err != nil || n > 0
+}
+
+// WaitResent waits until the copies the kernel queued for Resend (or
+// ServeAdopted with resend) are read, or ctx ends, and returns
+// ResendStats: Handled, Joined and Replayed are final then (Dropped may
+// still grow while the requests tracked until then are answered). A
+// server that tracks no request (never adopted, or its tracking over)
+// returns at once; an adopted one whose Resend was not called yet waits
+// for it. Errors: ctx's.
+func (s *Server) WaitResent(ctx context.Context) (ResendStats, error) {
+	if t := s.resends.Load(); t != nil {
+		select {
+		case <-t.drained:
+		case <-ctx.Done():
+			return s.ResendStats(), ctx.Err()
+		}
+	}
+	return s.ResendStats(), nil
 }
 
 // trackResends makes the server track its requests (resendTracker) from

@@ -245,6 +245,11 @@ func (s *Server) readLoop() {
 		b := s.getBuf()
 		t := s.resends.Load()
 		after := t != nil && t.sent.Load()
+		if after && !t.draining.Load() && !s.pending() {
+			// the copies went to the head of the pending list when the
+			// notification was written: none is left to read
+			s.copiesRead(t)
+		}
 		n, err := s.readDev(*b)
 		if err != nil {
 			s.putBuf(b)

@@ -82,13 +82,35 @@ type HandoverStats struct {
 	From, To string
 	// Paused is how long the old process held requests: from closing its
 	// gate to the successor's answer (old side), or from the state's
-	// arrival to serving (new side).
+	// arrival to serving (new side); after a crash (Recover), from
+	// Recover's call to serving, to which its caller may add its own
+	// start (fusemount: from the start of the recovering process's Run).
 	Paused time.Duration
 	// Nodes, Files and Locks are the nodeids, file handles and held lock
 	// ranges carried; Held the requests the old process held unanswered
-	// (sent again by the kernel to the successor).
+	// (sent again by the kernel to the successor), or after a crash
+	// those the kernel sent again (Resent: handled, joined or replayed).
 	Nodes, Files, Locks int
 	Held                int64
+	// Resent says what became of the requests the kernel sent again
+	// (Mount.Resent), once known.
+	Resent fuseuring.ResendStats
+}
+
+// Resent waits until this process has read the requests the kernel sent
+// again to it (FUSE_NOTIFY_RESEND) after Adopt or Recover, or ctx ends,
+// and returns what became of them (fuseuring.Server.WaitResent). Errors:
+// ErrNoHandover when the mount was not taken over from another process,
+// fuseuring.ErrNoResend when the kernel sends nothing again (before
+// Linux 6.9), ctx's.
+func (m *Mount) Resent(ctx context.Context) (fuseuring.ResendStats, error) {
+	if m.ring == nil || m.init == nil || m.devFD == nil {
+		return fuseuring.ResendStats{}, ErrNoHandover
+	}
+	if !fuseuring.CanResend(m.init) {
+		return fuseuring.ResendStats{}, fuseuring.ErrNoResend
+	}
+	return m.ring.WaitResent(ctx)
 }
 
 // handoverState is what the old process sends, JSON after the fd.

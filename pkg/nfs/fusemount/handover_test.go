@@ -796,7 +796,8 @@ func TestRecoverLostWrite(t *testing.T) {
 			cfg.HandoverSocket, cfg.FD, cfg.MapFile = "", 4, filepath.Join(t.TempDir(), "map")
 			p0 := startMount(t, cfg, fuse)
 			cfg.Recover, cfg.Version = true, "v1"
-			_, recovered := startMountLater(t, cfg, true, fuse)
+			cfg.MetricsSocket = filepath.Join(t.TempDir(), "metrics.sock")
+			p1, recovered := startMountLater(t, cfg, true, fuse)
 			f, err := os.Create(filepath.Join(h.dir, "f"))
 			if err != nil {
 				t.Fatal(err)
@@ -863,6 +864,65 @@ func TestRecoverLostWrite(t *testing.T) {
 			if err := f.Sync(); err != nil {
 				t.Fatalf("second fsync after the recovery: %v", err)
 			}
+			checkRecoveryReport(t, p1, cfg.MetricsSocket, inFlight)
 		})
 	}
+}
+
+// checkRecoveryReport checks the recovering process's "handover done"
+// line and metrics: the requests the kernel sent again (at least one
+// when a request was in flight at the kill, the FSYNC) are the requests
+// carried, handled by it.
+func checkRecoveryReport(t *testing.T, p *mountProc, sock string, inFlight bool) {
+	t.Helper()
+	var line string
+	for deadline := time.Now().Add(10 * time.Second); line == ""; {
+		for _, l := range strings.Split(p.log.String(), "\n") {
+			if strings.Contains(l, `"mount: handover done"`) && strings.Contains(l, `direction="recover"`) {
+				line = l
+			}
+		}
+		if line == "" && time.Now().After(deadline) {
+			t.Fatalf("no handover line of the recovery:\n%s", p.log.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Logf("recovering process: %s", line)
+	carried := -1
+	if _, after, ok := strings.Cut(line, "requests_carried="); ok {
+		carried, _ = strconv.Atoi(strings.Fields(after)[0])
+	}
+	handled := -1
+	if _, after, ok := strings.Cut(line, "resent_handled="); ok {
+		handled, _ = strconv.Atoi(strings.Fields(after)[0])
+	}
+	if inFlight && (carried < 1 || handled != carried) {
+		t.Errorf("requests_carried=%d resent_handled=%d with an FSYNC in flight at the kill; want at least 1, all handled", carried, handled)
+	}
+	if !strings.Contains(line, `from_version="crashed"`) || !strings.Contains(line, "paused=") {
+		t.Errorf("recovery line without its version or pause: %s", line)
+	}
+	body := scrape(t, sock)
+	metric := func(name string) int {
+		for _, l := range strings.Split(body, "\n") {
+			if v, ok := strings.CutPrefix(l, name+" "); ok {
+				f, err := strconv.ParseFloat(v, 64)
+				if err == nil {
+					return int(f)
+				}
+			}
+		}
+		t.Errorf("no metric %s in:\n%s", name, body)
+		return -1
+	}
+	if got := metric(`nfsrdma_mount_handover_carried{kind="requests"}`); got != carried {
+		t.Errorf("nfsrdma_mount_handover_carried{kind=\"requests\"} %d, the log says %d", got, carried)
+	}
+	if got := metric(`nfsrdma_mount_handover_resent{result="handled"}`); got != handled {
+		t.Errorf("nfsrdma_mount_handover_resent{result=\"handled\"} %d, the log says %d", got, handled)
+	}
+	if got := metric(`nfsrdma_mount_handovers_total{direction="recover",result="ok"}`); got != 1 {
+		t.Errorf("nfsrdma_mount_handovers_total{direction=\"recover\",result=\"ok\"} %d, want 1", got)
+	}
+	metric(`nfsrdma_mount_handover_pause_seconds{from_version="crashed"}`)
 }

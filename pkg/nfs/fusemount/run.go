@@ -97,7 +97,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.NodeLockSocket != "" {
 		client.UseNodeCallbacks(cfg.NodeLockSocket)
 	}
-	m, mm, err := mount(ctx, cfg)
+	m, mm, err := mount(ctx, cfg, time.Now())
 	ready(cfg.ReadyFD, err)
 	if err != nil {
 		return err
@@ -172,8 +172,9 @@ type mountMetrics struct {
 	rdma  *rpcrdma.ClientMetrics // the RPC-over-RDMA transport (proto=rdma)
 }
 
-// mount parses the options, builds the NFS transport and mounts.
-func mount(ctx context.Context, cfg Config) (*fusefs.Mount, mountMetrics, error) {
+// mount parses the options, builds the NFS transport and mounts; start
+// is when Run started (the pause a recovery reports).
+func mount(ctx context.Context, cfg Config, start time.Time) (*fusefs.Mount, mountMetrics, error) {
 	var mm mountMetrics
 	o, err := mountopts.Parse(cfg.Options)
 	if err != nil {
@@ -202,12 +203,24 @@ func mount(ctx context.Context, cfg Config) (*fusefs.Mount, mountMetrics, error)
 	}
 	if cfg.Takeover != "" {
 		m, err := takeover(ctx, cfg, fc)
+		if err == nil {
+			go recordResent(ctx, cfg.Dir, m)
+		}
 		return m, mm, err
 	}
 	if cfg.Recover {
+		called := time.Now()
 		m, st, err := fusefs.Recover(ctx, cfg.Dir, fc)
-		recordHandover(cfg.Dir, "recover", st, err)
-		return m, mm, err
+		// the pause: from this process's Run (its flags parsed) to
+		// serving; the time from the crash to this process's start (the
+		// mounter's) is not seen here
+		st.Paused += called.Sub(start)
+		if err != nil {
+			recordHandover(cfg.Dir, "recover", st, err)
+			return nil, mm, err
+		}
+		go recordRecovery(ctx, cfg.Dir, m, st)
+		return m, mm, nil
 	}
 	m, err := fusefs.NewMount(ctx, cfg.Dir, fc)
 	return m, mm, err

@@ -70,24 +70,7 @@ func TestRun(t *testing.T) {
 		t.Fatalf("export holds %q, %v", b, err)
 	}
 
-	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, "unix", sock)
-		}}}
-	var body string
-	for deadline := time.Now().Add(5 * time.Second); ; {
-		resp, err := hc.Get("http://mount/metrics")
-		if err == nil {
-			b, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			body = string(b)
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("metrics socket:", err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	body := scrape(t, sock)
 	for _, name := range []string{"nfsrdma_client_rpc_duration_seconds", "nfsrdma_mount_memory_limit_bytes", "nfsrdma_mount_inodes"} {
 		if !strings.Contains(body, name) {
 			t.Errorf("metrics lack %s...", name)
@@ -108,6 +91,28 @@ func TestRun(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "f")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("after Run: %s/f: %v; want the mount gone", dir, err)
+	}
+}
+
+// scrape returns the metrics served on the unix socket sock, waiting up
+// to 5 s for the socket.
+func scrape(t *testing.T, sock string) string {
+	t.Helper()
+	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+		}}}
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		resp, err := hc.Get("http://mount/metrics")
+		if err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			return string(b)
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("metrics socket:", err)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 
