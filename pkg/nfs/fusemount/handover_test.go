@@ -29,6 +29,7 @@ import (
 	"github.com/nfsrdma/nfsrdma-csi/pkg/fuseuring"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/client"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/mountopts"
+	nlmproto "github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nlm"
 	"golang.org/x/sys/unix"
 )
 
@@ -483,6 +484,112 @@ func TestHandoverBlockedLock(t *testing.T) {
 	}
 	t.Logf("handover with a lock held and one waiting took %v (process start included)", pause)
 	logHandovers(t, p0, p1)
+}
+
+// Lock calls waiting out the lock server's grace period (the client
+// asks again every 5 s, as Linux) when a handover starts: the handover
+// does not wait for them (its drain would wait until the grace period
+// ends, or time out).
+//   - setlk: a non-blocking F_SETLK; the old process gives the call up,
+//     the kernel sends the request again to the successor, which asks
+//     again and is granted the lock once the grace period is over.
+//   - release: the unlock of a flock lock at the close of its file (the
+//     RELEASE), which the kernel cannot send again usefully (go-fuse has
+//     forgotten the open file): the handover carries it, and the
+//     successor unlocks once the grace period is over.
+func TestHandoverLockInGrace(t *testing.T) {
+	for _, name := range []string{"setlk", "release"} {
+		t.Run(name, func(t *testing.T) {
+			testenv.NeedRootFUSE(t)
+			e := exporttest.Start(t, exporttest.Options{Node: "n"})
+			nlm := lockdtest.Start(t)
+			nlm.Grace = 10 * time.Second
+			h := newHandoverEnvExport(t, e, e.TCPOptions()+",lockport="+strconv.Itoa(nlm.Port))
+			if err := os.WriteFile(filepath.Join(h.root, "f"), make([]byte, 1000), 0o666); err != nil {
+				t.Fatal(err)
+			}
+			p0 := startMount(t, h.cfg(0, "v0"))
+			holder := startLocker(t, filepath.Join(h.dir, "f"))
+			if name == "setlk" {
+				holder.must(t, "setlk w 0 10", "ok")
+			} else {
+				holder.must(t, "flock ex nb", "ok")
+			}
+			// a client that locked: a grace period follows a restart
+			nlm.Restart()
+			var waiter *locker
+			proc := uint32(nlmproto.ProcUnlock)
+			if name == "setlk" {
+				waiter = startLocker(t, filepath.Join(h.dir, "f"))
+				waiter.send(t, "setlk w 100 10")
+				proc = nlmproto.ProcLock
+			} else {
+				holder.must(t, "close", "ok") // the RELEASE follows
+			}
+			refused := func() bool {
+				for _, c := range nlm.Calls() {
+					if c.Proc == proc && !c.Reclaim && c.Stat == nlmproto.DeniedGracePeriod {
+						return true
+					}
+				}
+				return false
+			}
+			for deadline := time.Now().Add(10 * time.Second); !refused(); {
+				if time.Now().After(deadline) {
+					t.Fatalf("no call %d refused for the grace period: %+v", proc, nlm.Calls())
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			t0 := time.Now()
+			p1 := startMount(t, h.cfg(1, "v1"))
+			if err := p0.wait(t, 60*time.Second); err != nil {
+				t.Fatalf("old mount process: %v", err)
+			}
+			took := time.Since(t0)
+			if left := nlm.GraceRemaining(); left <= 0 {
+				t.Fatalf("the handover took %v, until the grace period ended: it waited for the lock call", took)
+			}
+			if !strings.Contains(p0.log.String(), "handed over") {
+				t.Fatalf("no handover in the old process's log:\n%s", p0.log.String())
+			}
+			if name == "setlk" {
+				if a, ok := waiter.answer(0); ok {
+					t.Fatalf("the waiter was answered %q in the grace period", a)
+				}
+				a, ok := waiter.answer(30 * time.Second)
+				if !ok || a != "ok" {
+					t.Fatalf("the waiter after the grace period: %q %v", a, ok)
+				}
+				if left := nlm.GraceRemaining(); left > 0 {
+					t.Fatalf("the waiter was granted the lock %v before the grace period's end", left)
+				}
+				var granted bool
+				for _, rs := range nlm.HeldBy() {
+					for _, r := range rs {
+						granted = granted || r.Start == 100 && r.End == 109 && r.Exclusive
+					}
+				}
+				if !granted {
+					t.Fatalf("the server's locks: %v; want 100-109 held", nlm.HeldBy())
+				}
+			} else {
+				if len(nlm.HeldBy()) == 0 {
+					t.Fatal("the flock lock was not reclaimed in the grace period")
+				}
+				for deadline := time.Now().Add(30 * time.Second); len(nlm.HeldBy()) != 0; {
+					if time.Now().After(deadline) {
+						t.Fatalf("the server's locks 30 s after the handover: %v; want the closed file's unlocked", nlm.HeldBy())
+					}
+					time.Sleep(50 * time.Millisecond)
+				}
+				// another process locks the file
+				other := startLocker(t, filepath.Join(h.dir, "f"))
+				other.must(t, "flock ex nb", "ok")
+			}
+			t.Logf("handover with a lock call waiting out the grace period took %v (process start included)", took)
+			logHandovers(t, p0, p1)
+		})
+	}
 }
 
 // One large write (1 GiB; 64 MiB with -short) of a single write(2) then
