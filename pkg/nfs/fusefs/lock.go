@@ -238,7 +238,13 @@ func (n *node) setlk(ctx context.Context, owner uint64, lk *fuse.FileLock, flags
 	// another client's lock are read after ours is granted
 	_ = n.waitWrites()
 	if lk.Typ == syscall.F_UNLCK {
-		return lockErrno(n.sys.c.Locks().Unlock(n.sys.graceWait(cctx), req))
+		uctx := cctx
+		if !wait {
+			// a SETLK, counted by the gate (an unlock may come as
+			// SETLKW too: flock(LOCK_UN), F_SETLKW with F_UNLCK)
+			uctx = n.sys.graceWait(cctx)
+		}
+		return lockErrno(n.sys.c.Locks().Unlock(uctx, req))
 	}
 	var err error
 	if !wait {
