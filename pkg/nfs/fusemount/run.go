@@ -10,11 +10,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
 
 	"github.com/nfsrdma/nfsrdma-csi/pkg/metrics"
@@ -137,6 +139,9 @@ func Run(ctx context.Context, cfg Config) error {
 			// conn stays open until the process exits: its end tells
 			// the successor that no request can be read here any
 			// more, so that the kernel may send again those held
+			// (a duplicate of its descriptor, which no finalizer
+			// closes while this process still reads requests)
+			keepOpen(conn)
 			recordHandover(cfg.Dir, "from", st, nil)
 			// the successor serves the connection: exit without
 			// unmounting, unlocking or UMNT
@@ -145,6 +150,19 @@ func Run(ctx context.Context, cfg Config) error {
 			return unmount(cfg, m, done, timeout)
 		}
 	}
+}
+
+// keepOpen duplicates c's descriptor (close-on-exec) and never closes
+// the duplicate: c's socket stays open until the process exits, whatever
+// becomes of c.
+func keepOpen(c *net.UnixConn) {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return
+	}
+	_ = rc.Control(func(fd uintptr) {
+		_, _ = unix.FcntlInt(fd, unix.F_DUPFD_CLOEXEC, 3)
+	})
 }
 
 // unmount ends the mount once ctx ended (Run).

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -126,5 +127,37 @@ func TestRunBadOption(t *testing.T) {
 	line, _ := bufio.NewReader(pr).ReadString('\n')
 	if !strings.HasPrefix(line, "error: ") || !strings.Contains(line, "proto") {
 		t.Fatalf("ready line %q", line)
+	}
+}
+
+// keepOpen keeps a handed-over process's end of the handover socket open
+// after its *net.UnixConn is garbage: the successor sees no end (EOF)
+// while the process lives.
+func TestKeepOpen(t *testing.T) {
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: filepath.Join(t.TempDir(), "s"), Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	peer, err := net.DialUnix("unix", nil, l.Addr().(*net.UnixAddr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer peer.Close()
+	func() {
+		c, err := l.AcceptUnix()
+		if err != nil {
+			t.Fatal(err)
+		}
+		keepOpen(c)
+	}()
+	for range 5 {
+		runtime.GC() // the conn's finalizer closes its descriptor
+		time.Sleep(20 * time.Millisecond)
+	}
+	_ = peer.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+	var b [1]byte
+	if _, err := peer.Read(b[:]); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("read from the peer of a kept socket: %v, want a timeout (no EOF)", err)
 	}
 }
