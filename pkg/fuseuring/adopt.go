@@ -96,6 +96,7 @@ func (s *Server) Resend() error {
 	if t == nil || t.draining.Load() {
 		t = s.trackResends(!s.foreign.Load())
 	}
+	t.notifying.Store(true)
 	st := s.notify(notifyResend, nil)
 	if !st.Ok() {
 		// nothing will be sent again: tracking ends

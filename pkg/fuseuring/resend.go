@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -84,16 +85,17 @@ type handling struct {
 // The copies are at the head of the kernel's pending list once the
 // notification is written, so the first request read by a read started
 // after that which is no copy (nor INTERRUPT or FORGET, which the kernel
-// sends before pending requests) ends the copies, as does a read started
-// after it that finds nothing pending (poll(2)): tracking stops, kept
+// sends before pending requests) ends the copies, as does finding nothing
+// pending once it is written (awaitCopies): tracking stops, kept
 // replies are dropped, and once the requests tracked until then are
 // answered the server drops the tracker (Server.resends nil: the read
 // loop then pays one atomic load a request).
 type resendTracker struct {
-	sent     atomic.Bool   // a FUSE_NOTIFY_RESEND was written
-	draining atomic.Bool   // its copies are read: no new request is tracked
-	dropped  atomic.Bool   // its counts are in Server.resendDone
-	drained  chan struct{} // closed when draining starts (WaitResent)
+	notifying atomic.Bool   // a FUSE_NOTIFY_RESEND is being written, or was
+	sent      atomic.Bool   // a FUSE_NOTIFY_RESEND was written
+	draining  atomic.Bool   // its copies are read: no new request is tracked
+	dropped   atomic.Bool   // its counts are in Server.resendDone
+	drained   chan struct{} // closed when draining starts (WaitResent)
 
 	// ours: every request read from the connection before this tracker
 	// started was read by this server (no other process read requests
@@ -222,13 +224,35 @@ func (s *Server) copiesRead(t *resendTracker) {
 	}
 }
 
-// pending reports whether a read of /dev/fuse would find a request
-// waiting (poll(2) POLLIN: a pending request, INTERRUPT or FORGET); an
-// error of poll counts as one.
-func (s *Server) pending() bool {
-	fds := [1]unix.PollFd{{Fd: int32(s.fd), Events: unix.POLLIN}}
-	n, err := unix.Poll(fds[:], 0)
-	return err != nil || n > 0
+// copiesPoll is how often the read loop looks whether a notification
+// being written is written (awaitCopies).
+const copiesPoll = time.Millisecond
+
+// awaitCopies returns, in the read loop, once a request (or INTERRUPT or
+// FORGET) waits to be read (poll(2) POLLIN, or an error), or once t's
+// copies are all read: the notification written, and nothing waiting, the
+// copies (at the head of the pending list since the write) were read by
+// this loop, and tracking ends (copiesRead). Until the notification is
+// written it looks every copiesPoll: the last copy may be read before
+// Resend marks it sent, and no request may follow to end tracking.
+func (s *Server) awaitCopies(t *resendTracker) {
+	for !t.draining.Load() {
+		sent := t.sent.Load()
+		wait := 0
+		if !sent {
+			wait = int(copiesPoll / time.Millisecond)
+		}
+		fds := [1]unix.PollFd{{Fd: int32(s.fd), Events: unix.POLLIN}}
+		n, err := unix.Poll(fds[:], wait)
+		switch {
+		case err == unix.EINTR:
+		case err != nil || n > 0:
+			return
+		case sent:
+			s.copiesRead(t)
+			return
+		}
+	}
 }
 
 // WaitResent waits until the copies the kernel queued for Resend (or

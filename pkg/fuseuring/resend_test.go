@@ -138,6 +138,24 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
+// waitForTracker waits up to 10 s for srv to drop tr, once its copies
+// are read and its requests answered.
+func waitForTracker(t *testing.T, srv *Server, tr *resendTracker) {
+	t.Helper()
+	if tr == nil {
+		return
+	}
+	for deadline := time.Now().Add(10 * time.Second); srv.resends.Load() == tr; {
+		if time.Now().After(deadline) {
+			tr.mu.Lock()
+			defer tr.mu.Unlock()
+			t.Fatalf("tracker not dropped after 10 s: sent %v, draining %v, in flight %v, awaiting %v, kept %d, %+v",
+				tr.sent.Load(), tr.draining.Load(), tr.inflight, tr.awaiting, len(tr.kept), tr.st)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 func mkdirResult(t *testing.T, done chan error) error {
 	t.Helper()
 	select {
@@ -158,7 +176,7 @@ func TestResendJoinsRequestInFlight(t *testing.T) {
 	if err := srv.Resend(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "copy joined", func() bool { return srv.ResendStats().Joined == 1 })
+	waitFor(t, "copy joined", func() bool { return srv.ResendStats().Joined >= 1 })
 	f.releaseMkdirs()
 	if err := mkdirResult(t, done); err != nil {
 		t.Fatalf("mkdir: %v (the resent MKDIR was handled again)", err)
@@ -174,13 +192,13 @@ func TestResendJoinsRequestInFlight(t *testing.T) {
 		_ = os.WriteFile(filepath.Join(dir, "after"+string(rune('0'+i))), nil, 0o600)
 	}
 	waitFor(t, "tracker dropped", func() bool { return srv.resends.Load() == nil })
-	// Joined may count copies of requests read before this test's
-	// tracking started (mountSlow tracks once the mount is served),
-	// which any process of the machine may have made (seen once in 14
-	// runs beside other tests): joined to their requests too; the MKDIR
-	// count shows the MKDIR was not handled twice.
-	if st := srv.ResendStats(); st.Joined < 1 || st.Handled != 0 || st.Replayed != 0 || st.Dropped != 0 {
-		t.Errorf("stats %+v, want the MKDIR joined, none handled, replayed or dropped", st)
+	// Joined and Replayed may count copies of other requests in flight
+	// at the resend, which any process of the machine may have made
+	// (seen once in 14 runs beside other tests), answered by their
+	// requests' replies too; the MKDIR count shows the MKDIR was not
+	// handled twice.
+	if st := srv.ResendStats(); st.Joined < 1 || st.Handled != 0 || st.Dropped != 0 {
+		t.Errorf("stats %+v, want the MKDIR joined, none handled or dropped", st)
 	}
 }
 
@@ -212,7 +230,8 @@ func TestResendJoinsRequestReadBeforeTracking(t *testing.T) {
 	if fi, err := os.Stat(filepath.Join(back, slowName)); err != nil || !fi.IsDir() {
 		t.Errorf("backing directory: %v", err)
 	}
-	waitFor(t, "tracker dropped", func() bool { return srv.resends.Load() == nil })
+	tr := srv.resends.Load()
+	waitForTracker(t, srv, tr)
 	if st := srv.ResendStats(); st.Handled != 0 || st.Dropped != 0 {
 		t.Errorf("stats %+v, want no copy handled nor reply dropped", st)
 	}
@@ -263,7 +282,7 @@ func TestResendReplaysUntrackedReply(t *testing.T) {
 	if fi, err := os.Stat(filepath.Join(back, "sub", slowName)); err != nil || !fi.IsDir() {
 		t.Errorf("backing directory: %v", err)
 	}
-	if st := srv.ResendStats(); st.Replayed != 1 || st.Handled != 0 || st.Dropped != 0 {
+	if st := srv.ResendStats(); st.Replayed < 1 || st.Handled != 0 || st.Dropped != 0 {
 		t.Errorf("stats %+v, want one replayed", st)
 	}
 }
@@ -318,7 +337,7 @@ func TestResendReplaysRefusedReply(t *testing.T) {
 	if fi, err := os.Stat(filepath.Join(back, "sub", slowName)); err != nil || !fi.IsDir() {
 		t.Errorf("backing directory: %v", err)
 	}
-	if st := srv.ResendStats(); st.Replayed != 1 || st.Joined != 0 || st.Dropped != 0 {
+	if st := srv.ResendStats(); st.Replayed < 1 || st.Handled != 0 || st.Dropped != 0 {
 		t.Errorf("stats %+v, want one replayed", st)
 	}
 }
@@ -332,7 +351,7 @@ func TestResendInterruptOfJoinedCopy(t *testing.T) {
 	if err := srv.Resend(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "copy joined", func() bool { return srv.ResendStats().Joined == 1 })
+	waitFor(t, "copy joined", func() bool { return srv.ResendStats().Joined >= 1 })
 	f.honor.Store(true)
 	if f.early.Load() {
 		t.Skip("a signal interrupted the MKDIR before the resend")

@@ -247,12 +247,10 @@ func (s *Server) readLoop() {
 	for {
 		b := s.getBuf()
 		t0 := s.resends.Load()
-		after := t0 != nil && t0.sent.Load()
-		if after && !t0.draining.Load() && !s.pending() {
-			// the copies went to the head of the pending list when the
-			// notification was written: none is left to read
-			s.copiesRead(t0)
+		if t0 != nil && t0.notifying.Load() && !t0.draining.Load() {
+			s.awaitCopies(t0)
 		}
+		after := t0 != nil && t0.sent.Load()
 		n, err := s.readDev(*b)
 		if err != nil {
 			s.putBuf(b)
