@@ -62,7 +62,8 @@ servers are told of a reboot of the node so that they free its old locks.
 
 Handover: with --handover-socket, a newer binary started with --takeover on
 that socket takes the mount over: this process stops taking requests,
-finishes those in flight (blocked locks apart), writes its data back to the
+finishes those in flight (blocked locks, and lock calls waiting out the
+server's grace period, apart), writes its data back to the
 server, passes its /dev/fuse descriptor and its state (the kernel's nodes,
 open files, NLM lock owners and locks) and exits; the successor serves the
 same kernel connection, and the kernel sends it again what this process

@@ -44,7 +44,8 @@ func (s *Server) Adopt(fs fuse.RawFileSystem, init fuse.InitIn) error {
 	if e := int32(binary.LittleEndian.Uint32((*out)[4:])); e != 0 {
 		return fmt.Errorf("fuseuring: replayed INIT refused: errno %d", -e)
 	}
-	s.trackResends()
+	s.trackResends(false)
+	s.foreign.Store(true)
 	s.adopted = make(chan struct{})
 	s.loops.Add(1)
 	go func() {
@@ -84,20 +85,24 @@ func CanResend(init *fuse.InitIn) bool {
 // answered between the resend and reading the copy (the reply was
 // refused) by that reply; copies of the others are handled (resend.go,
 // ResendStats). On a server that does not (Start), tracking starts with
-// the call: a request in flight before it may be handled twice. Call it
+// the call, and a copy of a request read before it is answered by that
+// request's reply too, every request of the connection being this
+// server's; so too on an adopted server whose copies of the requests
+// the process before it read were all read (a second Resend). Call it
 // once; tracking ends when its copies are read, or when it fails.
 // Errors: the write's (EINVAL before Linux 6.9).
 func (s *Server) Resend() error {
 	t := s.resends.Load()
 	if t == nil || t.draining.Load() {
-		t = s.trackResends()
+		t = s.trackResends(!s.foreign.Load())
 	}
+	t.notifying.Store(true)
 	st := s.notify(notifyResend, nil)
 	if !st.Ok() {
 		// nothing will be sent again: tracking ends
 		t.mu.Lock()
 		t.drainLocked()
-		empty := len(t.inflight) == 0
+		empty := t.idleLocked()
 		t.mu.Unlock()
 		if empty {
 			s.dropTracker(t)
@@ -105,5 +110,6 @@ func (s *Server) Resend() error {
 		return fmt.Errorf("fuseuring: FUSE_NOTIFY_RESEND: %v", st)
 	}
 	t.sent.Store(true)
+	s.foreign.Store(false) // what another process read is sent again
 	return nil
 }

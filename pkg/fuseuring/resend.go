@@ -1,9 +1,11 @@
 package fuseuring
 
 import (
+	"context"
 	"encoding/binary"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -29,7 +31,8 @@ const maxKeptBytes = 64 << 20
 // (FUSE_NOTIFY_RESEND) to a server that tracks its requests (Adopt).
 type ResendStats struct {
 	// Joined are copies of a request this server was handling: not
-	// handled again, the handler's reply answers the copy.
+	// handled again, the handler's reply answers the copy (also when
+	// the request was read before tracking started: resendTracker.ours).
 	Joined uint64
 	// Replayed are copies of a request this server had answered after
 	// the resend, before it read the copy (the reply was refused,
@@ -62,27 +65,62 @@ type handling struct {
 //     is read, and answers it, re-stamped;
 //   - a copy of a request another process read is handled.
 //
+// Which request a copy is of is known by its unique (without
+// FUSE_UNIQUE_RESEND). One goroutine reads /dev/fuse (readLoop), looks
+// the tracker up once each read(2) has returned and registers the request
+// before it reads the next, so a copy is never looked up while its
+// request, read here, waits to be registered, and a tracker that starts
+// while a read waits sees what it returns. What a tracker cannot see are
+// the requests read before it existed: a
+// tracker that starts while the server serves (Resend on a server not
+// tracking, ours) was preceded by requests read here and not registered,
+// some still in flight; every request of the connection being this
+// server's, a copy found neither in flight nor kept is of one of those,
+// and is joined to it too (awaiting): the request's reply, refused
+// (ENOENT) since the kernel resent it, answers the copy; one refused
+// before its copy is read is kept as a tracked one is. An adopted server
+// tracks from its first read (Adopt); a copy found nowhere is then of a
+// request the process before it read, handled here.
+//
 // The copies are at the head of the kernel's pending list once the
 // notification is written, so the first request read by a read started
 // after that which is no copy (nor INTERRUPT or FORGET, which the kernel
-// sends before pending requests) ends the copies: tracking stops, kept
+// sends before pending requests) ends the copies, as does finding nothing
+// pending once it is written (awaitCopies): tracking stops, kept
 // replies are dropped, and once the requests tracked until then are
 // answered the server drops the tracker (Server.resends nil: the read
 // loop then pays one atomic load a request).
 type resendTracker struct {
-	sent     atomic.Bool // a FUSE_NOTIFY_RESEND was written
-	draining atomic.Bool // its copies are read: no new request is tracked
-	dropped  atomic.Bool // its counts are in Server.resendDone
+	notifying atomic.Bool   // a FUSE_NOTIFY_RESEND is being written, or was
+	sent      atomic.Bool   // a FUSE_NOTIFY_RESEND was written
+	draining  atomic.Bool   // its copies are read: no new request is tracked
+	dropped   atomic.Bool   // its counts are in Server.resendDone
+	drained   chan struct{} // closed when draining starts (WaitResent)
+
+	// ours: every request read from the connection before this tracker
+	// started was read by this server (no other process read requests
+	// that are not sent again): a copy found nowhere is of one of them.
+	ours bool
 
 	mu        sync.Mutex
 	inflight  map[uint64]handling // by unique without resendBit
 	kept      map[uint64][]byte   // refused replies, by unique without resendBit
 	keptBytes int
-	st        ResendStats
+	// awaiting are the copies (their unique) joined to an untracked
+	// request in flight (ours), by unique without resendBit.
+	awaiting map[uint64]uint64
+	st       ResendStats
 }
 
-func newResendTracker() *resendTracker {
-	return &resendTracker{inflight: make(map[uint64]handling, 64), kept: make(map[uint64][]byte)}
+func newResendTracker(ours bool) *resendTracker {
+	return &resendTracker{ours: ours, inflight: make(map[uint64]handling, 64), kept: make(map[uint64][]byte),
+		awaiting: make(map[uint64]uint64), drained: make(chan struct{})}
+}
+
+// idleLocked reports whether no request tracked or joined by t awaits its
+// reply. Called with t.mu held.
+func (t *resendTracker) idleLocked() bool {
+	return len(t.inflight) == 0 && len(t.awaiting) == 0
 }
 
 // readAction is what the read loop does with a request it read while
@@ -92,7 +130,7 @@ type readAction int
 const (
 	readUntracked readAction = iota // handle it, not tracked
 	readTracked                     // handle it, tracked (finish)
-	readJoined                      // a copy of a request being handled here: drop it
+	readJoined                      // a copy of a request being handled here: drop it (its reply answers it)
 	readReplay                      // a copy of a request answered here: write the kept reply
 	readDrained                     // the copies are read: handle it, not tracked; drop the tracker
 )
@@ -121,10 +159,16 @@ func (t *resendTracker) read(unique uint64, after bool) (readAction, []byte) {
 			binary.LittleEndian.PutUint64(r[8:], unique)
 			return readReplay, r
 		}
+		if t.ours {
+			// read here before tracking started, in flight
+			t.awaiting[base] = unique
+			t.st.Joined++
+			return readJoined, nil
+		}
 		t.st.Handled++
 	} else if after {
 		t.drainLocked()
-		if len(t.inflight) == 0 {
+		if t.idleLocked() {
 			return readDrained, nil
 		}
 		return readUntracked, nil
@@ -136,7 +180,11 @@ func (t *resendTracker) read(unique uint64, after bool) (readAction, []byte) {
 // drainLocked ends tracking: the copies were read; kept replies have no
 // copy to answer any more. Called with t.mu held.
 func (t *resendTracker) drainLocked() {
+	if t.draining.Load() {
+		return
+	}
 	t.draining.Store(true)
+	close(t.drained)
 	t.st.Dropped += uint64(len(t.kept))
 	clear(t.kept)
 	t.keptBytes = 0
@@ -147,8 +195,12 @@ func (t *resendTracker) drainLocked() {
 func (t *resendTracker) interruptTarget(unique uint64) uint64 {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if h, ok := t.inflight[unique&^resendBit]; ok && (h.as == unique || h.reply == unique) {
+	base := unique &^ resendBit
+	if h, ok := t.inflight[base]; ok && (h.as == unique || h.reply == unique) {
 		return h.as
+	}
+	if c, ok := t.awaiting[base]; ok && c == unique {
+		return base
 	}
 	return unique
 }
@@ -160,10 +212,71 @@ func (t *resendTracker) stats() ResendStats {
 	return t.st
 }
 
+// copiesRead ends tracking once the read loop finds nothing pending
+// after the notification (pending): every copy was read.
+func (s *Server) copiesRead(t *resendTracker) {
+	t.mu.Lock()
+	t.drainLocked()
+	empty := t.idleLocked()
+	t.mu.Unlock()
+	if empty {
+		s.dropTracker(t)
+	}
+}
+
+// copiesPoll is how often the read loop looks whether a notification
+// being written is written (awaitCopies).
+const copiesPoll = time.Millisecond
+
+// awaitCopies returns, in the read loop, once a request (or INTERRUPT or
+// FORGET) waits to be read (poll(2) POLLIN, or an error), or once t's
+// copies are all read: the notification written, and nothing waiting, the
+// copies (at the head of the pending list since the write) were read by
+// this loop, and tracking ends (copiesRead). Until the notification is
+// written it looks every copiesPoll: the last copy may be read before
+// Resend marks it sent, and no request may follow to end tracking.
+func (s *Server) awaitCopies(t *resendTracker) {
+	for !t.draining.Load() {
+		sent := t.sent.Load()
+		wait := 0
+		if !sent {
+			wait = int(copiesPoll / time.Millisecond)
+		}
+		fds := [1]unix.PollFd{{Fd: int32(s.fd), Events: unix.POLLIN}}
+		n, err := unix.Poll(fds[:], wait)
+		switch {
+		case err == unix.EINTR:
+		case err != nil || n > 0:
+			return
+		case sent:
+			s.copiesRead(t)
+			return
+		}
+	}
+}
+
+// WaitResent waits until the copies the kernel queued for Resend (or
+// ServeAdopted with resend) are read, or ctx ends, and returns
+// ResendStats: Handled, Joined and Replayed are final then (Dropped may
+// still grow while the requests tracked until then are answered). A
+// server that tracks no request (never adopted, or its tracking over)
+// returns at once; an adopted one whose Resend was not called yet waits
+// for it. Errors: ctx's.
+func (s *Server) WaitResent(ctx context.Context) (ResendStats, error) {
+	if t := s.resends.Load(); t != nil {
+		select {
+		case <-t.drained:
+		case <-ctx.Done():
+			return s.ResendStats(), ctx.Err()
+		}
+	}
+	return s.ResendStats(), nil
+}
+
 // trackResends makes the server track its requests (resendTracker) from
-// its next read on.
-func (s *Server) trackResends() *resendTracker {
-	t := newResendTracker()
+// its next read on; ours as resendTracker.ours.
+func (s *Server) trackResends(ours bool) *resendTracker {
+	t := newResendTracker(ours)
 	s.resends.Store(t)
 	return t
 }
@@ -227,12 +340,49 @@ func (s *Server) finishTracked(t *resendTracker, base uint64, out []byte) {
 		err = nil
 	}
 	delete(t.inflight, base)
-	done := t.draining.Load() && len(t.inflight) == 0
+	done := t.draining.Load() && t.idleLocked()
 	t.mu.Unlock()
 	if dropped {
 		s.opts.Logger.Printf("fuseuring: reply to request %d refused after a resend and not kept: its copy, if any, is handled again", h.as)
 	}
 	if err != nil && err != unix.ENODEV {
+		s.opts.Logger.Printf("fuseuring: write /dev/fuse: %v", err)
+	}
+	if done {
+		s.dropTracker(t)
+	}
+}
+
+// refusedUntracked handles the reply out to an untracked request that
+// the kernel refused (ENOENT) while t tracks: the request was read before
+// t started and the kernel resent it (resendTracker.ours). The reply
+// answers its copy, re-stamped, if the copy was read (awaiting), or is
+// kept for it.
+func (s *Server) refusedUntracked(t *resendTracker, out []byte) {
+	base := binary.LittleEndian.Uint64(out[8:]) &^ resendBit
+	t.mu.Lock()
+	c, ok := t.awaiting[base]
+	if !ok {
+		if !t.ours {
+			t.mu.Unlock() // no copy of it is looked for: an aborted request
+			return
+		}
+		if !t.draining.Load() && t.keptBytes+len(out) <= maxKeptBytes {
+			t.kept[base] = append([]byte(nil), out...)
+			t.keptBytes += len(out)
+			t.mu.Unlock()
+			return
+		}
+		t.st.Dropped++
+		t.mu.Unlock()
+		s.opts.Logger.Printf("fuseuring: reply to request %d refused after a resend and not kept: its copy, if any, is handled again", base)
+		return
+	}
+	delete(t.awaiting, base)
+	done := t.draining.Load() && t.idleLocked()
+	t.mu.Unlock()
+	binary.LittleEndian.PutUint64(out[8:], c)
+	if err := s.writeReply(out); err != nil && err != unix.ENOENT && err != unix.ENODEV {
 		s.opts.Logger.Printf("fuseuring: write /dev/fuse: %v", err)
 	}
 	if done {

@@ -94,6 +94,9 @@ type Server struct {
 	resends    atomic.Pointer[resendTracker]
 	resendMu   sync.Mutex
 	resendDone ResendStats // of trackers dropped, guarded by resendMu
+	// foreign: another process read requests of this connection that
+	// were not sent again since (Adopt, until a Resend).
+	foreign atomic.Bool
 }
 
 // NewServer returns a server for the FUSE connection of fd, an open
@@ -243,8 +246,11 @@ func (s *Server) readLoop() {
 	defer s.stop()
 	for {
 		b := s.getBuf()
-		t := s.resends.Load()
-		after := t != nil && t.sent.Load()
+		t0 := s.resends.Load()
+		if t0 != nil && t0.notifying.Load() && !t0.draining.Load() {
+			s.awaitCopies(t0)
+		}
+		after := t0 != nil && t0.sent.Load()
 		n, err := s.readDev(*b)
 		if err != nil {
 			s.putBuf(b)
@@ -263,6 +269,13 @@ func (s *Server) readLoop() {
 				s.serveDev(b, n, nil)
 				continue
 			}
+		}
+		// the tracker as of now: one that started while the read
+		// waited (Resend) must see what it returned, a copy of its own
+		// notification included
+		t := s.resends.Load()
+		if t != t0 {
+			after = false
 		}
 		var tracked *resendTracker
 		if t != nil && n >= inHeaderSize {
@@ -363,10 +376,19 @@ func (s *Server) serveDev(b *[]byte, n int, t *resendTracker) {
 		s.finishTracked(t, binary.LittleEndian.Uint64((*b)[8:])&^resendBit, (*out)[:m])
 		return
 	}
-	if m == 0 {
+	if m < outHdrSize {
 		return
 	}
-	if err := s.writeDev((*out)[:m]); err != nil && err != unix.ENODEV {
+	err := s.writeReply((*out)[:m])
+	if err == unix.ENOENT {
+		// resent since it was read, before tracking started; or an
+		// aborted request
+		if t := s.resends.Load(); t != nil {
+			s.refusedUntracked(t, (*out)[:m])
+		}
+		return
+	}
+	if err != nil && err != unix.ENODEV {
 		s.opts.Logger.Printf("fuseuring: write /dev/fuse: %v", err)
 	}
 }

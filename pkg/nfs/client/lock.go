@@ -405,6 +405,32 @@ const lockCallTimeout = time.Minute
 // maxNLMReply bounds an NLM reply: cookie, status, a holder with its oh.
 const maxNLMReply = replyHeaderMax + 4 + nlm.MaxNetobjSize + 4 + 4 + 4 + 4 + nlm.MaxNetobjSize + 16
 
+// GraceWait is what a consumer is told of a lock call that waits out the
+// server's grace period (WithGraceWait).
+type GraceWait struct {
+	// Wait is called before each pause of GraceRetry after a call was
+	// answered NLM4_DENIED_GRACE_PERIOD, Resume after it (also when ctx
+	// ends during it), before the call is sent again or given up;
+	// Resume may block.
+	Wait, Resume func()
+}
+
+type graceWaitKey struct{}
+
+// WithGraceWait returns a context whose lock calls (Locker's Test, Lock,
+// Unlock, UnlockOwner) tell gw when they wait out the server's grace
+// period, between their tries: a consumer that waits for its calls in
+// flight to end (a FUSE mount handing its requests over) need not wait
+// for those, which may last the whole grace period (90 s by default on
+// Linux), and may hold one in Resume meanwhile. A nil gw leaves ctx
+// unchanged.
+func WithGraceWait(ctx context.Context, gw *GraceWait) context.Context {
+	if gw == nil {
+		return ctx
+	}
+	return context.WithValue(ctx, graceWaitKey{}, gw)
+}
+
 // call makes one NLM call; results decodes the reply and returns its
 // status. Each try holds l.rw shared (unless exclusive: the caller, a
 // reclaim, holds it exclusively) and runs after, if not nil, with the
@@ -412,7 +438,7 @@ const maxNLMReply = replyHeaderMax + 4 + nlm.MaxNetobjSize + 4 + 4 + 4 + 4 + nlm
 // before a reclaim can look. A status of NLM4_DENIED_GRACE_PERIOD on a
 // call that is not a reclaim is retried after GraceRetry until ctx ends,
 // as Linux nlmclnt_call does, and starts a reclaim of the held locks:
-// the server restarted.
+// the server restarted. The pause is told to ctx's GraceWait, if any.
 func (l *Locker) call(ctx context.Context, proc uint32, exclusive bool, args func(e *xdr.Encoder),
 	results func(d *xdr.Decoder) (nlm.Stat, error), after func(nlm.Stat)) (nlm.Stat, error) {
 	rpc, err := l.client(ctx)
@@ -460,13 +486,28 @@ func (l *Locker) call(ctx context.Context, proc uint32, exclusive bool, args fun
 		}
 		klog.V(2).InfoS("NLM server in its grace period, retrying", "server", l.srv.Server, "proc", proc, "delay", l.opts.GraceRetry)
 		l.serverRestarted("grace period")
-		t := time.NewTimer(l.opts.GraceRetry)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return 0, fmt.Errorf("%w: %w (server in grace period)", ErrLockInterrupted, ctx.Err())
+		if err := l.graceWait(ctx); err != nil {
+			return 0, err
 		}
+	}
+}
+
+// graceWait waits GraceRetry before a call refused for the grace period
+// is sent again, telling ctx's GraceWait. Errors: ErrLockInterrupted when
+// ctx ends first.
+func (l *Locker) graceWait(ctx context.Context) error {
+	gw, _ := ctx.Value(graceWaitKey{}).(*GraceWait)
+	if gw != nil {
+		gw.Wait()
+		defer gw.Resume()
+	}
+	t := time.NewTimer(l.opts.GraceRetry)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("%w: %w (server in grace period)", ErrLockInterrupted, ctx.Err())
 	}
 }
 

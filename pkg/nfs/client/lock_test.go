@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -391,6 +392,79 @@ func TestLockReclaimOnGrace(t *testing.T) {
 	}
 	if r := srv.Held(1001); len(r) != 2 {
 		t.Fatalf("held %v", r)
+	}
+}
+
+// TestLockGraceWait: a lock call's pauses in the server's grace period
+// are told to the context's GraceWait, each Wait followed by a Resume
+// before the call is sent again, and none outside them; a Resume that
+// blocks holds the call.
+func TestLockGraceWait(t *testing.T) {
+	srv := startNLM(t)
+	a := newTestLocker(t, srv, "host-a", LockOptions{NoCallbacks: true})
+	ctx := testenv.Context(t, 20*time.Second)
+	if err := a.Lock(ctx, req(1, 1001, 0, 9, true), false); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	waits, resumes := 0, 0
+	waiting := false
+	hold := make(chan struct{})
+	gw := &GraceWait{
+		Wait: func() {
+			mu.Lock()
+			defer mu.Unlock()
+			if waiting {
+				t.Error("Wait twice without Resume")
+			}
+			waits++
+			waiting = true
+		},
+		Resume: func() {
+			<-hold
+			mu.Lock()
+			defer mu.Unlock()
+			resumes++
+			waiting = false
+		},
+	}
+	// outside a grace period: no pause
+	if err := a.Lock(WithGraceWait(ctx, gw), req(1, 1001, 10, 19, true), false); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	if waits != 0 {
+		t.Errorf("%d waits outside the grace period", waits)
+	}
+	mu.Unlock()
+	srv.Restart()
+	got := make(chan error, 1)
+	go func() { got <- a.Lock(WithGraceWait(ctx, gw), req(1, 1001, 20, 29, true), false) }()
+	testenv.Eventually(t, 10*time.Second, "a wait", func() bool { mu.Lock(); defer mu.Unlock(); return waits == 1 })
+	// held in Resume: the call is not sent again
+	refusals := func() int {
+		n := 0
+		for _, c := range srv.Calls() {
+			if c.Proc == nlm.ProcLock && !c.Reclaim && c.Stat == nlm.DeniedGracePeriod {
+				n++
+			}
+		}
+		return n
+	}
+	before := refusals()
+	time.Sleep(300 * time.Millisecond) // six times GraceRetry
+	if n := refusals(); n != before {
+		t.Fatalf("%d LOCKs sent while Resume held the call", n-before)
+	}
+	srv.EndGrace()
+	close(hold)
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if waits != 1 || resumes != 1 || waiting {
+		t.Fatalf("%d waits, %d resumes (waiting %v); want one each", waits, resumes, waiting)
 	}
 }
 

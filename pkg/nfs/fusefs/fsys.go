@@ -26,6 +26,7 @@ type fsys struct {
 	intr    *interrupts        // FUSE requests in flight (interrupt.go)
 	local   localLocks         // locks local_lock keeps here (lock.go)
 	owners  *lockOwners        // lock owners of FLUSH and RELEASE (lock.go)
+	unlocks pendingUnlocks     // unlocks at a RELEASE waiting out a grace period (lock.go)
 	raw     fuse.RawFileSystem // go-fuse's bridge (fs.NewNodeFS)
 	gate    *gate              // what the FUSE server calls: stops requests for a handover (gate.go)
 	adopt   adoptSlot          // what a handover registers next (handover.go)

@@ -7,6 +7,8 @@ import (
 	"syscall"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/client"
 )
 
 // gate stands between the FUSE server and the file system so that a
@@ -19,7 +21,11 @@ import (
 //     state was taken is asked again by the resent request).
 //
 // Requests in flight are counted, SETLKW apart: a blocked lock may wait
-// for ever, so a handover does not wait for it.
+// for ever, so a handover does not wait for it; nor for a counted request
+// while it waits out the NFS server's grace period in a lock call
+// (pause): if the gate closes meanwhile, the request is held when it
+// would go on (resume), given up as the requests held at the gate are,
+// and asked again of the successor by the kernel.
 type gate struct {
 	fuse.RawFileSystem
 
@@ -27,9 +33,14 @@ type gate struct {
 	cond     sync.Cond
 	closed   bool
 	frozen   bool
-	inflight int           // requests in the file system, SETLKW apart
+	inflight int           // requests in the file system, SETLKW and paused apart
+	paused   int           // requests paused (pause), held if the gate closes
 	open     chan struct{} // closed when the gate opens again
 	held     atomic.Int64  // requests held at the gate (requests carried)
+
+	// graceWait pauses the counted request whose lock call waits out the
+	// server's grace period (client.WithGraceWait).
+	graceWait client.GraceWait
 
 	// rec, when set, records the kernel's nodeids and handles as they are
 	// answered (statemap.go); clamp, when set, bounds each FORGET to
@@ -42,7 +53,36 @@ type gate struct {
 func newGate(fs fuse.RawFileSystem) *gate {
 	g := &gate{RawFileSystem: fs, open: make(chan struct{})}
 	g.cond.L = &g.mu
+	g.graceWait = client.GraceWait{Wait: g.pause, Resume: g.resume}
 	return g
+}
+
+// pause takes a counted request out of the requests close waits for,
+// while it waits for something that may last (a lock call in the
+// server's grace period); it counts as held meanwhile.
+func (g *gate) pause() {
+	g.mu.Lock()
+	g.inflight--
+	g.paused++
+	g.cond.Broadcast()
+	g.mu.Unlock()
+}
+
+// resume counts a paused request in flight again, holding it first,
+// unanswered, while the gate is closed.
+func (g *gate) resume() {
+	g.mu.Lock()
+	g.paused--
+	for g.closed {
+		ch := g.open
+		g.held.Add(1)
+		g.mu.Unlock()
+		<-ch
+		g.held.Add(-1)
+		g.mu.Lock()
+	}
+	g.inflight++
+	g.mu.Unlock()
 }
 
 // enter admits a request, or holds it while the gate is closed.
@@ -117,8 +157,14 @@ func (g *gate) reopen() {
 	g.mu.Unlock()
 }
 
-// holding returns how many requests the gate holds.
-func (g *gate) holding() int64 { return g.held.Load() }
+// holding returns how many requests the gate holds, paused ones
+// included.
+func (g *gate) holding() int64 {
+	g.mu.Lock()
+	p := g.paused
+	g.mu.Unlock()
+	return g.held.Load() + int64(p)
+}
 
 func (g *gate) Lookup(cancel <-chan struct{}, header *fuse.InHeader, name string, out *fuse.EntryOut) fuse.Status {
 	g.enter(true)

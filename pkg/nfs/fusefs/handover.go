@@ -32,7 +32,9 @@ import (
 // The old process (Mount.Handover):
 //  1. closes its gate (gate.go): requests that arrive now are held
 //     unanswered; it waits for those in flight to end, blocked SETLKW
-//     apart;
+//     apart, and lock calls waiting out the NFS server's grace period
+//     (gate.pause) apart: those are given up and asked again of the
+//     successor, or carried (handoverUnlock: the unlocks of a RELEASE);
 //  2. writes back and COMMITs every file's data (no byte is left only in
 //     its memory);
 //  3. freezes the gate (no answer leaves any more: a SETLKW granted now is
@@ -82,13 +84,35 @@ type HandoverStats struct {
 	From, To string
 	// Paused is how long the old process held requests: from closing its
 	// gate to the successor's answer (old side), or from the state's
-	// arrival to serving (new side).
+	// arrival to serving (new side); after a crash (Recover), from
+	// Recover's call to serving, to which its caller may add its own
+	// start (fusemount: from the start of the recovering process's Run).
 	Paused time.Duration
 	// Nodes, Files and Locks are the nodeids, file handles and held lock
 	// ranges carried; Held the requests the old process held unanswered
-	// (sent again by the kernel to the successor).
+	// (sent again by the kernel to the successor), or after a crash
+	// those the kernel sent again (Resent: handled, joined or replayed).
 	Nodes, Files, Locks int
 	Held                int64
+	// Resent says what became of the requests the kernel sent again
+	// (Mount.Resent), once known.
+	Resent fuseuring.ResendStats
+}
+
+// Resent waits until this process has read the requests the kernel sent
+// again to it (FUSE_NOTIFY_RESEND) after Adopt or Recover, or ctx ends,
+// and returns what became of them (fuseuring.Server.WaitResent). Errors:
+// ErrNoHandover when the mount was not taken over from another process,
+// fuseuring.ErrNoResend when the kernel sends nothing again (before
+// Linux 6.9), ctx's.
+func (m *Mount) Resent(ctx context.Context) (fuseuring.ResendStats, error) {
+	if m.ring == nil || m.init == nil || m.devFD == nil {
+		return fuseuring.ResendStats{}, ErrNoHandover
+	}
+	if !fuseuring.CanResend(m.init) {
+		return fuseuring.ResendStats{}, fuseuring.ErrNoResend
+	}
+	return m.ring.WaitResent(ctx)
 }
 
 // handoverState is what the old process sends, JSON after the fd.
@@ -101,6 +125,9 @@ type handoverState struct {
 	Files   []handoverFile
 	Owners  []client.LockOwnerState
 	Held    []handoverLock
+	// Unlocks are the unlocks of a RELEASE that waited out the server's
+	// grace period: the successor makes them.
+	Unlocks []handoverUnlock `json:",omitempty"`
 	// Requests is how many requests the gate held when the state was
 	// taken, and Closed when the gate closed (the successor's logs and
 	// metrics: the pause applications see).
@@ -129,6 +156,16 @@ type handoverFile struct {
 	Owners   []uint64 `json:",omitempty"`
 	Cookie   uint64   `json:",omitempty"` // directories: READDIRPLUS position
 	Verf     []byte   `json:",omitempty"`
+}
+
+type handoverUnlock struct {
+	FH    []byte
+	Owner uint64
+	// Handle and Node are the RELEASE's file handle and nodeid: the
+	// successor keeps the handle taken until the kernel sends the
+	// RELEASE again.
+	Handle uint32 `json:",omitempty"`
+	Node   uint64 `json:",omitempty"`
 }
 
 type handoverLock struct {
@@ -297,6 +334,9 @@ func (m *Mount) handoverState(nodes []tableNode, files []tableFile) (*handoverSt
 		}
 		s.Files = append(s.Files, hf)
 	}
+	for _, u := range m.sys.unlocks.list() {
+		s.Unlocks = append(s.Unlocks, handoverUnlock{FH: []byte(u.fh), Owner: u.owner, Handle: uint32(u.handle), Node: u.node})
+	}
 	ls := m.Client.Locks().State()
 	s.Owners = ls.Owners
 	for _, h := range ls.Held {
@@ -414,6 +454,9 @@ func Adopt(ctx context.Context, dir string, cfg Config, conn *net.UnixConn) (*Mo
 	st.Nodes, st.Files, st.Locks, st.Held = len(s.Nodes), len(s.Files), len(s.Held), s.Requests
 	klog.InfoS("fusefs: took the mount over", "dir", dir, "from", st.From, "to", st.To, "paused", st.Paused,
 		"nodes", st.Nodes, "files", st.Files, "locks", st.Locks, "held_requests", st.Held)
+	if len(s.Unlocks) > 0 {
+		go unlockCarried(dir, c, s.Unlocks)
+	}
 	if st.Locks > 0 {
 		// the server may have restarted during the pause, its SM_NOTIFY
 		// going to the old process: ask for the locks again (reclaimed
@@ -437,6 +480,28 @@ func Adopt(ctx context.Context, dir string, cfg Config, conn *net.UnixConn) (*Mo
 		klog.InfoS("fusefs: the kernel sends again the requests the old process held", "dir", dir)
 	}()
 	return m, st, nil
+}
+
+// carriedUnlockTimeout bounds the unlocks a handover carried: past the
+// server's grace period (90 s by default on Linux).
+const carriedUnlockTimeout = 10 * time.Minute
+
+// unlockCarried makes the unlocks of RELEASEs the old process gave up in
+// the server's grace period.
+func unlockCarried(dir string, c *client.Client, us []handoverUnlock) {
+	ctx, cancel := context.WithTimeout(context.Background(), carriedUnlockTimeout)
+	defer cancel()
+	for _, u := range us {
+		fh, err := nfs3.NewFH(u.FH)
+		if err == nil {
+			err = c.Locks().UnlockOwner(ctx, fh, u.Owner)
+		}
+		if err != nil {
+			klog.ErrorS(err, "fusefs: unlock at a close, carried by the handover, failed", "dir", dir, "owner", u.Owner)
+			continue
+		}
+		klog.InfoS("fusefs: unlocked at a close carried by the handover", "dir", dir, "fh", fh.String(), "owner", u.Owner)
+	}
 }
 
 // adopt prepares the connection of fd for client c with the state s;
@@ -541,18 +606,31 @@ func restore(ctx context.Context, sys *fsys, s *handoverState, crashed bool) err
 			sh.mu.Unlock()
 		}
 	}
-	sort.Slice(s.Files, func(i, j int) bool { return s.Files[i].FH < s.Files[j].FH })
+	// the handles of RELEASEs whose unlock is carried stay taken (by a
+	// dummyHandle) until the kernel sends the RELEASE again
+	released := map[uint32]uint64{}
+	for _, u := range s.Unlocks {
+		if u.Handle != 0 && byID[u.Node] != nil {
+			released[u.Handle] = u.Node
+		}
+	}
+	files := append([]handoverFile(nil), s.Files...)
+	for h, nid := range released {
+		files = append(files, handoverFile{FH: h, Node: nid, ReadOnly: true})
+	}
+	sort.Slice(files, func(i, j int) bool { return files[i].FH < files[j].FH })
 	var dummies []fuse.ReleaseIn
 	next := uint64(1) // go-fuse's first file handle; 0 is none
-	for _, hf := range s.Files {
+	for _, hf := range files {
 		in := byID[hf.Node]
 		if in == nil {
 			return fmt.Errorf("fusefs: handover: file handle %d of unknown node %d", hf.FH, hf.Node)
 		}
 		n := in.Operations().(*node)
+		_, rel := released[hf.FH]
 		for ; next <= uint64(hf.FH); next++ {
 			var h fs.FileHandle = dummyHandle{}
-			if next == uint64(hf.FH) {
+			if next == uint64(hf.FH) && !rel {
 				if hf.Dir {
 					d := &dirStream{n: n, cookie: hf.Cookie}
 					copy(d.verf[:], hf.Verf)

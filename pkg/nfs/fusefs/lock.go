@@ -11,6 +11,7 @@ import (
 
 	"github.com/nfsrdma/nfsrdma-csi/internal/posixlock"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/client"
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nfs3"
 )
 
 // Locks. With the FUSE_POSIX_LOCKS and FUSE_FLOCK_LOCKS capabilities the
@@ -132,7 +133,7 @@ func (n *node) getlk(ctx context.Context, owner uint64, lk *fuse.FileLock, flags
 	}
 	cctx, op := n.sys.call(ctx)
 	defer op.done()
-	h, err := n.sys.c.Locks().Test(cctx, n.lockReq(owner, lk))
+	h, err := n.sys.c.Locks().Test(n.sys.graceWait(cctx), n.lockReq(owner, lk))
 	if err != nil {
 		return lockErrno(err)
 	}
@@ -237,11 +238,17 @@ func (n *node) setlk(ctx context.Context, owner uint64, lk *fuse.FileLock, flags
 	// another client's lock are read after ours is granted
 	_ = n.waitWrites()
 	if lk.Typ == syscall.F_UNLCK {
-		return lockErrno(n.sys.c.Locks().Unlock(cctx, req))
+		uctx := cctx
+		if !wait {
+			// a SETLK, counted by the gate (an unlock may come as
+			// SETLKW too: flock(LOCK_UN), F_SETLKW with F_UNLCK)
+			uctx = n.sys.graceWait(cctx)
+		}
+		return lockErrno(n.sys.c.Locks().Unlock(uctx, req))
 	}
 	var err error
 	if !wait {
-		err = n.sys.c.Locks().Lock(cctx, req, false)
+		err = n.sys.c.Locks().Lock(n.sys.graceWait(cctx), req, false)
 	} else {
 		wctx, stop := waitContext(ctx, n.sys.bg)
 		defer stop()
@@ -254,6 +261,83 @@ func (n *node) setlk(ctx context.Context, owner uint64, lk *fuse.FileLock, flags
 		n.dropCaches()
 	}
 	return lockErrno(err)
+}
+
+// graceWait returns ctx whose lock calls, while they wait out the
+// server's grace period, are not waited for by a handover's drain
+// (gate.pause): for the counted requests (all but SETLKW) whose lock
+// call may be given up and asked again of a successor.
+func (s *fsys) graceWait(ctx context.Context) context.Context {
+	if s.gate == nil {
+		return ctx
+	}
+	return client.WithGraceWait(ctx, &s.gate.graceWait)
+}
+
+// releaseGraceWait is graceWait for the unlocks at the RELEASE rel,
+// which the kernel cannot send again usefully to a successor (the open
+// file is gone from go-fuse's table before the unlock): while such an
+// unlock of owner on fh waits out the grace period it is recorded in
+// s.unlocks, which a handover carries (the successor unlocks, and keeps
+// the file handle's number taken until the RELEASE sent again frees it).
+func (s *fsys) releaseGraceWait(ctx context.Context, fh nfs3.FH, owner uint64, rel releaseOwner) context.Context {
+	if s.gate == nil {
+		return ctx
+	}
+	u := pendingUnlock{fh: string(fh.Bytes()), owner: owner, handle: rel.fh, node: rel.node}
+	return client.WithGraceWait(ctx, &client.GraceWait{
+		Wait: func() {
+			s.unlocks.add(u)
+			s.gate.pause()
+		},
+		Resume: func() {
+			s.gate.resume() // held, carried, if the mount is handed over
+			s.unlocks.remove(u)
+		},
+	})
+}
+
+// pendingUnlock is an unlock at a RELEASE waiting out the server's grace
+// period: the lock owner on a file handle.
+type pendingUnlock struct {
+	fh           string // nfs3.FH bytes
+	owner        uint64
+	handle, node uint64 // the RELEASE's file handle and nodeid
+}
+
+// pendingUnlocks are the unlocks at a RELEASE waiting out the server's
+// grace period, each with how many wait.
+type pendingUnlocks struct {
+	mu sync.Mutex
+	m  map[pendingUnlock]int
+}
+
+func (p *pendingUnlocks) add(u pendingUnlock) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.m == nil {
+		p.m = map[pendingUnlock]int{}
+	}
+	p.m[u]++
+}
+
+func (p *pendingUnlocks) remove(u pendingUnlock) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.m[u]--; p.m[u] <= 0 {
+		delete(p.m, u)
+	}
+}
+
+// list returns the unlocks waiting.
+func (p *pendingUnlocks) list() []pendingUnlock {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]pendingUnlock, 0, len(p.m))
+	for u := range p.m {
+		out = append(out, u)
+	}
+	return out
 }
 
 // dropCaches makes the next reads of n go to the server: its cached
@@ -317,6 +401,8 @@ type lockOwners struct {
 type releaseOwner struct {
 	owner uint64
 	flock bool // RELEASE with FUSE_RELEASE_FLOCK_UNLOCK
+	// fh and node are a RELEASE's file handle and nodeid.
+	fh, node uint64
 }
 
 // Flush records in.LockOwner for the open file's Flush.
@@ -326,12 +412,15 @@ func (r *lockOwners) Flush(cancel <-chan struct{}, in *fuse.FlushIn) fuse.Status
 	return r.RawFileSystem.Flush(cancel, in)
 }
 
-// Release records the flock owner for the open file's Release.
+// Release records the flock owner, if any, and the file handle for the
+// open file's Release.
 func (r *lockOwners) Release(cancel <-chan struct{}, in *fuse.ReleaseIn) {
+	ro := releaseOwner{fh: in.Fh, node: in.NodeId}
 	if in.ReleaseFlags&fuse.FUSE_RELEASE_FLOCK_UNLOCK != 0 {
-		r.m.Store(cancel, releaseOwner{owner: in.LockOwner, flock: true})
-		defer r.m.Delete(cancel)
+		ro.owner, ro.flock = in.LockOwner, true
 	}
+	r.m.Store(cancel, ro)
+	defer r.m.Delete(cancel)
 	r.RawFileSystem.Release(cancel, in)
 }
 

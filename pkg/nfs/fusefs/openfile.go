@@ -207,8 +207,9 @@ func (f *openFile) Flush(ctx context.Context) (errno syscall.Errno) {
 	}
 	if hasOwner && !ro.flock {
 		// POSIX locks end at any close by their owner, after the
-		// writes they covered reached the server (lock.go)
-		n.dropLocks(ctx, ro.owner, false)
+		// writes they covered reached the server (lock.go); a FLUSH
+		// given up at a handover in the grace period is sent again
+		n.dropLocks(n.sys.graceWait(ctx), ro.owner, false)
 	}
 	return errno
 }
@@ -253,11 +254,13 @@ func (f *openFile) Release(ctx context.Context) syscall.Errno {
 	ro, flock := n.sys.owners.ownerOf(ctx)
 	if owners := f.lockOwnerList(); len(owners) > 0 || flock && ro.flock {
 		lctx, op := n.sys.call(ctx)
+		// an unlock waiting out the server's grace period is carried
+		// by a handover (releaseGraceWait)
 		if flock && ro.flock {
-			n.dropLocks(lctx, ro.owner, true) // flock locks end at the last close of their open file
+			n.dropLocks(n.sys.releaseGraceWait(lctx, n.fh, ro.owner, ro), ro.owner, true) // flock locks end at the last close of their open file
 		}
 		for _, o := range owners {
-			n.dropLocks(lctx, o, false) // and so do its open file description locks
+			n.dropLocks(n.sys.releaseGraceWait(lctx, n.fh, o, ro), o, false) // and so do its open file description locks
 		}
 		op.done()
 	}

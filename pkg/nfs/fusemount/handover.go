@@ -2,14 +2,17 @@ package fusemount
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/klog/v2"
 
+	"github.com/nfsrdma/nfsrdma-csi/pkg/fuseuring"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/fusefs"
 )
 
@@ -83,9 +86,19 @@ var (
 	}, []string{"from_version"})
 	handoverCarried = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "nfsrdma_mount_handover_carried",
-		Help: "What the last handover to this process carried, by kind: nodes (kernel nodeids), files (open file handles), locks (held NLM lock ranges), requests (held by the old process and sent again by the kernel).",
+		Help: "What the last handover to this process carried, by kind: nodes (kernel nodeids), files (open file handles), locks (held NLM lock ranges), requests (held by the old process, or read by a process that died, and sent again by the kernel).",
 	}, []string{"kind"})
+	handoverResent = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "nfsrdma_mount_handover_resent",
+		Help: "What became of the requests the kernel sent again (FUSE_NOTIFY_RESEND) after the last handover or recovery to this process, by result: handled (read by the old or dead process, handled here), joined (a copy of a request this process was handling, answered by its reply), replayed (a copy of one it had answered, answered by the reply the kernel refused), dropped (refused replies that could not be kept: their copies were handled again).",
+	}, []string{"result"})
 )
+
+// resentWait bounds the wait for the kernel's copies of the requests
+// sent again after a handover or recovery (they are read within
+// milliseconds of the resend; the planned handover's resend waits for
+// the old process to exit).
+const resentWait = 5 * time.Minute
 
 // handoverMetrics returns the collector of this process's handovers and
 // of the binary serving the mount (nfsrdma_mount_binary_info).
@@ -96,7 +109,7 @@ func handoverMetrics(version string) prometheus.Collector {
 		ConstLabels: prometheus.Labels{"version": version},
 	})
 	info.Set(1)
-	return collectors{info, handoverTotal, handoverPause, handoverCarried}
+	return collectors{info, handoverTotal, handoverPause, handoverCarried, handoverResent}
 }
 
 // collectors is several collectors as one.
@@ -130,6 +143,55 @@ func recordHandover(dir, direction string, st fusefs.HandoverStats, err error) {
 		handoverCarried.WithLabelValues("locks").Set(float64(st.Locks))
 		handoverCarried.WithLabelValues("requests").Set(float64(st.Held))
 	}
-	klog.InfoS("mount: handover done", "dir", dir, "direction", direction, "from_version", st.From, "to_version", st.To,
-		"paused", st.Paused, "nodes", st.Nodes, "files", st.Files, "locks", st.Locks, "requests_carried", st.Held)
+	kv := []any{"dir", dir, "direction", direction, "from_version", st.From, "to_version", st.To,
+		"paused", st.Paused, "nodes", st.Nodes, "files", st.Files, "locks", st.Locks, "requests_carried", st.Held}
+	if direction == "recover" {
+		setResent(st.Resent)
+		kv = append(kv, resentKV(st.Resent)...)
+	}
+	klog.InfoS("mount: handover done", kv...)
+}
+
+// setResent sets nfsrdma_mount_handover_resent.
+func setResent(rs fuseuring.ResendStats) {
+	handoverResent.WithLabelValues("handled").Set(float64(rs.Handled))
+	handoverResent.WithLabelValues("joined").Set(float64(rs.Joined))
+	handoverResent.WithLabelValues("replayed").Set(float64(rs.Replayed))
+	handoverResent.WithLabelValues("dropped").Set(float64(rs.Dropped))
+}
+
+func resentKV(rs fuseuring.ResendStats) []any {
+	return []any{"resent_handled", rs.Handled, "resent_joined", rs.Joined, "resent_replayed", rs.Replayed, "resent_dropped", rs.Dropped}
+}
+
+// recordRecovery records the recovery of dir by m (fusefs.Recover) once
+// the requests the kernel sent again are read (at most resentWait): the
+// requests carried are those copies.
+func recordRecovery(ctx context.Context, dir string, m *fusefs.Mount, st fusefs.HandoverStats) {
+	wctx, cancel := context.WithTimeout(ctx, resentWait)
+	defer cancel()
+	rs, err := m.Resent(wctx)
+	switch {
+	case errors.Is(err, fuseuring.ErrNoResend):
+		klog.InfoS("mount: the kernel sent nothing again: requests the dead process read stay unanswered", "dir", dir)
+	case err != nil:
+		klog.ErrorS(err, "mount: requests sent again after the recovery not all read; counted so far", "dir", dir)
+	}
+	st.Resent = rs
+	st.Held = int64(rs.Handled + rs.Joined + rs.Replayed)
+	recordHandover(dir, "recover", st, nil)
+}
+
+// recordResent logs and sets what became of the requests the kernel sent
+// again after m took the mount over (fusefs.Adopt), once they are read.
+func recordResent(ctx context.Context, dir string, m *fusefs.Mount) {
+	wctx, cancel := context.WithTimeout(ctx, resentWait)
+	defer cancel()
+	rs, err := m.Resent(wctx)
+	if err != nil {
+		klog.ErrorS(err, "mount: requests sent again after the handover not known", "dir", dir)
+		return
+	}
+	setResent(rs)
+	klog.InfoS("mount: requests sent again after the handover read", append([]any{"dir", dir}, resentKV(rs)...)...)
 }

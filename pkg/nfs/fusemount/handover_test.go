@@ -29,6 +29,7 @@ import (
 	"github.com/nfsrdma/nfsrdma-csi/pkg/fuseuring"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/client"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/mountopts"
+	nlmproto "github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nlm"
 	"golang.org/x/sys/unix"
 )
 
@@ -485,6 +486,112 @@ func TestHandoverBlockedLock(t *testing.T) {
 	logHandovers(t, p0, p1)
 }
 
+// Lock calls waiting out the lock server's grace period (the client
+// asks again every 5 s, as Linux) when a handover starts: the handover
+// does not wait for them (its drain would wait until the grace period
+// ends, or time out).
+//   - setlk: a non-blocking F_SETLK; the old process gives the call up,
+//     the kernel sends the request again to the successor, which asks
+//     again and is granted the lock once the grace period is over.
+//   - release: the unlock of a flock lock at the close of its file (the
+//     RELEASE), which the kernel cannot send again usefully (go-fuse has
+//     forgotten the open file): the handover carries it, and the
+//     successor unlocks once the grace period is over.
+func TestHandoverLockInGrace(t *testing.T) {
+	for _, name := range []string{"setlk", "release"} {
+		t.Run(name, func(t *testing.T) {
+			testenv.NeedRootFUSE(t)
+			e := exporttest.Start(t, exporttest.Options{Node: "n"})
+			nlm := lockdtest.Start(t)
+			nlm.Grace = 10 * time.Second
+			h := newHandoverEnvExport(t, e, e.TCPOptions()+",lockport="+strconv.Itoa(nlm.Port))
+			if err := os.WriteFile(filepath.Join(h.root, "f"), make([]byte, 1000), 0o666); err != nil {
+				t.Fatal(err)
+			}
+			p0 := startMount(t, h.cfg(0, "v0"))
+			holder := startLocker(t, filepath.Join(h.dir, "f"))
+			if name == "setlk" {
+				holder.must(t, "setlk w 0 10", "ok")
+			} else {
+				holder.must(t, "flock ex nb", "ok")
+			}
+			// a client that locked: a grace period follows a restart
+			nlm.Restart()
+			var waiter *locker
+			proc := uint32(nlmproto.ProcUnlock)
+			if name == "setlk" {
+				waiter = startLocker(t, filepath.Join(h.dir, "f"))
+				waiter.send(t, "setlk w 100 10")
+				proc = nlmproto.ProcLock
+			} else {
+				holder.must(t, "close", "ok") // the RELEASE follows
+			}
+			refused := func() bool {
+				for _, c := range nlm.Calls() {
+					if c.Proc == proc && !c.Reclaim && c.Stat == nlmproto.DeniedGracePeriod {
+						return true
+					}
+				}
+				return false
+			}
+			for deadline := time.Now().Add(10 * time.Second); !refused(); {
+				if time.Now().After(deadline) {
+					t.Fatalf("no call %d refused for the grace period: %+v", proc, nlm.Calls())
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			t0 := time.Now()
+			p1 := startMount(t, h.cfg(1, "v1"))
+			if err := p0.wait(t, 60*time.Second); err != nil {
+				t.Fatalf("old mount process: %v", err)
+			}
+			took := time.Since(t0)
+			if left := nlm.GraceRemaining(); left <= 0 {
+				t.Fatalf("the handover took %v, until the grace period ended: it waited for the lock call", took)
+			}
+			if !strings.Contains(p0.log.String(), "handed over") {
+				t.Fatalf("no handover in the old process's log:\n%s", p0.log.String())
+			}
+			if name == "setlk" {
+				if a, ok := waiter.answer(0); ok {
+					t.Fatalf("the waiter was answered %q in the grace period", a)
+				}
+				a, ok := waiter.answer(30 * time.Second)
+				if !ok || a != "ok" {
+					t.Fatalf("the waiter after the grace period: %q %v", a, ok)
+				}
+				if left := nlm.GraceRemaining(); left > 0 {
+					t.Fatalf("the waiter was granted the lock %v before the grace period's end", left)
+				}
+				var granted bool
+				for _, rs := range nlm.HeldBy() {
+					for _, r := range rs {
+						granted = granted || r.Start == 100 && r.End == 109 && r.Exclusive
+					}
+				}
+				if !granted {
+					t.Fatalf("the server's locks: %v; want 100-109 held", nlm.HeldBy())
+				}
+			} else {
+				if len(nlm.HeldBy()) == 0 {
+					t.Fatal("the flock lock was not reclaimed in the grace period")
+				}
+				for deadline := time.Now().Add(30 * time.Second); len(nlm.HeldBy()) != 0; {
+					if time.Now().After(deadline) {
+						t.Fatalf("the server's locks 30 s after the handover: %v; want the closed file's unlocked", nlm.HeldBy())
+					}
+					time.Sleep(50 * time.Millisecond)
+				}
+				// another process locks the file
+				other := startLocker(t, filepath.Join(h.dir, "f"))
+				other.must(t, "flock ex nb", "ok")
+			}
+			t.Logf("handover with a lock call waiting out the grace period took %v (process start included)", took)
+			logHandovers(t, p0, p1)
+		})
+	}
+}
+
 // One large write (1 GiB; 64 MiB with -short) of a single write(2) then
 // fsync, over TCP and over RPC-over-RDMA (software iWARP), with a
 // handover in the middle: the write returns the whole size, the server
@@ -796,7 +903,8 @@ func TestRecoverLostWrite(t *testing.T) {
 			cfg.HandoverSocket, cfg.FD, cfg.MapFile = "", 4, filepath.Join(t.TempDir(), "map")
 			p0 := startMount(t, cfg, fuse)
 			cfg.Recover, cfg.Version = true, "v1"
-			_, recovered := startMountLater(t, cfg, true, fuse)
+			cfg.MetricsSocket = filepath.Join(t.TempDir(), "metrics.sock")
+			p1, recovered := startMountLater(t, cfg, true, fuse)
 			f, err := os.Create(filepath.Join(h.dir, "f"))
 			if err != nil {
 				t.Fatal(err)
@@ -863,6 +971,65 @@ func TestRecoverLostWrite(t *testing.T) {
 			if err := f.Sync(); err != nil {
 				t.Fatalf("second fsync after the recovery: %v", err)
 			}
+			checkRecoveryReport(t, p1, cfg.MetricsSocket, inFlight)
 		})
 	}
+}
+
+// checkRecoveryReport checks the recovering process's "handover done"
+// line and metrics: the requests the kernel sent again (at least one
+// when a request was in flight at the kill, the FSYNC) are the requests
+// carried, handled by it.
+func checkRecoveryReport(t *testing.T, p *mountProc, sock string, inFlight bool) {
+	t.Helper()
+	var line string
+	for deadline := time.Now().Add(10 * time.Second); line == ""; {
+		for _, l := range strings.Split(p.log.String(), "\n") {
+			if strings.Contains(l, `"mount: handover done"`) && strings.Contains(l, `direction="recover"`) {
+				line = l
+			}
+		}
+		if line == "" && time.Now().After(deadline) {
+			t.Fatalf("no handover line of the recovery:\n%s", p.log.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Logf("recovering process: %s", line)
+	carried := -1
+	if _, after, ok := strings.Cut(line, "requests_carried="); ok {
+		carried, _ = strconv.Atoi(strings.Fields(after)[0])
+	}
+	handled := -1
+	if _, after, ok := strings.Cut(line, "resent_handled="); ok {
+		handled, _ = strconv.Atoi(strings.Fields(after)[0])
+	}
+	if inFlight && (carried < 1 || handled != carried) {
+		t.Errorf("requests_carried=%d resent_handled=%d with an FSYNC in flight at the kill; want at least 1, all handled", carried, handled)
+	}
+	if !strings.Contains(line, `from_version="crashed"`) || !strings.Contains(line, "paused=") {
+		t.Errorf("recovery line without its version or pause: %s", line)
+	}
+	body := scrape(t, sock)
+	metric := func(name string) int {
+		for _, l := range strings.Split(body, "\n") {
+			if v, ok := strings.CutPrefix(l, name+" "); ok {
+				f, err := strconv.ParseFloat(v, 64)
+				if err == nil {
+					return int(f)
+				}
+			}
+		}
+		t.Errorf("no metric %s in:\n%s", name, body)
+		return -1
+	}
+	if got := metric(`nfsrdma_mount_handover_carried{kind="requests"}`); got != carried {
+		t.Errorf("nfsrdma_mount_handover_carried{kind=\"requests\"} %d, the log says %d", got, carried)
+	}
+	if got := metric(`nfsrdma_mount_handover_resent{result="handled"}`); got != handled {
+		t.Errorf("nfsrdma_mount_handover_resent{result=\"handled\"} %d, the log says %d", got, handled)
+	}
+	if got := metric(`nfsrdma_mount_handovers_total{direction="recover",result="ok"}`); got != 1 {
+		t.Errorf("nfsrdma_mount_handovers_total{direction=\"recover\",result=\"ok\"} %d, want 1", got)
+	}
+	metric(`nfsrdma_mount_handover_pause_seconds{from_version="crashed"}`)
 }

@@ -10,11 +10,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
 
 	"github.com/nfsrdma/nfsrdma-csi/pkg/metrics"
@@ -97,7 +99,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.NodeLockSocket != "" {
 		client.UseNodeCallbacks(cfg.NodeLockSocket)
 	}
-	m, mm, err := mount(ctx, cfg)
+	m, mm, err := mount(ctx, cfg, time.Now())
 	ready(cfg.ReadyFD, err)
 	if err != nil {
 		return err
@@ -137,6 +139,9 @@ func Run(ctx context.Context, cfg Config) error {
 			// conn stays open until the process exits: its end tells
 			// the successor that no request can be read here any
 			// more, so that the kernel may send again those held
+			// (a duplicate of its descriptor, which no finalizer
+			// closes while this process still reads requests)
+			keepOpen(conn)
 			recordHandover(cfg.Dir, "from", st, nil)
 			// the successor serves the connection: exit without
 			// unmounting, unlocking or UMNT
@@ -145,6 +150,19 @@ func Run(ctx context.Context, cfg Config) error {
 			return unmount(cfg, m, done, timeout)
 		}
 	}
+}
+
+// keepOpen duplicates c's descriptor (close-on-exec) and never closes
+// the duplicate: c's socket stays open until the process exits, whatever
+// becomes of c.
+func keepOpen(c *net.UnixConn) {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return
+	}
+	_ = rc.Control(func(fd uintptr) {
+		_, _ = unix.FcntlInt(fd, unix.F_DUPFD_CLOEXEC, 3)
+	})
 }
 
 // unmount ends the mount once ctx ended (Run).
@@ -172,8 +190,9 @@ type mountMetrics struct {
 	rdma  *rpcrdma.ClientMetrics // the RPC-over-RDMA transport (proto=rdma)
 }
 
-// mount parses the options, builds the NFS transport and mounts.
-func mount(ctx context.Context, cfg Config) (*fusefs.Mount, mountMetrics, error) {
+// mount parses the options, builds the NFS transport and mounts; start
+// is when Run started (the pause a recovery reports).
+func mount(ctx context.Context, cfg Config, start time.Time) (*fusefs.Mount, mountMetrics, error) {
 	var mm mountMetrics
 	o, err := mountopts.Parse(cfg.Options)
 	if err != nil {
@@ -202,12 +221,24 @@ func mount(ctx context.Context, cfg Config) (*fusefs.Mount, mountMetrics, error)
 	}
 	if cfg.Takeover != "" {
 		m, err := takeover(ctx, cfg, fc)
+		if err == nil {
+			go recordResent(ctx, cfg.Dir, m)
+		}
 		return m, mm, err
 	}
 	if cfg.Recover {
+		called := time.Now()
 		m, st, err := fusefs.Recover(ctx, cfg.Dir, fc)
-		recordHandover(cfg.Dir, "recover", st, err)
-		return m, mm, err
+		// the pause: from this process's Run (its flags parsed) to
+		// serving; the time from the crash to this process's start (the
+		// mounter's) is not seen here
+		st.Paused += called.Sub(start)
+		if err != nil {
+			recordHandover(cfg.Dir, "recover", st, err)
+			return nil, mm, err
+		}
+		go recordRecovery(ctx, cfg.Dir, m, st)
+		return m, mm, nil
 	}
 	m, err := fusefs.NewMount(ctx, cfg.Dir, fc)
 	return m, mm, err

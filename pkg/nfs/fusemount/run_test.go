@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -70,24 +71,7 @@ func TestRun(t *testing.T) {
 		t.Fatalf("export holds %q, %v", b, err)
 	}
 
-	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, "unix", sock)
-		}}}
-	var body string
-	for deadline := time.Now().Add(5 * time.Second); ; {
-		resp, err := hc.Get("http://mount/metrics")
-		if err == nil {
-			b, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			body = string(b)
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("metrics socket:", err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	body := scrape(t, sock)
 	for _, name := range []string{"nfsrdma_client_rpc_duration_seconds", "nfsrdma_mount_memory_limit_bytes", "nfsrdma_mount_inodes"} {
 		if !strings.Contains(body, name) {
 			t.Errorf("metrics lack %s...", name)
@@ -111,6 +95,28 @@ func TestRun(t *testing.T) {
 	}
 }
 
+// scrape returns the metrics served on the unix socket sock, waiting up
+// to 5 s for the socket.
+func scrape(t *testing.T, sock string) string {
+	t.Helper()
+	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+		}}}
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		resp, err := hc.Get("http://mount/metrics")
+		if err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			return string(b)
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("metrics socket:", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // A bad option is reported on the ready fd and returned.
 func TestRunBadOption(t *testing.T) {
 	pr, readyFD := readyPipe(t)
@@ -121,5 +127,37 @@ func TestRunBadOption(t *testing.T) {
 	line, _ := bufio.NewReader(pr).ReadString('\n')
 	if !strings.HasPrefix(line, "error: ") || !strings.Contains(line, "proto") {
 		t.Fatalf("ready line %q", line)
+	}
+}
+
+// keepOpen keeps a handed-over process's end of the handover socket open
+// after its *net.UnixConn is garbage: the successor sees no end (EOF)
+// while the process lives.
+func TestKeepOpen(t *testing.T) {
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: filepath.Join(t.TempDir(), "s"), Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	peer, err := net.DialUnix("unix", nil, l.Addr().(*net.UnixAddr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer peer.Close()
+	func() {
+		c, err := l.AcceptUnix()
+		if err != nil {
+			t.Fatal(err)
+		}
+		keepOpen(c)
+	}()
+	for range 5 {
+		runtime.GC() // the conn's finalizer closes its descriptor
+		time.Sleep(20 * time.Millisecond)
+	}
+	_ = peer.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+	var b [1]byte
+	if _, err := peer.Read(b[:]); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("read from the peer of a kept socket: %v, want a timeout (no EOF)", err)
 	}
 }
