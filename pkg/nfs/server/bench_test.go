@@ -142,41 +142,56 @@ func cpuTime(b *testing.B) time.Duration {
 func BenchmarkCreateRemove(b *testing.B) {
 	for _, uid := range []uint32{0, 1000} {
 		b.Run("uid"+strconv.Itoa(int(uid)), func(b *testing.B) {
-			root := b.TempDir()
-			if err := os.Mkdir(filepath.Join(root, "exp"), 0o755); err != nil {
-				b.Fatal(err)
-			}
-			if err := os.Chmod(filepath.Join(root, "exp"), 0o777); err != nil {
-				b.Fatal(err)
-			}
+			root := benchExportRoot(b)
 			env := startServer(b, root, []Export{{Path: "/exp"}})
 			dir, _ := mnt(b, env.client(b, true, 0, 0), "/exp")
 			benchCreateRemove(b, nfsc{b, env.client(b, false, uid, uid)}, dir)
 		})
 	}
 	b.Run("volume", func(b *testing.B) {
-		root := b.TempDir()
-		if err := os.Mkdir(filepath.Join(root, "vol"), 0o777); err != nil {
-			b.Fatal(err)
-		}
-		e := startVolEnv(b, root, b.TempDir(), false)
-		ctx := testenv.Context(b, 30*time.Second)
-		if _, err := e.adm.PutVolume(ctx, "vol", 1<<30); err != nil {
-			b.Fatal(err)
-		}
-		if err := e.adm.Grant(ctx, "vol", admin.Access{Node: "n", Addrs: []string{"127.0.0.1"}}); err != nil {
-			b.Fatal(err)
-		}
-		if err := os.Chmod(filepath.Join(root, "vol"), 0o777); err != nil {
-			b.Fatal(err)
-		}
-		dir, ms := mnt(b, e.rpcClient(b, true), "/vol")
-		if ms != mount3.OK {
-			b.Fatal("MNT /vol: ", ms)
-		}
+		e, dir := benchVolume(b)
 		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(e.nfsPort))
 		benchCreateRemove(b, nfsc{b, authSysClient(b, addr, 1000, 1000)}, dir)
 	})
+}
+
+// benchExportRoot makes a root holding an export "exp" open to every
+// user (mode 0777) and returns the root.
+func benchExportRoot(b *testing.B) string {
+	root := b.TempDir()
+	if err := os.Mkdir(filepath.Join(root, "exp"), 0o777); err != nil {
+		b.Fatal(err)
+	}
+	if err := os.Chmod(filepath.Join(root, "exp"), 0o777); err != nil {
+		b.Fatal(err)
+	}
+	return root
+}
+
+// benchVolume serves a volume export "vol" of 1 GiB, granted to
+// 127.0.0.1 and open to every user (mode 0777), and returns its env and
+// the handle of its root.
+func benchVolume(b *testing.B) (*volEnv, nfs3.FH) {
+	root := b.TempDir()
+	if err := os.Mkdir(filepath.Join(root, "vol"), 0o777); err != nil {
+		b.Fatal(err)
+	}
+	e := startVolEnv(b, root, b.TempDir(), false)
+	ctx := testenv.Context(b, 30*time.Second)
+	if _, err := e.adm.PutVolume(ctx, "vol", 1<<30); err != nil {
+		b.Fatal(err)
+	}
+	if err := e.adm.Grant(ctx, "vol", admin.Access{Node: "n", Addrs: []string{"127.0.0.1"}}); err != nil {
+		b.Fatal(err)
+	}
+	if err := os.Chmod(filepath.Join(root, "vol"), 0o777); err != nil {
+		b.Fatal(err)
+	}
+	dir, ms := mnt(b, e.rpcClient(b, true), "/vol")
+	if ms != mount3.OK {
+		b.Fatal("MNT /vol: ", ms)
+	}
+	return e, dir
 }
 
 // BenchmarkDispatchCreateRemove is BenchmarkCreateRemove's pair through
@@ -186,13 +201,7 @@ func BenchmarkCreateRemove(b *testing.B) {
 func BenchmarkDispatchCreateRemove(b *testing.B) {
 	for _, uid := range []uint32{0, 1000} {
 		b.Run("uid"+strconv.Itoa(int(uid)), func(b *testing.B) {
-			root := b.TempDir()
-			if err := os.Mkdir(filepath.Join(root, "exp"), 0o777); err != nil {
-				b.Fatal(err)
-			}
-			if err := os.Chmod(filepath.Join(root, "exp"), 0o777); err != nil {
-				b.Fatal(err)
-			}
+			root := benchExportRoot(b)
 			srv, err := New(Options{Root: root, Exports: []Export{{Path: "/exp"}}})
 			if err != nil {
 				b.Fatal(err)
@@ -204,25 +213,7 @@ func BenchmarkDispatchCreateRemove(b *testing.B) {
 		})
 	}
 	b.Run("volume", func(b *testing.B) {
-		root := b.TempDir()
-		if err := os.Mkdir(filepath.Join(root, "vol"), 0o777); err != nil {
-			b.Fatal(err)
-		}
-		e := startVolEnv(b, root, b.TempDir(), false)
-		ctx := testenv.Context(b, 30*time.Second)
-		if _, err := e.adm.PutVolume(ctx, "vol", 1<<30); err != nil {
-			b.Fatal(err)
-		}
-		if err := e.adm.Grant(ctx, "vol", admin.Access{Node: "n", Addrs: []string{"127.0.0.1"}}); err != nil {
-			b.Fatal(err)
-		}
-		if err := os.Chmod(filepath.Join(root, "vol"), 0o777); err != nil {
-			b.Fatal(err)
-		}
-		dir, ms := mnt(b, e.rpcClient(b, true), "/vol")
-		if ms != mount3.OK {
-			b.Fatal("MNT /vol: ", ms)
-		}
+		e, dir := benchVolume(b)
 		benchDispatchCreateRemove(b, e.srv, 1000, dir)
 	})
 }
