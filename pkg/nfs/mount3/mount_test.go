@@ -125,6 +125,7 @@ func TestStatus(t *testing.T) {
 		{ErrNotSupp, "MNT3ERR_NOTSUPP", syscall.EOPNOTSUPP},
 		{ErrServerFault, "MNT3ERR_SERVERFAULT", syscall.EREMOTEIO},
 		{Status(3), "MNT3ERR(3)", syscall.EIO},
+		{Status(nfs3.ErrExist), "MNT3ERR(17)", syscall.EIO}, // an nfsstat3 that mountstat3 lacks
 	}
 	for _, c := range cases {
 		if c.s.String() != c.name || c.s.Errno() != c.errno {
