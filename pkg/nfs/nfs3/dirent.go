@@ -26,18 +26,6 @@ func (e *Entry) encode(enc *xdr.Encoder) {
 	enc.Uint64(e.Cookie)
 }
 
-// decode reads the entry after its value_follows word; without keepName
-// the name is checked but not allocated (scan pass).
-func (e *Entry) decode(d *xdr.Decoder, keepName bool) {
-	e.FileID = d.Uint64()
-	if keepName {
-		e.Name = d.String(MaxNameLen)
-	} else {
-		d.Opaque(MaxNameLen)
-	}
-	e.Cookie = d.Uint64()
-}
-
 // EntryPlus is entryplus3 (RFC 1813 section 3.3.17): fileid (8 bytes),
 // name (filename3, at most MaxNameLen bytes on decode), cookie (8 bytes),
 // name_attributes (post_op_attr, 4 or 88 bytes) and name_handle
@@ -153,9 +141,10 @@ func (r *ReaddirRes) Decode(d *xdr.Decoder) error {
 	// Scan pass on a copy of the decoder: validate and count.
 	sc := *d
 	n := 0
-	var tmp Entry
 	for sc.Bool() {
-		tmp.decode(&sc, false)
+		sc.Uint64()
+		sc.Opaque(MaxNameLen)
+		sc.Uint64()
 		n++
 	}
 	sc.Bool()
@@ -167,8 +156,11 @@ func (r *ReaddirRes) Decode(d *xdr.Decoder) error {
 		entries = make([]Entry, 0, n)
 	}
 	for d.Bool() {
-		entries = append(entries, Entry{})
-		entries[len(entries)-1].decode(d, true)
+		var ent Entry
+		ent.FileID = d.Uint64()
+		ent.Name = d.String(MaxNameLen)
+		ent.Cookie = d.Uint64()
+		entries = append(entries, ent)
 	}
 	r.EOF = d.Bool()
 	if n > 0 {
