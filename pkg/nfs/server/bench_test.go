@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/nfsrdma/nfsrdma-csi/internal/testfix/testenv"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/admin"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/mount3"
@@ -122,16 +120,6 @@ func BenchmarkWrite1MiB(b *testing.B) {
 			b.Fatal(err, res.Status)
 		}
 	}
-}
-
-// cpuTime is the CPU time (user and system) the process has used, client
-// and server: on a shared machine steadier than the wall time per call.
-func cpuTime(b *testing.B) time.Duration {
-	var ru unix.Rusage
-	if err := unix.Getrusage(unix.RUSAGE_SELF, &ru); err != nil {
-		b.Fatal(err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // BenchmarkCreateRemove is a CREATE (UNCHECKED, mode 0644) and a REMOVE
@@ -281,7 +269,7 @@ func benchCreateRemove(b *testing.B, n nfsc, dir nfs3.FH) {
 		Results: func(d *xdr.Decoder, _ int) error { return rres.Decode(d) }}
 	b.ReportAllocs()
 	b.ResetTimer()
-	cpu0 := cpuTime(b)
+	cpu0 := testenv.CPUTime(b)
 	for b.Loop() {
 		if err := n.c.Call(ctx, create); err != nil || cres.Status != nfs3.OK {
 			b.Fatal("CREATE: ", err, cres.Status)
@@ -290,5 +278,5 @@ func benchCreateRemove(b *testing.B, n nfsc, dir nfs3.FH) {
 			b.Fatal("REMOVE: ", err, rres.Status)
 		}
 	}
-	b.ReportMetric(float64(cpuTime(b)-cpu0)/float64(b.N), "cpu-ns/op")
+	b.ReportMetric(float64(testenv.CPUTime(b)-cpu0)/float64(b.N), "cpu-ns/op")
 }

@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nfsrdma/nfsrdma-csi/internal/testfix/testenv"
 )
 
 // BenchmarkSendFromFile compares, over loopback TCP from a file on tmpfs
@@ -63,8 +65,7 @@ func BenchmarkSendFromFile(b *testing.B) {
 			buf := make([]byte, chunk)
 			hdr := make([]byte, 128)
 			b.SetBytes(chunk)
-			var r0, r1 unix.Rusage
-			unix.Getrusage(unix.RUSAGE_SELF, &r0)
+			cpu0 := testenv.CPUTime(b)
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				off := int64(i%(size/chunk)) * chunk
@@ -85,9 +86,7 @@ func BenchmarkSendFromFile(b *testing.B) {
 			c.Close()
 			<-done
 			b.StopTimer()
-			unix.Getrusage(unix.RUSAGE_SELF, &r1)
-			cpu := float64(r1.Utime.Nano()+r1.Stime.Nano()-r0.Utime.Nano()-r0.Stime.Nano()) / 1e9
-			b.ReportMetric(cpu/(float64(b.N)*chunk/(1<<30)), "cpu-s/GiB")
+			testenv.ReportCPUPerGiB(b, cpu0, float64(b.N)*chunk)
 		})
 	}
 }

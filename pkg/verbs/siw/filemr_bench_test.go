@@ -7,6 +7,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/nfsrdma/nfsrdma-csi/internal/testfix/testenv"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/verbs"
 )
 
@@ -45,8 +46,7 @@ func BenchmarkWriteFromFile(b *testing.B) {
 			}
 			defer fmr.Close()
 			b.SetBytes(chunk)
-			var r0, r1 unix.Rusage
-			unix.Getrusage(unix.RUSAGE_SELF, &r0)
+			cpu0 := testenv.CPUTime(b)
 			n := 0
 			for b.Loop() {
 				off := (n % (size / chunk)) * chunk
@@ -64,9 +64,7 @@ func BenchmarkWriteFromFile(b *testing.B) {
 				wantOK(b, waitWC(b, c.scq), verbs.WCRDMAWrite)
 				n++
 			}
-			unix.Getrusage(unix.RUSAGE_SELF, &r1)
-			cpu := float64(r1.Utime.Nano()+r1.Stime.Nano()-r0.Utime.Nano()-r0.Stime.Nano()) / 1e9
-			b.ReportMetric(cpu/(float64(n)*chunk/(1<<30)), "cpu-s/GiB")
+			testenv.ReportCPUPerGiB(b, cpu0, float64(n)*chunk)
 		})
 	}
 }
