@@ -3,8 +3,6 @@ package server
 import (
 	"io"
 	"net"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -18,24 +16,11 @@ import (
 // (user+system, rusage; sender and receiver are both in it) per GiB sent.
 func BenchmarkSendFromFile(b *testing.B) {
 	const chunk, size = 1 << 20, 64 << 20
-	dir := "/dev/shm"
-	if _, err := os.Stat(dir); err != nil {
-		dir = b.TempDir()
-	}
-	name := filepath.Join(dir, "sendfromfile.bench")
-	defer os.Remove(name)
 	data := make([]byte, size)
 	for i := range data {
 		data[i] = byte(i * 7)
 	}
-	if err := os.WriteFile(name, data, 0o600); err != nil {
-		b.Fatal(err)
-	}
-	f, err := os.Open(name)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer f.Close()
+	f := testenv.TmpfsFile(b, data)
 	m, err := unix.Mmap(int(f.Fd()), 0, size, unix.PROT_READ, unix.MAP_SHARED)
 	if err != nil {
 		b.Fatal(err)

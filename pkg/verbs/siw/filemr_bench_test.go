@@ -1,8 +1,6 @@
 package siw
 
 import (
-	"os"
-	"path/filepath"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -19,22 +17,9 @@ import (
 // connection are in it) per GiB written.
 func BenchmarkWriteFromFile(b *testing.B) {
 	const chunk, size = 1 << 20, 64 << 20
-	dir := "/dev/shm"
-	if _, err := os.Stat(dir); err != nil {
-		dir = b.TempDir()
-	}
-	name := filepath.Join(dir, "siw-writefromfile.bench")
-	defer os.Remove(name)
 	data := make([]byte, size)
 	fill(data, 3)
-	if err := os.WriteFile(name, data, 0o600); err != nil {
-		b.Fatal(err)
-	}
-	f, err := os.Open(name)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer f.Close()
+	f := testenv.TmpfsFile(b, data)
 	for _, mode := range []string{"pread", "mapping"} {
 		b.Run(mode, func(b *testing.B) {
 			c, s := pair(b, Config{}, Config{}, verbs.QPAttr{}, nil)
