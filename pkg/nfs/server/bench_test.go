@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/nfsrdma/nfsrdma-csi/internal/testfix/testenv"
-	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/admin"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/mount3"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nfs3"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
@@ -164,14 +163,7 @@ func benchVolume(b *testing.B) (*volEnv, nfs3.FH) {
 	if err := os.Mkdir(filepath.Join(root, "vol"), 0o777); err != nil {
 		b.Fatal(err)
 	}
-	e := startVolEnv(b, root, b.TempDir(), false)
-	ctx := testenv.Context(b, 30*time.Second)
-	if _, err := e.adm.PutVolume(ctx, "vol", 1<<30); err != nil {
-		b.Fatal(err)
-	}
-	if err := e.adm.Grant(ctx, "vol", admin.Access{Node: "n", Addrs: []string{"127.0.0.1"}}); err != nil {
-		b.Fatal(err)
-	}
+	e := startVolume(b, root, b.TempDir(), false, 1<<30, "n")
 	if err := os.Chmod(filepath.Join(root, "vol"), 0o777); err != nil {
 		b.Fatal(err)
 	}
