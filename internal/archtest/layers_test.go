@@ -49,7 +49,7 @@ var layers = []layer{
 	{name: "binary", pkgs: []string{"cmd/driver"}},
 	{name: "test fixtures", sameLayer: true, pkgs: []string{"internal/testfix/testenv", "internal/testfix/rpctest",
 		"internal/testfix/lockdtest", "internal/testfix/exporttest", "internal/testfix/kernelpeer",
-		"internal/testfix/kernelpeer/fcntllock", "internal/testfix/fsyncwriter", "internal/testfix/testpki", "internal/testfix/tlspeer", "internal/testfix/wakeups"}},
+		"internal/testfix/kernelpeer/fcntllock", "internal/testfix/fsyncwriter", "internal/testfix/testpki", "internal/testfix/tlspeer", "internal/testfix/wakeups", "internal/testfix/xdrtest"}},
 	{name: "tests", pkgs: []string{"internal/archtest", "deploy", "test/e2e", "test/node", "test/node/nfsprobe"}},
 }
 

@@ -2,6 +2,7 @@ package rpcrdma
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/nfsrdma/nfsrdma-csi/pkg/xdr"
 )
@@ -215,4 +216,96 @@ func (r *listReader) segments(dst []Segment) ([]Segment, error) {
 	}
 	r.total += int(count)
 	return dst, nil
+}
+
+// segmentWraps reports whether a segment runs past the 64-bit address
+// space: its last byte, Offset+Length-1, does not fit in 64 bits.
+func segmentWraps(s Segment) bool {
+	return s.Length > 0 && s.Offset > math.MaxUint64-uint64(s.Length-1)
+}
+
+// checkChunks reports why h's chunk lists must not be sent, or nil (an
+// error wrapping ErrInvalid): a read position that is not a multiple of 4
+// or that is smaller than the one before it (RFC 8166 section 3.4.5; the
+// draft, section 4.5.1.1), or a segment whose Offset+Length wraps past
+// 2^64.
+func (h *Header) checkChunks() error {
+	var prev uint32
+	for i, r := range h.Reads {
+		if r.Position%4 != 0 {
+			return headerErr(ErrInvalid, 0, "read segment %d: position %d not a multiple of 4 (RFC 8166 section 3.4.5)", i, r.Position)
+		}
+		if r.Position < prev {
+			return headerErr(ErrInvalid, 0, "read segment %d: position %d after %d", i, r.Position, prev)
+		}
+		prev = r.Position
+		if segmentWraps(r.Segment) {
+			return headerErr(ErrInvalid, 0, "read segment %d: offset+length wraps", i)
+		}
+	}
+	for i, w := range h.Writes {
+		for _, s := range w {
+			if segmentWraps(s) {
+				return headerErr(ErrInvalid, 0, "write chunk %d: offset+length wraps", i)
+			}
+		}
+	}
+	for _, s := range h.Reply {
+		if segmentWraps(s) {
+			return headerErr(ErrInvalid, 0, "reply chunk: offset+length wraps")
+		}
+	}
+	return nil
+}
+
+// appendSegment appends a plain segment (HLOO: handle, length, offset).
+func appendSegment(b []byte, s Segment) []byte {
+	b = be.AppendUint32(b, s.Handle)
+	b = be.AppendUint32(b, s.Length)
+	return be.AppendUint64(b, s.Offset)
+}
+
+// appendSegments appends a counted array of plain segments (a Write or
+// Reply chunk).
+func appendSegments(b []byte, segs []Segment) []byte {
+	b = be.AppendUint32(b, uint32(len(segs)))
+	for _, s := range segs {
+		b = appendSegment(b, s)
+	}
+	return b
+}
+
+// appendReadList appends the Read segments of reads at the positions
+// want takes (all of them for version 1's Read list; position 0 for the
+// draft's rdma_call, the others for its rdma_reads), each after a TRUE
+// value_follows, and the FALSE that ends the list.
+func appendReadList(dst []byte, reads []ReadSegment, want positions) []byte {
+	for _, r := range reads {
+		if want == anyPosition || (r.Position == 0) == (want == zeroPosition) {
+			dst = be.AppendUint32(dst, 1)
+			dst = be.AppendUint32(dst, r.Position)
+			dst = appendSegment(dst, r.Segment)
+		}
+	}
+	return be.AppendUint32(dst, 0)
+}
+
+// appendWriteList appends h's Write list: each chunk after a TRUE
+// value_follows, then the FALSE that ends the list.
+func (h *Header) appendWriteList(dst []byte) []byte {
+	for _, w := range h.Writes {
+		dst = be.AppendUint32(dst, 1)
+		dst = appendSegments(dst, w)
+	}
+	return be.AppendUint32(dst, 0)
+}
+
+// appendReplyChunk appends h's optional Reply chunk: FALSE when it has
+// none, else TRUE and the chunk.
+func (h *Header) appendReplyChunk(dst []byte) []byte {
+	if !h.hasReply() {
+		return be.AppendUint32(dst, 0)
+	}
+	dst = be.AppendUint32(dst, 1)
+	return appendSegments(dst, h.Reply)
 }

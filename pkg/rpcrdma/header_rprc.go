@@ -144,18 +144,11 @@ func (h *Header) checkRPRC() error {
 		return headerErr(ErrInvalid, 16, "RDMA2_REPLY_READ needs a Read chunk and has no Reply chunk")
 	}
 	for i, r := range h.Reads {
-		if r.Position != 0 || segmentWraps(r.Segment) {
-			return headerErr(ErrInvalid, 0, "read segment %d: position %d, or offset+length wraps", i, r.Position)
+		if r.Position != 0 {
+			return headerErr(ErrInvalid, 0, "read segment %d: position %d, not 0", i, r.Position)
 		}
 	}
-	for i, w := range h.Writes {
-		for _, s := range w {
-			if segmentWraps(s) {
-				return headerErr(ErrInvalid, 0, "write chunk %d: offset+length wraps", i)
-			}
-		}
-	}
-	return nil
+	return h.checkChunks()
 }
 
 // appendRPRC appends the body of an RDMA2_REPLY_READ or RDMA2_DONE.
@@ -165,7 +158,7 @@ func (h *Header) appendRPRC(dst []byte) []byte {
 	}
 	dst = be.AppendUint32(dst, h.InvHandle)
 	dst = h.appendWriteList(dst)
-	return appendReadList(dst, h.Reads, true)
+	return appendReadList(dst, h.Reads, zeroPosition)
 }
 
 // appendDone appends an RDMA2_DONE for the Read chunk of reply xid whose

@@ -3,7 +3,6 @@ package rpcrdma
 import (
 	"encoding/binary"
 	"fmt"
-	"math"
 	"slices"
 
 	"github.com/nfsrdma/nfsrdma-csi/pkg/xdr"
@@ -271,12 +270,6 @@ func (h *Header) Len() int {
 	return FixedLen
 }
 
-// segmentWraps reports whether a segment runs past the 64-bit address
-// space: its last byte, Offset+Length-1, does not fit in 64 bits.
-func segmentWraps(s Segment) bool {
-	return s.Length > 0 && s.Offset > math.MaxUint64-uint64(s.Length-1)
-}
-
 // check reports why h must not be sent, or nil.
 func (h *Header) check() error {
 	switch h.Proc {
@@ -291,49 +284,13 @@ func (h *Header) check() error {
 	default:
 		return headerErr(ErrInvalid, 12, "unknown rdma_proc %d", uint32(h.Proc))
 	}
-	var prev uint32
-	for i, r := range h.Reads {
-		if r.Position%4 != 0 {
-			return headerErr(ErrInvalid, 0, "read segment %d: position %d not a multiple of 4 (RFC 8166 section 3.4.5)", i, r.Position)
-		}
-		if r.Position < prev {
-			return headerErr(ErrInvalid, 0, "read segment %d: position %d after %d", i, r.Position, prev)
-		}
-		prev = r.Position
-		if segmentWraps(r.Segment) {
-			return headerErr(ErrInvalid, 0, "read segment %d: offset+length wraps", i)
-		}
-	}
-	for i, w := range h.Writes {
-		for _, s := range w {
-			if segmentWraps(s) {
-				return headerErr(ErrInvalid, 0, "write chunk %d: offset+length wraps", i)
-			}
-		}
-	}
-	for _, s := range h.Reply {
-		if segmentWraps(s) {
-			return headerErr(ErrInvalid, 0, "reply chunk: offset+length wraps")
-		}
+	if err := h.checkChunks(); err != nil {
+		return err
 	}
 	if h.Proc == ProcNoMsg && len(h.PositionZero()) == 0 && !h.hasReply() {
 		return headerErr(ErrInvalid, 12, "RDMA_NOMSG needs a Position Zero Read chunk or a Reply chunk to hold the Payload stream (RFC 8166 section 4.2.4)")
 	}
 	return nil
-}
-
-func appendSegment(b []byte, s Segment) []byte {
-	b = be.AppendUint32(b, s.Handle)
-	b = be.AppendUint32(b, s.Length)
-	return be.AppendUint64(b, s.Offset)
-}
-
-func appendSegments(b []byte, segs []Segment) []byte {
-	b = be.AppendUint32(b, uint32(len(segs)))
-	for _, s := range segs {
-		b = appendSegment(b, s)
-	}
-	return b
 }
 
 // Encode appends h's encoding (RFC 8166 section 4.1.2) to dst and returns
@@ -371,24 +328,9 @@ func (h *Header) Encode(dst []byte) ([]byte, error) {
 		}
 		return dst, nil
 	}
-	for _, r := range h.Reads {
-		dst = be.AppendUint32(dst, 1)
-		dst = be.AppendUint32(dst, r.Position)
-		dst = appendSegment(dst, r.Segment)
-	}
-	dst = be.AppendUint32(dst, 0)
-	for _, w := range h.Writes {
-		dst = be.AppendUint32(dst, 1)
-		dst = appendSegments(dst, w)
-	}
-	dst = be.AppendUint32(dst, 0)
-	if h.hasReply() {
-		dst = be.AppendUint32(dst, 1)
-		dst = appendSegments(dst, h.Reply)
-	} else {
-		dst = be.AppendUint32(dst, 0)
-	}
-	return dst, nil
+	dst = appendReadList(dst, h.Reads, anyPosition)
+	dst = h.appendWriteList(dst)
+	return h.appendReplyChunk(dst), nil
 }
 
 // Decode reads a transport header from the start of msg into h, reusing

@@ -329,56 +329,7 @@ func (h *Header) check2() error {
 	if (h.HType == HTypeCallInline || h.HType == HTypeCallSDDP) && len(h.PositionZero()) != 0 {
 		return headerErr(ErrInvalid, 16, "RDMA2_CALL_INLINE with a Position-zero Read chunk (section 6.3.7)")
 	}
-	var prev uint32
-	for i, r := range h.Reads {
-		if r.Position%4 != 0 || r.Position < prev {
-			return headerErr(ErrInvalid, 0, "read segment %d: position %d", i, r.Position)
-		}
-		prev = r.Position
-		if segmentWraps(r.Segment) {
-			return headerErr(ErrInvalid, 0, "read segment %d: offset+length wraps", i)
-		}
-	}
-	for i, w := range h.Writes {
-		for _, s := range w {
-			if segmentWraps(s) {
-				return headerErr(ErrInvalid, 0, "write chunk %d: offset+length wraps", i)
-			}
-		}
-	}
-	for _, s := range h.Reply {
-		if segmentWraps(s) {
-			return headerErr(ErrInvalid, 0, "reply chunk: offset+length wraps")
-		}
-	}
-	return nil
-}
-
-func appendReadList(dst []byte, reads []ReadSegment, zero bool) []byte {
-	for _, r := range reads {
-		if (r.Position == 0) == zero {
-			dst = be.AppendUint32(dst, 1)
-			dst = be.AppendUint32(dst, r.Position)
-			dst = appendSegment(dst, r.Segment)
-		}
-	}
-	return be.AppendUint32(dst, 0)
-}
-
-func (h *Header) appendWriteList(dst []byte) []byte {
-	for _, w := range h.Writes {
-		dst = be.AppendUint32(dst, 1)
-		dst = appendSegments(dst, w)
-	}
-	return be.AppendUint32(dst, 0)
-}
-
-func (h *Header) appendReplyChunk(dst []byte) []byte {
-	if !h.hasReply() {
-		return be.AppendUint32(dst, 0)
-	}
-	dst = be.AppendUint32(dst, 1)
-	return appendSegments(dst, h.Reply)
+	return h.checkChunks()
 }
 
 // encode2 appends a version 2 header (the draft, section 8.4): the
@@ -398,9 +349,9 @@ func (h *Header) encode2(dst []byte) ([]byte, error) {
 	case HTypeCallInline, HTypeCallExternal, HTypeCallSDDP:
 		dst = be.AppendUint32(dst, h.InvHandle)
 		if h.HType == HTypeCallExternal {
-			dst = appendReadList(dst, h.Reads, true)
+			dst = appendReadList(dst, h.Reads, zeroPosition)
 		}
-		dst = appendReadList(dst, h.Reads, false)
+		dst = appendReadList(dst, h.Reads, dataPosition)
 		dst = h.appendWriteList(dst)
 		dst = h.appendReplyChunk(dst)
 		if h.HType == HTypeCallSDDP {

@@ -12,7 +12,6 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"errors"
-	"math/big"
 	"net"
 	"os"
 	"path/filepath"
@@ -33,6 +32,7 @@ import (
 	"k8s.io/client-go/util/cert"
 
 	"github.com/nfsrdma/nfsrdma-csi/internal/testfix/testenv"
+	"github.com/nfsrdma/nfsrdma-csi/internal/testfix/testpki"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/csi/nodecert"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/admin"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/client"
@@ -417,27 +417,10 @@ func writeExpired(t *testing.T, ca *nodecert.CA, file string) {
 // 127.0.0.1) and returns their files.
 func serverCertificate(t *testing.T, dir string) (caFile, certFile, keyFile string) {
 	t.Helper()
-	ca, caPEM, _, err := nodecert.NewCA("e2e server CA", time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "e2e export server"},
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, NotBefore: time.Now().Add(-time.Minute), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, &key.PublicKey, ca.Key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kder, _ := x509.MarshalPKCS8PrivateKey(key)
-	caFile, certFile, keyFile = filepath.Join(dir, "server-ca.pem"), filepath.Join(dir, "server.pem"), filepath.Join(dir, "server-key.pem")
-	for f, b := range map[string][]byte{caFile: caPEM, certFile: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
-		keyFile: pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kder})} {
-		if err := os.WriteFile(f, b, 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return caFile, certFile, keyFile
+	ca := testpki.New(t, dir, "e2e-server")
+	certFile, keyFile = ca.Issue(t, "e2e-export-server", []net.IP{net.IPv4(127, 0, 0, 1)}, x509.ExtKeyUsageServerAuth,
+		time.Now().Add(-time.Minute), time.Now().Add(time.Hour))
+	return ca.File, certFile, keyFile
 }
 
 // startExportServer serves a volume "vol" granted to node A by name only

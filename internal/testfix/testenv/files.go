@@ -17,3 +17,27 @@ func MustWrite(t testing.TB, path string, data []byte) {
 		t.Fatal(err)
 	}
 }
+
+// TmpfsFile writes data to a new file on tmpfs (in a directory of its own
+// under /dev/shm, or in t.TempDir() where there is none, with the
+// page-cache behaviour of the disk then) and returns it open for reading.
+// The file is closed and removed when t ends.
+func TmpfsFile(t testing.TB, data []byte) *os.File {
+	t.Helper()
+	dir, err := os.MkdirTemp("/dev/shm", "nfsrdma-test-")
+	if err != nil {
+		dir = t.TempDir()
+	} else {
+		t.Cleanup(func() { os.RemoveAll(dir) })
+	}
+	name := filepath.Join(dir, "data")
+	if err := os.WriteFile(name, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return f
+}

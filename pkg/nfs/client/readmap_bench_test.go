@@ -4,8 +4,7 @@ import (
 	"context"
 	"testing"
 
-	"golang.org/x/sys/unix"
-
+	"github.com/nfsrdma/nfsrdma-csi/internal/testfix/testenv"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nfs3"
 )
 
@@ -29,8 +28,7 @@ func BenchmarkSeqRead1MReadMap(b *testing.B) {
 		buf := make([]byte, 1<<20)
 		b.SetBytes(int64(len(buf)))
 		b.ReportAllocs()
-		var r0, r1 unix.Rusage
-		unix.Getrusage(unix.RUSAGE_SELF, &r0)
+		cpu0 := testenv.CPUTime(b)
 		off, n := 0, 0
 		for b.Loop() {
 			if _, err := c.ReadAt(ctx, fh, buf, int64(off)); err != nil {
@@ -39,8 +37,6 @@ func BenchmarkSeqRead1MReadMap(b *testing.B) {
 			off = (off + len(buf)) % benchFileSize
 			n++
 		}
-		unix.Getrusage(unix.RUSAGE_SELF, &r1)
-		cpu := float64(r1.Utime.Nano()+r1.Stime.Nano()-r0.Utime.Nano()-r0.Stime.Nano()) / 1e9
-		b.ReportMetric(cpu/(float64(n)*float64(len(buf))/(1<<30)), "cpu-s/GiB")
+		testenv.ReportCPUPerGiB(b, cpu0, float64(n)*float64(len(buf)))
 	})
 }

@@ -37,53 +37,16 @@ type tlsEnv struct {
 func startTLSServer(t *testing.T, required bool, ca *testpki.CA, serverCert, serverKey string) *tlsEnv {
 	t.Helper()
 	testenv.NeedRoot(t, "the export server (name_to_handle_at, open_by_handle_at)")
-	root := t.TempDir()
-	for _, d := range []string{"vol", "byaddr"} {
-		if err := os.Mkdir(filepath.Join(root, d), 0o777); err != nil {
-			t.Fatal(err)
-		}
-	}
-	cfg := Config{Root: root, Listen: "127.0.0.1", NLMPort: -1, RDMAPort: 0, TLSRequired: required}
+	cfg := Config{Root: t.TempDir(), Listen: "127.0.0.1", NLMPort: -1, RDMAPort: 0, TLSRequired: required}
 	if ca != nil {
 		var err error
 		if cfg.TLS, err = LoadTLS(serverCert, serverKey, ca.File, ""); err != nil {
 			t.Fatal(err)
 		}
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	s, err := New(ctx, cfg)
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	reg := s.Registry()
-	for _, v := range []struct {
-		path string
-		acc  admin.Access
-	}{
-		{"vol", admin.Access{Node: "node-a@10.9.9.9", Name: "node-a", Addrs: []string{"10.9.9.9"}}},
-		{"byaddr", admin.Access{Node: "node-b@127.0.0.1", Addrs: []string{"127.0.0.1"}}},
-	} {
-		if _, err := reg.AddVolume(v.path, 0, nil); err != nil {
-			t.Fatal(err)
-		}
-		if err := reg.Grant(v.path, v.acc); err != nil {
-			t.Fatal(err)
-		}
-	}
-	done := make(chan error, 1)
-	go func() { done <- s.Serve(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("Serve: %v", err)
-			}
-		case <-time.After(20 * time.Second):
-			t.Error("the export server did not stop")
-		}
-	})
+	s := serveVolumes(t, cfg,
+		testVolume{"vol", admin.Access{Node: "node-a@10.9.9.9", Name: "node-a", Addrs: []string{"10.9.9.9"}}},
+		testVolume{"byaddr", admin.Access{Node: "node-b@127.0.0.1", Addrs: []string{"127.0.0.1"}}})
 	return &tlsEnv{ca: ca, srv: s, ports: s.Ports()}
 }
 

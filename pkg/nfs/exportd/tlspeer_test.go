@@ -1,7 +1,6 @@
 package exportd
 
 import (
-	"context"
 	"crypto/x509"
 	"fmt"
 	"net"
@@ -42,44 +41,10 @@ func TestKernelClientRPCWithTLS(t *testing.T) {
 	serve := func(t *testing.T, required bool) (Ports, string) {
 		t.Helper()
 		root := t.TempDir()
-		cfg := Config{Root: root, Listen: "127.0.0.1", NLMPort: -1, RDMAPort: 0, TLS: tlsCfg, TLSRequired: required}
-		ctx, cancel := context.WithCancel(context.Background())
-		s, err := New(ctx, cfg)
-		if err != nil {
-			cancel()
-			t.Fatal(err)
-		}
-		for _, v := range []struct {
-			path string
-			acc  admin.Access
-		}{
-			{"vol", admin.Access{Node: "guest@127.0.0.1", Addrs: []string{"127.0.0.1"}}},
-			{"byname", admin.Access{Node: "tlspeer-client@10.9.9.9", Name: "tlspeer-client", Addrs: []string{"10.9.9.9"}}},
-			{"named", admin.Access{Node: "tlspeer-client@127.0.0.1", Name: "tlspeer-client", Addrs: []string{"127.0.0.1"}}},
-		} {
-			if err := os.Mkdir(filepath.Join(root, v.path), 0o777); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := s.Registry().AddVolume(v.path, 0, nil); err != nil {
-				t.Fatal(err)
-			}
-			if err := s.Registry().Grant(v.path, v.acc); err != nil {
-				t.Fatal(err)
-			}
-		}
-		done := make(chan error, 1)
-		go func() { done <- s.Serve(ctx) }()
-		t.Cleanup(func() {
-			cancel()
-			select {
-			case err := <-done:
-				if err != nil {
-					t.Errorf("Serve: %v", err)
-				}
-			case <-time.After(20 * time.Second):
-				t.Error("the export server did not stop")
-			}
-		})
+		s := serveVolumes(t, Config{Root: root, Listen: "127.0.0.1", NLMPort: -1, RDMAPort: 0, TLS: tlsCfg, TLSRequired: required},
+			testVolume{"vol", admin.Access{Node: "guest@127.0.0.1", Addrs: []string{"127.0.0.1"}}},
+			testVolume{"byname", admin.Access{Node: "tlspeer-client@10.9.9.9", Name: "tlspeer-client", Addrs: []string{"10.9.9.9"}}},
+			testVolume{"named", admin.Access{Node: "tlspeer-client@127.0.0.1", Name: "tlspeer-client", Addrs: []string{"127.0.0.1"}}})
 		return s.Ports(), root
 	}
 	// mount runs mount.nfs in the guest; it returns its output and status

@@ -166,14 +166,29 @@ func (g *gate) holding() int64 {
 	return g.held.Load() + int64(p)
 }
 
-func (g *gate) Lookup(cancel <-chan struct{}, header *fuse.InHeader, name string, out *fuse.EntryOut) fuse.Status {
-	g.enter(true)
-	defer g.leave(true)
-	st := g.RawFileSystem.Lookup(cancel, header, name, out)
+// entered records the node of an answer that made an entry (LOOKUP,
+// MKNOD, MKDIR, LINK, SYMLINK) when st is OK; it returns st.
+func (g *gate) entered(st fuse.Status, out *fuse.EntryOut) fuse.Status {
 	if st.Ok() {
 		g.rec.Load().node(out.NodeId)
 	}
 	return st
+}
+
+// opened records the file handle fh of node nodeID that an answer opened
+// (CREATE, TMPFILE, OPEN) when st is OK, read-only if the open(2) flags
+// say O_RDONLY; it returns st.
+func (g *gate) opened(st fuse.Status, fh, nodeID uint64, flags uint32) fuse.Status {
+	if st.Ok() {
+		g.rec.Load().open(fh, nodeID, false, flags&syscall.O_ACCMODE == syscall.O_RDONLY)
+	}
+	return st
+}
+
+func (g *gate) Lookup(cancel <-chan struct{}, header *fuse.InHeader, name string, out *fuse.EntryOut) fuse.Status {
+	g.enter(true)
+	defer g.leave(true)
+	return g.entered(g.RawFileSystem.Lookup(cancel, header, name, out), out)
 }
 
 func (g *gate) Forget(nodeid, nlookup uint64) {
@@ -203,21 +218,13 @@ func (g *gate) SetAttr(cancel <-chan struct{}, input *fuse.SetAttrIn, out *fuse.
 func (g *gate) Mknod(cancel <-chan struct{}, input *fuse.MknodIn, name string, out *fuse.EntryOut) fuse.Status {
 	g.enter(true)
 	defer g.leave(true)
-	st := g.RawFileSystem.Mknod(cancel, input, name, out)
-	if st.Ok() {
-		g.rec.Load().node(out.NodeId)
-	}
-	return st
+	return g.entered(g.RawFileSystem.Mknod(cancel, input, name, out), out)
 }
 
 func (g *gate) Mkdir(cancel <-chan struct{}, input *fuse.MkdirIn, name string, out *fuse.EntryOut) fuse.Status {
 	g.enter(true)
 	defer g.leave(true)
-	st := g.RawFileSystem.Mkdir(cancel, input, name, out)
-	if st.Ok() {
-		g.rec.Load().node(out.NodeId)
-	}
-	return st
+	return g.entered(g.RawFileSystem.Mkdir(cancel, input, name, out), out)
 }
 
 func (g *gate) Unlink(cancel <-chan struct{}, header *fuse.InHeader, name string) fuse.Status {
@@ -241,21 +248,13 @@ func (g *gate) Rename(cancel <-chan struct{}, input *fuse.RenameIn, oldName stri
 func (g *gate) Link(cancel <-chan struct{}, input *fuse.LinkIn, filename string, out *fuse.EntryOut) fuse.Status {
 	g.enter(true)
 	defer g.leave(true)
-	st := g.RawFileSystem.Link(cancel, input, filename, out)
-	if st.Ok() {
-		g.rec.Load().node(out.NodeId)
-	}
-	return st
+	return g.entered(g.RawFileSystem.Link(cancel, input, filename, out), out)
 }
 
 func (g *gate) Symlink(cancel <-chan struct{}, header *fuse.InHeader, pointedTo string, linkName string, out *fuse.EntryOut) fuse.Status {
 	g.enter(true)
 	defer g.leave(true)
-	st := g.RawFileSystem.Symlink(cancel, header, pointedTo, linkName, out)
-	if st.Ok() {
-		g.rec.Load().node(out.NodeId)
-	}
-	return st
+	return g.entered(g.RawFileSystem.Symlink(cancel, header, pointedTo, linkName, out), out)
 }
 
 func (g *gate) Readlink(cancel <-chan struct{}, header *fuse.InHeader) ([]byte, fuse.Status) {
@@ -298,30 +297,21 @@ func (g *gate) Create(cancel <-chan struct{}, input *fuse.CreateIn, name string,
 	g.enter(true)
 	defer g.leave(true)
 	st := g.RawFileSystem.Create(cancel, input, name, out)
-	if st.Ok() {
-		g.rec.Load().open(out.Fh, out.NodeId, false, input.Flags&syscall.O_ACCMODE == syscall.O_RDONLY)
-	}
-	return st
+	return g.opened(st, out.Fh, out.NodeId, input.Flags)
 }
 
 func (g *gate) Tmpfile(cancel <-chan struct{}, input *fuse.CreateIn, out *fuse.CreateOut) fuse.Status {
 	g.enter(true)
 	defer g.leave(true)
 	st := g.RawFileSystem.Tmpfile(cancel, input, out)
-	if st.Ok() {
-		g.rec.Load().open(out.Fh, out.NodeId, false, input.Flags&syscall.O_ACCMODE == syscall.O_RDONLY)
-	}
-	return st
+	return g.opened(st, out.Fh, out.NodeId, input.Flags)
 }
 
 func (g *gate) Open(cancel <-chan struct{}, input *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
 	g.enter(true)
 	defer g.leave(true)
 	st := g.RawFileSystem.Open(cancel, input, out)
-	if st.Ok() {
-		g.rec.Load().open(out.Fh, input.NodeId, false, input.Flags&syscall.O_ACCMODE == syscall.O_RDONLY)
-	}
-	return st
+	return g.opened(st, out.Fh, input.NodeId, input.Flags)
 }
 
 func (g *gate) Read(cancel <-chan struct{}, input *fuse.ReadIn, buf []byte) (fuse.ReadResult, fuse.Status) {

@@ -3,6 +3,8 @@ package mount3
 import (
 	"strconv"
 	"syscall"
+
+	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nfs3"
 )
 
 // Status is mountstat3 (RFC 1813 section 5.1.5), a 4-byte enum. It
@@ -23,35 +25,47 @@ const (
 	ErrServerFault Status = 10006 // MNT3ERR_SERVERFAULT: a failure on the server
 )
 
-func (s Status) info() (string, syscall.Errno, bool) {
+// name returns the RFC 1813 name of a mountstat3 value, or "" for a
+// value RFC 1813 does not define.
+func (s Status) name() string {
 	switch s {
 	case OK:
-		return "MNT3_OK", 0, true
+		return "MNT3_OK"
 	case ErrPerm:
-		return "MNT3ERR_PERM", syscall.EPERM, true
+		return "MNT3ERR_PERM"
 	case ErrNoEnt:
-		return "MNT3ERR_NOENT", syscall.ENOENT, true
+		return "MNT3ERR_NOENT"
 	case ErrIO:
-		return "MNT3ERR_IO", syscall.EIO, true
+		return "MNT3ERR_IO"
 	case ErrAccess:
-		return "MNT3ERR_ACCES", syscall.EACCES, true
+		return "MNT3ERR_ACCES"
 	case ErrNotDir:
-		return "MNT3ERR_NOTDIR", syscall.ENOTDIR, true
+		return "MNT3ERR_NOTDIR"
 	case ErrInval:
-		return "MNT3ERR_INVAL", syscall.EINVAL, true
+		return "MNT3ERR_INVAL"
 	case ErrNameTooLong:
-		return "MNT3ERR_NAMETOOLONG", syscall.ENAMETOOLONG, true
+		return "MNT3ERR_NAMETOOLONG"
 	case ErrNotSupp:
-		return "MNT3ERR_NOTSUPP", syscall.EOPNOTSUPP, true
+		return "MNT3ERR_NOTSUPP"
 	case ErrServerFault:
-		return "MNT3ERR_SERVERFAULT", syscall.EREMOTEIO, true
+		return "MNT3ERR_SERVERFAULT"
 	}
-	return "", 0, false
+	return ""
+}
+
+// nfs returns the nfsstat3 of the same value, whose errno s has
+// (mountstat3's values are nfsstat3's, RFC 1813 section 5.1.5), or
+// NFS3ERR_IO for a value mountstat3 does not define.
+func (s Status) nfs() nfs3.Status {
+	if s.name() == "" {
+		return nfs3.ErrIO
+	}
+	return nfs3.Status(s)
 }
 
 // String returns the RFC 1813 name ("MNT3ERR_NOENT"), or "MNT3ERR(n)".
 func (s Status) String() string {
-	if name, _, ok := s.info(); ok {
+	if name := s.name(); name != "" {
 		return name
 	}
 	return "MNT3ERR(" + strconv.FormatUint(uint64(s), 10) + ")"
@@ -73,15 +87,11 @@ func (s Status) Err() error {
 	return s
 }
 
-// Errno returns the errno of the same name for each mountstat3 value,
+// Errno returns the errno of the nfsstat3 of the same value (nfs3.Status
+// Errno): the errno of the same name for each mountstat3 value,
 // EOPNOTSUPP for NOTSUPP, EREMOTEIO for SERVERFAULT (Linux's mount client
 // uses ENOMEM there) and EIO for an unknown value; 0 for OK.
-func (s Status) Errno() syscall.Errno {
-	if _, e, ok := s.info(); ok {
-		return e
-	}
-	return syscall.EIO
-}
+func (s Status) Errno() syscall.Errno { return s.nfs().Errno() }
 
 // Is reports whether s matches target: a syscall.Errno equal to s.Errno(),
 // or an io/fs error that s.Errno() matches (fs.ErrNotExist,
@@ -90,9 +100,5 @@ func (s Status) Is(target error) bool {
 	if s == OK {
 		return false
 	}
-	e := s.Errno()
-	if t, ok := target.(syscall.Errno); ok {
-		return t == e
-	}
-	return e.Is(target)
+	return s.nfs().Is(target)
 }

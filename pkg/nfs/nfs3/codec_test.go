@@ -10,6 +10,7 @@ import (
 	"testing"
 	"unsafe"
 
+	"github.com/nfsrdma/nfsrdma-csi/internal/testfix/xdrtest"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/xdr"
 )
 
@@ -277,13 +278,7 @@ func TestCountMismatch(t *testing.T) {
 }
 
 func TestDecodeRejects(t *testing.T) {
-	u := func(v ...uint32) []byte {
-		e := xdr.NewEncoder(nil)
-		for _, x := range v {
-			e.Uint32(x)
-		}
-		return e.Bytes()
-	}
+	u := xdrtest.Words
 	cases := []struct {
 		name string
 		v    any

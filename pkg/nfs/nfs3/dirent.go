@@ -112,7 +112,7 @@ type ReaddirRes struct {
 // the current entries: 16 bytes plus the directory attributes (4 or 88)
 // plus the sum of the entries' Size.
 func (r *ReaddirRes) ResOKSize() int {
-	n := postOpAttrSize(&r.DirAttr) + CookieVerfSize + 4 + 4
+	n := dirResOKHeadSize(&r.DirAttr)
 	for i := range r.Entries {
 		n += r.Entries[i].Size()
 	}
@@ -121,12 +121,9 @@ func (r *ReaddirRes) ResOKSize() int {
 
 // Encode writes r.
 func (r *ReaddirRes) Encode(e *xdr.Encoder) {
-	e.Uint32(uint32(r.Status))
-	r.DirAttr.Encode(e)
-	if r.Status != OK {
+	if !encodeDirResHead(e, r.Status, &r.DirAttr, &r.Verf) {
 		return
 	}
-	e.Fixed(r.Verf[:])
 	for i := range r.Entries {
 		r.Entries[i].encode(e)
 	}
@@ -137,13 +134,8 @@ func (r *ReaddirRes) Encode(e *xdr.Encoder) {
 // Decode reads r (see ReaddirRes).
 func (r *ReaddirRes) Decode(d *xdr.Decoder) error {
 	entries := r.Entries[:0]
-	*r = ReaddirRes{Status: Status(d.Uint32())}
-	r.DirAttr.Decode(d)
-	if r.Status != OK {
-		return d.Err()
-	}
-	copy(r.Verf[:], d.Fixed(CookieVerfSize))
-	if d.Err() != nil {
+	*r = ReaddirRes{}
+	if !decodeDirResHead(d, &r.Status, &r.DirAttr, &r.Verf) {
 		return d.Err()
 	}
 	// Scan pass on a copy of the decoder: validate and count.
@@ -201,7 +193,7 @@ type ReaddirplusRes struct {
 // with the current entries: 16 bytes plus the directory attributes (4 or
 // 88) plus the sum of the entries' Size.
 func (r *ReaddirplusRes) ResOKSize() int {
-	n := postOpAttrSize(&r.DirAttr) + CookieVerfSize + 4 + 4
+	n := dirResOKHeadSize(&r.DirAttr)
 	for i := range r.Entries {
 		n += r.Entries[i].Size()
 	}
@@ -210,12 +202,9 @@ func (r *ReaddirplusRes) ResOKSize() int {
 
 // Encode writes r.
 func (r *ReaddirplusRes) Encode(e *xdr.Encoder) {
-	e.Uint32(uint32(r.Status))
-	r.DirAttr.Encode(e)
-	if r.Status != OK {
+	if !encodeDirResHead(e, r.Status, &r.DirAttr, &r.Verf) {
 		return
 	}
-	e.Fixed(r.Verf[:])
 	for i := range r.Entries {
 		r.Entries[i].encode(e)
 	}
@@ -226,13 +215,8 @@ func (r *ReaddirplusRes) Encode(e *xdr.Encoder) {
 // Decode reads r (see ReaddirplusRes).
 func (r *ReaddirplusRes) Decode(d *xdr.Decoder) error {
 	entries := r.Entries[:0]
-	*r = ReaddirplusRes{Status: Status(d.Uint32())}
-	r.DirAttr.Decode(d)
-	if r.Status != OK {
-		return d.Err()
-	}
-	copy(r.Verf[:], d.Fixed(CookieVerfSize))
-	if d.Err() != nil {
+	*r = ReaddirplusRes{}
+	if !decodeDirResHead(d, &r.Status, &r.DirAttr, &r.Verf) {
 		return d.Err()
 	}
 	sc := *d
@@ -259,6 +243,39 @@ func (r *ReaddirplusRes) Decode(d *xdr.Decoder) error {
 		r.Entries = entries
 	}
 	return d.Err()
+}
+
+// dirResOKHeadSize returns the bytes of a READDIR3resok or
+// READDIRPLUS3resok without its entries: dir_attributes (4 or 88),
+// cookieverf (8), the FALSE value_follows that ends the list and eof (4
+// each).
+func dirResOKHeadSize(dirAttr *PostOpAttr) int {
+	return postOpAttrSize(dirAttr) + CookieVerfSize + 4 + 4
+}
+
+// encodeDirResHead writes what READDIR3res and READDIRPLUS3res begin
+// with: the status, dir_attributes and, for NFS3_OK, the cookieverf. It
+// reports whether the entries follow (NFS3_OK).
+func encodeDirResHead(e *xdr.Encoder, st Status, dirAttr *PostOpAttr, verf *CookieVerf) bool {
+	e.Uint32(uint32(st))
+	dirAttr.Encode(e)
+	if st != OK {
+		return false
+	}
+	e.Fixed(verf[:])
+	return true
+}
+
+// decodeDirResHead reads what encodeDirResHead writes. It reports whether
+// the entries follow: the status is NFS3_OK and d has no error.
+func decodeDirResHead(d *xdr.Decoder, st *Status, dirAttr *PostOpAttr, verf *CookieVerf) bool {
+	*st = Status(d.Uint32())
+	dirAttr.Decode(d)
+	if *st != OK {
+		return false
+	}
+	copy(verf[:], d.Fixed(CookieVerfSize))
+	return d.Err() == nil
 }
 
 func postOpAttrSize(p *PostOpAttr) int {

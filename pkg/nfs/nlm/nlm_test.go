@@ -10,21 +10,9 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/nfsrdma/nfsrdma-csi/internal/testfix/xdrtest"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/xdr"
 )
-
-func encode(m Message) []byte {
-	e := xdr.NewEncoder(nil)
-	m.Encode(e)
-	return e.Bytes()
-}
-
-func fresh(v Message) Message { return reflect.New(reflect.TypeOf(v).Elem()).Interface().(Message) }
-
-type sample struct {
-	name string
-	v    Message
-}
 
 var lk = Lock{
 	CallerName: "node-a",
@@ -35,51 +23,32 @@ var lk = Lock{
 	Length:     0,
 }
 
-func samples() []sample {
-	return []sample{
-		{"lock", &Lock{CallerName: "h", FH: []byte{1}, OH: []byte{2, 3}, Svid: -1, Offset: ^uint64(0), Length: 7}},
-		{"lock/max", &Lock{CallerName: strings.Repeat("c", MaxStrLen), FH: make([]byte, MaxNetobjSize), OH: make([]byte, MaxNetobjSize)}},
-		{"holder", &Holder{Exclusive: true, Svid: 9, OH: []byte("oh"), Offset: 10, Length: 20}},
-		{"test args", &TestArgs{Cookie: []byte{0, 0, 0, 1}, Exclusive: true, Lock: lk}},
-		{"lock args", &LockArgs{Cookie: []byte("c"), Block: true, Exclusive: true, Lock: lk, Reclaim: true, State: 3}},
-		{"lock args/zero", &LockArgs{}},
-		{"canc args", &CancArgs{Cookie: []byte("cc"), Block: true, Lock: lk}},
-		{"unlock args", &UnlockArgs{Cookie: []byte("ccc"), Lock: lk}},
-		{"share args", &ShareArgs{Cookie: []byte{9}, Share: Share{CallerName: "n", FH: []byte{1}, OH: []byte{2}, Mode: DenyWrite, Access: AccessRead}, Reclaim: true}},
-		{"notify args", &NotifyArgs{Name: "node-b", State: 5}},
-		{"sm status", &SMStatus{MonName: "node-b", State: 7, Priv: [16]byte{1, 2, 3, 15: 16}}},
-		{"test res/granted", &TestRes{Cookie: []byte{1}, Stat: Granted}},
-		{"test res/denied", &TestRes{Cookie: []byte{1}, Stat: Denied, Holder: &Holder{Svid: 4, OH: []byte("x"), Length: 1}}},
-		{"test res/grace", &TestRes{Stat: DeniedGracePeriod}},
-		{"res", &Res{Cookie: []byte("cookie"), Stat: Blocked}},
-		{"share res", &ShareRes{Cookie: []byte{1}, Stat: DeniedNoLocks, Sequence: -2}},
+func samples() []xdrtest.Sample {
+	return []xdrtest.Sample{
+		{Name: "lock", V: &Lock{CallerName: "h", FH: []byte{1}, OH: []byte{2, 3}, Svid: -1, Offset: ^uint64(0), Length: 7}},
+		{Name: "lock/max", V: &Lock{CallerName: strings.Repeat("c", MaxStrLen), FH: make([]byte, MaxNetobjSize), OH: make([]byte, MaxNetobjSize)}},
+		{Name: "holder", V: &Holder{Exclusive: true, Svid: 9, OH: []byte("oh"), Offset: 10, Length: 20}},
+		{Name: "test args", V: &TestArgs{Cookie: []byte{0, 0, 0, 1}, Exclusive: true, Lock: lk}},
+		{Name: "lock args", V: &LockArgs{Cookie: []byte("c"), Block: true, Exclusive: true, Lock: lk, Reclaim: true, State: 3}},
+		{Name: "lock args/zero", V: &LockArgs{}},
+		{Name: "canc args", V: &CancArgs{Cookie: []byte("cc"), Block: true, Lock: lk}},
+		{Name: "unlock args", V: &UnlockArgs{Cookie: []byte("ccc"), Lock: lk}},
+		{Name: "share args", V: &ShareArgs{Cookie: []byte{9}, Share: Share{CallerName: "n", FH: []byte{1}, OH: []byte{2}, Mode: DenyWrite, Access: AccessRead}, Reclaim: true}},
+		{Name: "notify args", V: &NotifyArgs{Name: "node-b", State: 5}},
+		{Name: "sm status", V: &SMStatus{MonName: "node-b", State: 7, Priv: [16]byte{1, 2, 3, 15: 16}}},
+		{Name: "test res/granted", V: &TestRes{Cookie: []byte{1}, Stat: Granted}},
+		{Name: "test res/denied", V: &TestRes{Cookie: []byte{1}, Stat: Denied, Holder: &Holder{Svid: 4, OH: []byte("x"), Length: 1}}},
+		{Name: "test res/grace", V: &TestRes{Stat: DeniedGracePeriod}},
+		{Name: "res", V: &Res{Cookie: []byte("cookie"), Stat: Blocked}},
+		{Name: "share res", V: &ShareRes{Cookie: []byte{1}, Stat: DeniedNoLocks, Sequence: -2}},
 	}
 }
 
-func TestRoundTrip(t *testing.T) {
-	for _, s := range samples() {
-		t.Run(s.name, func(t *testing.T) {
-			b := encode(s.v)
-			got := fresh(s.v)
-			d := xdr.NewDecoder(b)
-			if err := got.Decode(d); err != nil || d.Remaining() != 0 {
-				t.Fatalf("decode: %v, %d left", err, d.Remaining())
-			}
-			if !reflect.DeepEqual(got, s.v) {
-				t.Fatalf("got %+v want %+v", got, s.v)
-			}
-			for cut := 0; cut < len(b); cut++ {
-				if err := fresh(s.v).Decode(xdr.NewDecoder(b[:cut])); !errors.Is(err, xdr.ErrShort) {
-					t.Fatalf("prefix %d: %v", cut, err)
-				}
-			}
-		})
-	}
-}
+func TestRoundTrip(t *testing.T) { xdrtest.RoundTrips(t, samples()) }
 
 // TestDecodeCopies checks that a decoded value does not alias its input.
 func TestDecodeCopies(t *testing.T) {
-	b := encode(&LockArgs{Cookie: []byte("ck"), Lock: lk})
+	b := xdrtest.Encode(&LockArgs{Cookie: []byte("ck"), Lock: lk})
 	var a LockArgs
 	if err := a.Decode(xdr.NewDecoder(b)); err != nil {
 		t.Fatal(err)
@@ -147,10 +116,10 @@ func TestBytes(t *testing.T) {
 	}
 	for _, c := range cases {
 		want := hexBytes(t, stripComments(c.hex))
-		if got := encode(c.v); !bytes.Equal(got, want) {
+		if got := xdrtest.Encode(c.v); !bytes.Equal(got, want) {
 			t.Errorf("%s: encode\n%s\nwant\n%s", c.name, hex.Dump(got), hex.Dump(want))
 		}
-		got := fresh(c.v)
+		got := xdrtest.Fresh(c.v)
 		if err := got.Decode(xdr.NewDecoder(want)); err != nil {
 			t.Errorf("%s: decode: %v", c.name, err)
 		}
@@ -179,13 +148,7 @@ func stripComments(s string) string {
 }
 
 func TestRejects(t *testing.T) {
-	u := func(v ...uint32) []byte {
-		e := xdr.NewEncoder(nil)
-		for _, x := range v {
-			e.Uint32(x)
-		}
-		return e.Bytes()
-	}
+	u := xdrtest.Words
 	cat := func(bs ...[]byte) []byte { return bytes.Join(bs, nil) }
 	cases := []struct {
 		name string

@@ -8,56 +8,25 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nfsrdma/nfsrdma-csi/internal/testfix/xdrtest"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/xdr"
 )
 
-func encode(m Message) []byte {
-	e := xdr.NewEncoder(nil)
-	m.Encode(e)
-	return e.Bytes()
-}
-
-func fresh(v Message) Message { return reflect.New(reflect.TypeOf(v).Elem()).Interface().(Message) }
-
-type sample struct {
-	name string
-	v    Message
-}
-
-func samples() []sample {
+func samples() []xdrtest.Sample {
 	my := MyID{MyName: "server", MyProg: 100021, MyVers: 4, MyProc: 16}
-	return []sample{
-		{"sm_name", &SMName{MonName: "node-a"}},
-		{"sm_name/max", &SMName{MonName: strings.Repeat("n", MaxStrLen)}},
-		{"my_id", &my},
-		{"mon_id", &MonID{MonName: "node-a", MyID: my}},
-		{"mon", &Mon{MonID: MonID{MonName: "10.0.0.1", MyID: my}, Priv: [16]byte{1, 15: 2}}},
-		{"sm_stat_res", &StatRes{Res: StatFail, State: 3}},
-		{"sm_stat", &Stat{State: -1}},
-		{"stat_chge", &StatChge{MonName: "node-b", State: 5}},
+	return []xdrtest.Sample{
+		{Name: "sm_name", V: &SMName{MonName: "node-a"}},
+		{Name: "sm_name/max", V: &SMName{MonName: strings.Repeat("n", MaxStrLen)}},
+		{Name: "my_id", V: &my},
+		{Name: "mon_id", V: &MonID{MonName: "node-a", MyID: my}},
+		{Name: "mon", V: &Mon{MonID: MonID{MonName: "10.0.0.1", MyID: my}, Priv: [16]byte{1, 15: 2}}},
+		{Name: "sm_stat_res", V: &StatRes{Res: StatFail, State: 3}},
+		{Name: "sm_stat", V: &Stat{State: -1}},
+		{Name: "stat_chge", V: &StatChge{MonName: "node-b", State: 5}},
 	}
 }
 
-func TestRoundTrip(t *testing.T) {
-	for _, s := range samples() {
-		t.Run(s.name, func(t *testing.T) {
-			b := encode(s.v)
-			got := fresh(s.v)
-			d := xdr.NewDecoder(b)
-			if err := got.Decode(d); err != nil || d.Remaining() != 0 {
-				t.Fatalf("decode: %v, %d left", err, d.Remaining())
-			}
-			if !reflect.DeepEqual(got, s.v) {
-				t.Fatalf("got %+v want %+v", got, s.v)
-			}
-			for cut := 0; cut < len(b); cut++ {
-				if err := fresh(s.v).Decode(xdr.NewDecoder(b[:cut])); !errors.Is(err, xdr.ErrShort) {
-					t.Fatalf("prefix %d: %v", cut, err)
-				}
-			}
-		})
-	}
-}
+func TestRoundTrip(t *testing.T) { xdrtest.RoundTrips(t, samples()) }
 
 // TestBytes checks encodings written out by hand from the XDR of X/Open
 // XNFS chapter 11.
@@ -80,10 +49,10 @@ func TestBytes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := encode(c.v); !bytes.Equal(got, want) {
+		if got := xdrtest.Encode(c.v); !bytes.Equal(got, want) {
 			t.Errorf("%s: encode\n%s", c.name, hex.Dump(got))
 		}
-		got := fresh(c.v)
+		got := xdrtest.Fresh(c.v)
 		if err := got.Decode(xdr.NewDecoder(want)); err != nil || !reflect.DeepEqual(got, c.v) {
 			t.Errorf("%s: decode %+v %v", c.name, got, err)
 		}
@@ -91,13 +60,7 @@ func TestBytes(t *testing.T) {
 }
 
 func TestRejects(t *testing.T) {
-	u := func(v ...uint32) []byte {
-		e := xdr.NewEncoder(nil)
-		for _, x := range v {
-			e.Uint32(x)
-		}
-		return e.Bytes()
-	}
+	u := xdrtest.Words
 	long := append(u(MaxStrLen+1), make([]byte, 1100)...)
 	for _, v := range []Message{new(SMName), new(MyID), new(MonID), new(Mon), new(StatChge)} {
 		if err := v.Decode(xdr.NewDecoder(long)); !errors.Is(err, xdr.ErrTooLong) {

@@ -10,10 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/nfsrdma/nfsrdma-csi/internal/testfix/testenv"
-	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/admin"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/mount3"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nfs3"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
@@ -124,16 +121,6 @@ func BenchmarkWrite1MiB(b *testing.B) {
 	}
 }
 
-// cpuTime is the CPU time (user and system) the process has used, client
-// and server: on a shared machine steadier than the wall time per call.
-func cpuTime(b *testing.B) time.Duration {
-	var ru unix.Rusage
-	if err := unix.Getrusage(unix.RUSAGE_SELF, &ru); err != nil {
-		b.Fatal(err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
 // BenchmarkCreateRemove is a CREATE (UNCHECKED, mode 0644) and a REMOVE
 // of the same name: as uid 0 (the new file is already the caller's) and
 // as uid 1000 (the server makes it the caller's) in a static export, and
@@ -142,41 +129,49 @@ func cpuTime(b *testing.B) time.Duration {
 func BenchmarkCreateRemove(b *testing.B) {
 	for _, uid := range []uint32{0, 1000} {
 		b.Run("uid"+strconv.Itoa(int(uid)), func(b *testing.B) {
-			root := b.TempDir()
-			if err := os.Mkdir(filepath.Join(root, "exp"), 0o755); err != nil {
-				b.Fatal(err)
-			}
-			if err := os.Chmod(filepath.Join(root, "exp"), 0o777); err != nil {
-				b.Fatal(err)
-			}
+			root := benchExportRoot(b)
 			env := startServer(b, root, []Export{{Path: "/exp"}})
 			dir, _ := mnt(b, env.client(b, true, 0, 0), "/exp")
 			benchCreateRemove(b, nfsc{b, env.client(b, false, uid, uid)}, dir)
 		})
 	}
 	b.Run("volume", func(b *testing.B) {
-		root := b.TempDir()
-		if err := os.Mkdir(filepath.Join(root, "vol"), 0o777); err != nil {
-			b.Fatal(err)
-		}
-		e := startVolEnv(b, root, b.TempDir(), false)
-		ctx := testenv.Context(b, 30*time.Second)
-		if _, err := e.adm.PutVolume(ctx, "vol", 1<<30); err != nil {
-			b.Fatal(err)
-		}
-		if err := e.adm.Grant(ctx, "vol", admin.Access{Node: "n", Addrs: []string{"127.0.0.1"}}); err != nil {
-			b.Fatal(err)
-		}
-		if err := os.Chmod(filepath.Join(root, "vol"), 0o777); err != nil {
-			b.Fatal(err)
-		}
-		dir, ms := mnt(b, e.rpcClient(b, true), "/vol")
-		if ms != mount3.OK {
-			b.Fatal("MNT /vol: ", ms)
-		}
+		e, dir := benchVolume(b)
 		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(e.nfsPort))
 		benchCreateRemove(b, nfsc{b, authSysClient(b, addr, 1000, 1000)}, dir)
 	})
+}
+
+// benchExportRoot makes a root holding an export "exp" open to every
+// user (mode 0777) and returns the root.
+func benchExportRoot(b *testing.B) string {
+	root := b.TempDir()
+	if err := os.Mkdir(filepath.Join(root, "exp"), 0o777); err != nil {
+		b.Fatal(err)
+	}
+	if err := os.Chmod(filepath.Join(root, "exp"), 0o777); err != nil {
+		b.Fatal(err)
+	}
+	return root
+}
+
+// benchVolume serves a volume export "vol" of 1 GiB, granted to
+// 127.0.0.1 and open to every user (mode 0777), and returns its env and
+// the handle of its root.
+func benchVolume(b *testing.B) (*volEnv, nfs3.FH) {
+	root := b.TempDir()
+	if err := os.Mkdir(filepath.Join(root, "vol"), 0o777); err != nil {
+		b.Fatal(err)
+	}
+	e := startVolume(b, root, b.TempDir(), false, 1<<30, "n")
+	if err := os.Chmod(filepath.Join(root, "vol"), 0o777); err != nil {
+		b.Fatal(err)
+	}
+	dir, ms := mnt(b, e.rpcClient(b, true), "/vol")
+	if ms != mount3.OK {
+		b.Fatal("MNT /vol: ", ms)
+	}
+	return e, dir
 }
 
 // BenchmarkDispatchCreateRemove is BenchmarkCreateRemove's pair through
@@ -186,13 +181,7 @@ func BenchmarkCreateRemove(b *testing.B) {
 func BenchmarkDispatchCreateRemove(b *testing.B) {
 	for _, uid := range []uint32{0, 1000} {
 		b.Run("uid"+strconv.Itoa(int(uid)), func(b *testing.B) {
-			root := b.TempDir()
-			if err := os.Mkdir(filepath.Join(root, "exp"), 0o777); err != nil {
-				b.Fatal(err)
-			}
-			if err := os.Chmod(filepath.Join(root, "exp"), 0o777); err != nil {
-				b.Fatal(err)
-			}
+			root := benchExportRoot(b)
 			srv, err := New(Options{Root: root, Exports: []Export{{Path: "/exp"}}})
 			if err != nil {
 				b.Fatal(err)
@@ -204,25 +193,7 @@ func BenchmarkDispatchCreateRemove(b *testing.B) {
 		})
 	}
 	b.Run("volume", func(b *testing.B) {
-		root := b.TempDir()
-		if err := os.Mkdir(filepath.Join(root, "vol"), 0o777); err != nil {
-			b.Fatal(err)
-		}
-		e := startVolEnv(b, root, b.TempDir(), false)
-		ctx := testenv.Context(b, 30*time.Second)
-		if _, err := e.adm.PutVolume(ctx, "vol", 1<<30); err != nil {
-			b.Fatal(err)
-		}
-		if err := e.adm.Grant(ctx, "vol", admin.Access{Node: "n", Addrs: []string{"127.0.0.1"}}); err != nil {
-			b.Fatal(err)
-		}
-		if err := os.Chmod(filepath.Join(root, "vol"), 0o777); err != nil {
-			b.Fatal(err)
-		}
-		dir, ms := mnt(b, e.rpcClient(b, true), "/vol")
-		if ms != mount3.OK {
-			b.Fatal("MNT /vol: ", ms)
-		}
+		e, dir := benchVolume(b)
 		benchDispatchCreateRemove(b, e.srv, 1000, dir)
 	})
 }
@@ -290,7 +261,7 @@ func benchCreateRemove(b *testing.B, n nfsc, dir nfs3.FH) {
 		Results: func(d *xdr.Decoder, _ int) error { return rres.Decode(d) }}
 	b.ReportAllocs()
 	b.ResetTimer()
-	cpu0 := cpuTime(b)
+	cpu0 := testenv.CPUTime(b)
 	for b.Loop() {
 		if err := n.c.Call(ctx, create); err != nil || cres.Status != nfs3.OK {
 			b.Fatal("CREATE: ", err, cres.Status)
@@ -299,5 +270,5 @@ func benchCreateRemove(b *testing.B, n nfsc, dir nfs3.FH) {
 			b.Fatal("REMOVE: ", err, rres.Status)
 		}
 	}
-	b.ReportMetric(float64(cpuTime(b)-cpu0)/float64(b.N), "cpu-ns/op")
+	b.ReportMetric(float64(testenv.CPUTime(b)-cpu0)/float64(b.N), "cpu-ns/op")
 }

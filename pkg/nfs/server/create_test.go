@@ -9,7 +9,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/admin"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/mount3"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nfs3"
 )
@@ -163,14 +162,7 @@ func TestRemoveStatuses(t *testing.T) {
 func TestVolumeWcc(t *testing.T) {
 	root, state := t.TempDir(), t.TempDir()
 	must(t, os.Mkdir(filepath.Join(root, "vol"), 0o755))
-	e := startVolEnv(t, root, state, false)
-	ctx := ctxLong(t)
-	if _, err := e.adm.PutVolume(ctx, "vol", 1<<30); err != nil {
-		t.Fatal(err)
-	}
-	if err := e.adm.Grant(ctx, "vol", admin.Access{Node: "n", Addrs: []string{"127.0.0.1"}}); err != nil {
-		t.Fatal(err)
-	}
+	e := startVolume(t, root, state, false, 1<<30, "n")
 	dirFH, ms := mnt(t, e.rpcClient(t, true), "/vol")
 	if ms != mount3.OK {
 		t.Fatalf("MNT /vol: %v", ms)

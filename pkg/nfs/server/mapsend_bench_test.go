@@ -3,11 +3,11 @@ package server
 import (
 	"io"
 	"net"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nfsrdma/nfsrdma-csi/internal/testfix/testenv"
 )
 
 // BenchmarkSendFromFile compares, over loopback TCP from a file on tmpfs
@@ -16,24 +16,11 @@ import (
 // (user+system, rusage; sender and receiver are both in it) per GiB sent.
 func BenchmarkSendFromFile(b *testing.B) {
 	const chunk, size = 1 << 20, 64 << 20
-	dir := "/dev/shm"
-	if _, err := os.Stat(dir); err != nil {
-		dir = b.TempDir()
-	}
-	name := filepath.Join(dir, "sendfromfile.bench")
-	defer os.Remove(name)
 	data := make([]byte, size)
 	for i := range data {
 		data[i] = byte(i * 7)
 	}
-	if err := os.WriteFile(name, data, 0o600); err != nil {
-		b.Fatal(err)
-	}
-	f, err := os.Open(name)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer f.Close()
+	f := testenv.TmpfsFile(b, data)
 	m, err := unix.Mmap(int(f.Fd()), 0, size, unix.PROT_READ, unix.MAP_SHARED)
 	if err != nil {
 		b.Fatal(err)
@@ -63,8 +50,7 @@ func BenchmarkSendFromFile(b *testing.B) {
 			buf := make([]byte, chunk)
 			hdr := make([]byte, 128)
 			b.SetBytes(chunk)
-			var r0, r1 unix.Rusage
-			unix.Getrusage(unix.RUSAGE_SELF, &r0)
+			cpu0 := testenv.CPUTime(b)
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				off := int64(i%(size/chunk)) * chunk
@@ -85,9 +71,7 @@ func BenchmarkSendFromFile(b *testing.B) {
 			c.Close()
 			<-done
 			b.StopTimer()
-			unix.Getrusage(unix.RUSAGE_SELF, &r1)
-			cpu := float64(r1.Utime.Nano()+r1.Stime.Nano()-r0.Utime.Nano()-r0.Stime.Nano()) / 1e9
-			b.ReportMetric(cpu/(float64(b.N)*chunk/(1<<30)), "cpu-s/GiB")
+			testenv.ReportCPUPerGiB(b, cpu0, float64(b.N)*chunk)
 		})
 	}
 }

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/nfsrdma/nfsrdma-csi/internal/testfix/testenv"
-	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/admin"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/fusefs"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/mountopts"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/transport"
@@ -52,16 +51,10 @@ func volumeQuotaFUSE(t *testing.T, proto string) {
 	if err := os.Mkdir(filepath.Join(root, "vol"), 0o777); err != nil {
 		t.Fatal(err)
 	}
-	e := startVolEnv(t, root, state, proto == "rdma")
-	ctx := ctxLong(t)
 	const mib = 1 << 20
 	const quota = 8 * mib
-	if _, err := e.adm.PutVolume(ctx, "vol", quota); err != nil {
-		t.Fatal(err)
-	}
-	if err := e.adm.Grant(ctx, "vol", admin.Access{Node: "node-a", Addrs: []string{"127.0.0.1"}}); err != nil {
-		t.Fatal(err)
-	}
+	e := startVolume(t, root, state, proto == "rdma", quota, "node-a")
+	ctx := ctxLong(t)
 	o := "proto=" + proto + ",mountport=" + strconv.Itoa(e.mntPort) + ",soft,timeo=100,retrans=2"
 	if proto == "rdma" {
 		_, port, _ := net.SplitHostPort(e.rdmaAddr)

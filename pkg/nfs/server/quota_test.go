@@ -113,16 +113,10 @@ func volumeQuota(t *testing.T, proto string) {
 	if err := os.Mkdir(filepath.Join(root, "vol"), 0o777); err != nil {
 		t.Fatal(err)
 	}
-	e := startVolEnv(t, root, state, proto == "rdma")
-	ctx := ctxLong(t)
 	const mib = 1 << 20
 	const quota = 8 * mib
-	if _, err := e.adm.PutVolume(ctx, "vol", quota); err != nil {
-		t.Fatal(err)
-	}
-	if err := e.adm.Grant(ctx, "vol", admin.Access{Node: "node-a", Addrs: []string{"127.0.0.1"}}); err != nil {
-		t.Fatal(err)
-	}
+	e := startVolume(t, root, state, proto == "rdma", quota, "node-a")
+	ctx := ctxLong(t)
 	c, err := e.mount(ctx, "/vol", proto)
 	if err != nil {
 		t.Fatal(err)
@@ -383,14 +377,8 @@ func quotaEnv(t *testing.T, quota int64) (*volEnv, *client.Client, string) {
 	if err := os.Mkdir(filepath.Join(root, "vol"), 0o777); err != nil {
 		t.Fatal(err)
 	}
-	e := startVolEnv(t, root, state, false)
+	e := startVolume(t, root, state, false, quota, "n")
 	ctx := ctxLong(t)
-	if _, err := e.adm.PutVolume(ctx, "vol", quota); err != nil {
-		t.Fatal(err)
-	}
-	if err := e.adm.Grant(ctx, "vol", admin.Access{Node: "n", Addrs: []string{"127.0.0.1"}}); err != nil {
-		t.Fatal(err)
-	}
 	c, err := e.mount(ctx, "/vol", "tcp")
 	if err != nil {
 		t.Fatal(err)

@@ -87,6 +87,20 @@ func dirEntries(o *obj, cookie uint64, f func(ino uint64, name string, next uint
 	}
 }
 
+// listed is the status of a READDIR or READDIRPLUS reply that holds n
+// entries, having reached the directory's end if eof, after dirEntries
+// returned err: err's status, NFS3ERR_TOOSMALL if not even one entry fit
+// the count (RFC 1813 sections 3.3.16, 3.3.17), else NFS3_OK.
+func listed(err error, n int, eof bool) nfs3.Status {
+	switch {
+	case err != nil:
+		return statusOf(err)
+	case n == 0 && !eof:
+		return nfs3.ErrTooSmall
+	}
+	return nfs3.OK
+}
+
 // readdir is READDIR (RFC 1813 section 3.3.16): entries with offset
 // cookies until the reply would exceed count bytes (NFS3ERR_TOOSMALL if
 // not even one fits).
@@ -104,9 +118,7 @@ func (c *call) readdir(d *xdr.Decoder, b *sunrpc.Builder) error {
 	if st == nfs3.OK {
 		r.Verf = cookieVerf(&o.st)
 		size, max := r.ResOKSize(), int(min(a.Count, MaxIO))
-		var eof bool
-		var err error
-		eof, err = dirEntries(&o, a.Cookie, func(ino uint64, name string, next uint64) bool {
+		eof, err := dirEntries(&o, a.Cookie, func(ino uint64, name string, next uint64) bool {
 			if name == ".." && o.isExportRoot() {
 				ino = o.st.Ino
 			}
@@ -119,12 +131,7 @@ func (c *call) readdir(d *xdr.Decoder, b *sunrpc.Builder) error {
 			return true
 		})
 		r.EOF = eof
-		switch {
-		case err != nil:
-			st = statusOf(err)
-		case len(r.Entries) == 0 && !eof:
-			st = nfs3.ErrTooSmall
-		}
+		st = listed(err, len(r.Entries), eof)
 	}
 	r.Status = st
 	r.Encode(&b.Encoder)
@@ -167,12 +174,7 @@ func (c *call) readdirplus(d *xdr.Decoder, b *sunrpc.Builder) error {
 			return true
 		})
 		r.EOF = eof
-		switch {
-		case err != nil:
-			st = statusOf(err)
-		case len(r.Entries) == 0 && !eof:
-			st = nfs3.ErrTooSmall
-		}
+		st = listed(err, len(r.Entries), eof)
 	}
 	r.Status = st
 	r.Encode(&b.Encoder)

@@ -35,6 +35,22 @@ type volEnv struct {
 	servers          int
 }
 
+// startVolume starts startVolEnv on root and state with the directory
+// root/vol, which the caller made, as the volume "vol" of quota bytes (0:
+// unlimited) granted to node at 127.0.0.1.
+func startVolume(t testing.TB, root, state string, rdma bool, quota int64, node string) *volEnv {
+	t.Helper()
+	e := startVolEnv(t, root, state, rdma)
+	ctx := ctxLong(t)
+	if _, err := e.adm.PutVolume(ctx, "vol", quota); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.adm.Grant(ctx, "vol", admin.Access{Node: node, Addrs: []string{"127.0.0.1"}}); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
 // startVolEnv starts a registry on root with state directory state and
 // a server exporting it besides the static exports exps.
 func startVolEnv(t testing.TB, root, state string, rdma bool, exps ...Export) *volEnv {

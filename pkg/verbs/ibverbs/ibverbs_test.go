@@ -9,7 +9,6 @@ import (
 	"errors"
 	"net"
 	"os"
-	"syscall"
 	"testing"
 	"time"
 
@@ -488,9 +487,9 @@ func TestIdleWaitDoesNotSpin(t *testing.T) {
 		go func() { done <- e.cq.Wait(ctx) }()
 	}
 	time.Sleep(100 * time.Millisecond)
-	before := cpuTime(t)
+	before := testenv.CPUTime(t)
 	time.Sleep(time.Second)
-	used := cpuTime(t) - before
+	used := testenv.CPUTime(t) - before
 	cancel()
 	for range 2 {
 		if err := <-done; !errors.Is(err, context.Canceled) {
@@ -512,14 +511,6 @@ func TestIdleWaitDoesNotSpin(t *testing.T) {
 		c.qp.PostSend(&verbs.SendWR{ID: 91, Opcode: verbs.WRSend, SGL: []verbs.SGE{sb.SGE(0, 4)}})
 	}()
 	mustOK(t, waitWC(t, s.cq), verbs.WCRecv, 90)
-}
-
-func cpuTime(t *testing.T) time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		t.Fatal(err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // TestRegCache: on a memory-window device, regions inside an earlier

@@ -1,12 +1,11 @@
 package siw
 
 import (
-	"os"
-	"path/filepath"
 	"testing"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/nfsrdma/nfsrdma-csi/internal/testfix/testenv"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/verbs"
 )
 
@@ -18,22 +17,9 @@ import (
 // connection are in it) per GiB written.
 func BenchmarkWriteFromFile(b *testing.B) {
 	const chunk, size = 1 << 20, 64 << 20
-	dir := "/dev/shm"
-	if _, err := os.Stat(dir); err != nil {
-		dir = b.TempDir()
-	}
-	name := filepath.Join(dir, "siw-writefromfile.bench")
-	defer os.Remove(name)
 	data := make([]byte, size)
 	fill(data, 3)
-	if err := os.WriteFile(name, data, 0o600); err != nil {
-		b.Fatal(err)
-	}
-	f, err := os.Open(name)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer f.Close()
+	f := testenv.TmpfsFile(b, data)
 	for _, mode := range []string{"pread", "mapping"} {
 		b.Run(mode, func(b *testing.B) {
 			c, s := pair(b, Config{}, Config{}, verbs.QPAttr{}, nil)
@@ -45,8 +31,7 @@ func BenchmarkWriteFromFile(b *testing.B) {
 			}
 			defer fmr.Close()
 			b.SetBytes(chunk)
-			var r0, r1 unix.Rusage
-			unix.Getrusage(unix.RUSAGE_SELF, &r0)
+			cpu0 := testenv.CPUTime(b)
 			n := 0
 			for b.Loop() {
 				off := (n % (size / chunk)) * chunk
@@ -64,9 +49,7 @@ func BenchmarkWriteFromFile(b *testing.B) {
 				wantOK(b, waitWC(b, c.scq), verbs.WCRDMAWrite)
 				n++
 			}
-			unix.Getrusage(unix.RUSAGE_SELF, &r1)
-			cpu := float64(r1.Utime.Nano()+r1.Stime.Nano()-r0.Utime.Nano()-r0.Stime.Nano()) / 1e9
-			b.ReportMetric(cpu/(float64(n)*chunk/(1<<30)), "cpu-s/GiB")
+			testenv.ReportCPUPerGiB(b, cpu0, float64(n)*chunk)
 		})
 	}
 }
