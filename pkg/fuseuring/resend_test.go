@@ -241,50 +241,7 @@ func TestResendJoinsRequestReadBeforeTracking(t *testing.T) {
 // reply is written between the resend and the reading of its copy (the
 // reader held in a FORGET); refused, it is kept and answers the copy.
 func TestResendReplaysUntrackedReply(t *testing.T) {
-	dir, back, srv, f := mountSlowUntracked(t)
-	if err := os.Mkdir(filepath.Join(dir, "sub"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	_, done := startMkdir(t, filepath.Join(dir, "sub"), f)
-	victim := filepath.Join(dir, "victim")
-	if err := os.WriteFile(victim, []byte("x"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(victim); err != nil {
-		t.Fatal(err)
-	}
-	f.holdForget.Store(true)
-	if err := os.Remove(victim); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-f.forgetHeld:
-	case <-time.After(10 * time.Second):
-		t.Fatal("no FORGET of the unlinked file")
-	}
-	if err := srv.Resend(); err != nil {
-		t.Fatal(err)
-	}
-	f.releaseMkdirs() // the MKDIR's reply: refused, kept
-	tr := srv.resends.Load()
-	waitFor(t, "reply kept", func() bool {
-		tr.mu.Lock()
-		defer tr.mu.Unlock()
-		return len(tr.kept) == 1
-	})
-	f.releaseForget() // the reader reads the copy
-	if err := mkdirResult(t, done); err != nil {
-		t.Fatalf("mkdir: %v (the resent MKDIR was handled again)", err)
-	}
-	if n := f.mkdirs.Load(); n != 1 {
-		t.Errorf("%d MKDIRs handled, want 1", n)
-	}
-	if fi, err := os.Stat(filepath.Join(back, "sub", slowName)); err != nil || !fi.IsDir() {
-		t.Errorf("backing directory: %v", err)
-	}
-	if st := srv.ResendStats(); st.Replayed < 1 || st.Handled != 0 || st.Dropped != 0 {
-		t.Errorf("stats %+v, want one replayed", st)
-	}
+	replaysRefusedReply(t, mountSlowUntracked)
 }
 
 // The handler's reply written between the kernel's resend and this
@@ -294,7 +251,15 @@ func TestResendReplaysUntrackedReply(t *testing.T) {
 // (served by the reader itself) while the reply is written, so the order
 // is the one of the race, on a real kernel connection.
 func TestResendReplaysRefusedReply(t *testing.T) {
-	dir, back, srv, f := mountSlow(t)
+	replaysRefusedReply(t, mountSlow)
+}
+
+// replaysRefusedReply holds an MKDIR of a mount made by mount, resends
+// while the read loop is held in a FORGET, lets the MKDIR's reply go (the
+// kernel refuses it) and then the read loop: the kept reply answers the
+// copy, the MKDIR is handled once.
+func replaysRefusedReply(t *testing.T, mount func(*testing.T) (string, string, *Server, *slowFS)) {
+	dir, back, srv, f := mount(t)
 	// the MKDIR holds its parent's lock: the file to unlink is elsewhere
 	if err := os.Mkdir(filepath.Join(dir, "sub"), 0o755); err != nil {
 		t.Fatal(err)

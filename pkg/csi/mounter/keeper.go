@@ -105,17 +105,7 @@ func (k *Keeper) Run(ctx context.Context) error {
 		return fmt.Errorf("keeper: %w", err)
 	}
 	klog.InfoS("keeper: listening", "socket", k.Socket)
-	go func() { <-ctx.Done(); l.Close() }()
-	for {
-		c, err := l.AcceptUnix()
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			return fmt.Errorf("keeper: accept: %w", err)
-		}
-		go serveRequest(ctx, c, k.handle)
-	}
+	return serveListener(ctx, l, "keeper", k.handle)
 }
 
 func (k *Keeper) handle(_ context.Context, req Request, _ []*os.File) (Response, *os.File) {

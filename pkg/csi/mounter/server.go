@@ -158,6 +158,12 @@ func (s *Server) Run(ctx context.Context) error {
 		return fmt.Errorf("mounter: %w", err)
 	}
 	klog.InfoS("mounter: listening", "socket", s.Socket, "stateDir", s.StateDir, "adopted", len(s.List()))
+	return serveListener(ctx, l, "mounter", s.handle)
+}
+
+// serveListener answers each connection of l with h (serveRequest) until
+// ctx ends, and then closes l; errors name who.
+func serveListener(ctx context.Context, l *unixsock.Listener, who string, h handler) error {
 	go func() { <-ctx.Done(); l.Close() }()
 	for {
 		c, err := l.AcceptUnix()
@@ -165,9 +171,9 @@ func (s *Server) Run(ctx context.Context) error {
 			if ctx.Err() != nil {
 				return nil
 			}
-			return fmt.Errorf("mounter: accept: %w", err)
+			return fmt.Errorf("%s: accept: %w", who, err)
 		}
-		go s.serveConn(ctx, c)
+		go serveRequest(ctx, c, h)
 	}
 }
 
@@ -181,13 +187,6 @@ func (s *Server) List() []Mount {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Target < out[j].Target })
 	return out
-}
-
-// serveConn answers the one request of c. The fds it carries are closed
-// when it is answered. A mount is abandoned (its process killed) when the
-// client goes away before the answer.
-func (s *Server) serveConn(ctx context.Context, c *net.UnixConn) {
-	serveRequest(ctx, c, s.handle)
 }
 
 // handler answers one request, with the fds it carried; a non-nil file
