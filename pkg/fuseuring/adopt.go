@@ -99,14 +99,9 @@ func (s *Server) Resend() error {
 	t.notifying.Store(true)
 	st := s.notify(notifyResend, nil)
 	if !st.Ok() {
-		// nothing will be sent again: tracking ends
-		t.mu.Lock()
-		t.drainLocked()
-		empty := t.idleLocked()
-		t.mu.Unlock()
-		if empty {
-			s.dropTracker(t)
-		}
+		// nothing will be sent again: tracking ends, as when every
+		// copy was read
+		s.copiesRead(t)
 		return fmt.Errorf("fuseuring: FUSE_NOTIFY_RESEND: %v", st)
 	}
 	t.sent.Store(true)

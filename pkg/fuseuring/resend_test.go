@@ -167,6 +167,23 @@ func mkdirResult(t *testing.T, done chan error) error {
 	}
 }
 
+// mkdirOnce checks that the mkdir(2) whose result done gives succeeded,
+// that the file system handled one MKDIR, and that the directory is in
+// the backing directory parent: a resent MKDIR was not handled again
+// (which answers EEXIST).
+func mkdirOnce(t *testing.T, done chan error, f *slowFS, parent string) {
+	t.Helper()
+	if err := mkdirResult(t, done); err != nil {
+		t.Fatalf("mkdir: %v (the resent MKDIR was handled again)", err)
+	}
+	if n := f.mkdirs.Load(); n != 1 {
+		t.Errorf("%d MKDIRs handled, want 1", n)
+	}
+	if fi, err := os.Stat(filepath.Join(parent, slowName)); err != nil || !fi.IsDir() {
+		t.Errorf("backing directory: %v", err)
+	}
+}
+
 // A MKDIR this server is handling when it asks the kernel to resend: the
 // kernel's copy (FUSE_UNIQUE_RESEND) is not handled again, the handler's
 // reply answers it: mkdir(2) succeeds, with one MKDIR handled.
@@ -178,15 +195,7 @@ func TestResendJoinsRequestInFlight(t *testing.T) {
 	}
 	waitFor(t, "copy joined", func() bool { return srv.ResendStats().Joined >= 1 })
 	f.releaseMkdirs()
-	if err := mkdirResult(t, done); err != nil {
-		t.Fatalf("mkdir: %v (the resent MKDIR was handled again)", err)
-	}
-	if n := f.mkdirs.Load(); n != 1 {
-		t.Errorf("%d MKDIRs handled, want 1", n)
-	}
-	if fi, err := os.Stat(filepath.Join(back, slowName)); err != nil || !fi.IsDir() {
-		t.Errorf("backing directory: %v", err)
-	}
+	mkdirOnce(t, done, f, back)
 	// the copies are read: the next requests end tracking
 	for i := range 3 {
 		_ = os.WriteFile(filepath.Join(dir, "after"+string(rune('0'+i))), nil, 0o600)
@@ -221,15 +230,7 @@ func TestResendJoinsRequestReadBeforeTracking(t *testing.T) {
 	// the copy read: joined, or (the window open) handled as a MKDIR
 	waitFor(t, "copy read", func() bool { return srv.ResendStats().Joined >= 1 || f.mkdirs.Load() > 1 })
 	f.releaseMkdirs()
-	if err := mkdirResult(t, done); err != nil {
-		t.Fatalf("mkdir: %v (the resent MKDIR was handled again)", err)
-	}
-	if n := f.mkdirs.Load(); n != 1 {
-		t.Errorf("%d MKDIRs handled, want 1", n)
-	}
-	if fi, err := os.Stat(filepath.Join(back, slowName)); err != nil || !fi.IsDir() {
-		t.Errorf("backing directory: %v", err)
-	}
+	mkdirOnce(t, done, f, back)
 	tr := srv.resends.Load()
 	waitForTracker(t, srv, tr)
 	if st := srv.ResendStats(); st.Handled != 0 || st.Dropped != 0 {
@@ -293,15 +294,7 @@ func replaysRefusedReply(t *testing.T, mount func(*testing.T) (string, string, *
 		return len(tr.kept) == 1
 	})
 	f.releaseForget() // the reader reads the copy
-	if err := mkdirResult(t, done); err != nil {
-		t.Fatalf("mkdir: %v (the resent MKDIR was handled again)", err)
-	}
-	if n := f.mkdirs.Load(); n != 1 {
-		t.Errorf("%d MKDIRs handled, want 1", n)
-	}
-	if fi, err := os.Stat(filepath.Join(back, "sub", slowName)); err != nil || !fi.IsDir() {
-		t.Errorf("backing directory: %v", err)
-	}
+	mkdirOnce(t, done, f, filepath.Join(back, "sub"))
 	if st := srv.ResendStats(); st.Replayed < 1 || st.Handled != 0 || st.Dropped != 0 {
 		t.Errorf("stats %+v, want one replayed", st)
 	}

@@ -2,14 +2,11 @@ package mounter
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
 	"sync"
-	"syscall"
-	"time"
 
 	"k8s.io/klog/v2"
 
@@ -124,113 +121,4 @@ func (k *Keeper) handle(_ context.Context, req Request, _ []*os.File) (Response,
 	default:
 		return Response{Error: fmt.Sprintf("unknown op %q", req.Op)}, nil
 	}
-}
-
-// keeperWait bounds how long a starting mounter waits for the keeper's
-// socket to answer (the node plugin may be restarting too).
-const keeperWait = 30 * time.Second
-
-// recoverOrphans takes up, on the keeper's duplicates of their
-// connections, the mounts recorded in StateDir whose processes died with
-// a previous mounter (driver mount --recover: the kernel queues again
-// the requests they had read). A mount the keeper holds no connection of
-// is forgotten (it was unmounted meanwhile, or the node plugin restarted
-// too and lost it).
-func (s *Server) recoverOrphans(ctx context.Context) {
-	s.mu.Lock()
-	orphans := s.orphans
-	s.orphans = nil
-	s.mu.Unlock()
-	if len(orphans) == 0 {
-		return
-	}
-	for _, m := range orphans {
-		s.recoverOrphan(ctx, m)
-	}
-}
-
-// recoverOrphan takes m up on the keeper's duplicate of its connection
-// after its process died outside this mounter's watch (driver mount
-// --recover), and reports whether it did. Without a kept connection, or
-// when the recovery fails, m's state is removed (and the keeper told to
-// let the connection go).
-func (s *Server) recoverOrphan(ctx context.Context, m Mount) bool {
-	f, err := s.fetchKept(ctx, &Client{Socket: s.Keeper}, m.Target)
-	if err != nil {
-		klog.InfoS("mounter: a mount whose process died is not taken up again", "target", m.Target, "pid", m.PID, "reason", err)
-		s.dropState(m)
-		return false
-	}
-	t0 := time.Now()
-	nm, err := s.launch(ctx, m, f, modeRecover)
-	f.Close()
-	if err != nil {
-		klog.ErrorS(err, "mounter: recovery failed: the mount ends", "target", m.Target)
-		s.dropState(m)
-		s.forgetKept(m.Target)
-		return false
-	}
-	klog.InfoS("mounter: mount taken up again after its process died", "target", m.Target, "oldPID", m.PID, "pid", nm.PID, "took", time.Since(t0))
-	return true
-}
-
-// dropState removes m's state file unless it records another process.
-func (s *Server) dropState(m Mount) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.superseded(&proc{m: m}) {
-		return
-	}
-	_ = os.Remove(s.statePath(m.Target))
-}
-
-// fetchKept fetches the keeper's duplicate of target's connection,
-// waiting up to keeperWait for a keeper whose socket is there to answer.
-func (s *Server) fetchKept(ctx context.Context, kc *Client, target string) (*os.File, error) {
-	deadline := time.Now().Add(keeperWait)
-	for {
-		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		f, err := kc.Fetch(cctx, target)
-		cancel()
-		// no socket file: no keeper on this node
-		if err == nil || errors.Is(err, ErrNotKept) || errors.Is(err, syscall.ENOENT) || ctx.Err() != nil || time.Now().After(deadline) {
-			return f, err
-		}
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(500 * time.Millisecond):
-		}
-	}
-}
-
-// forgetKept makes the keeper let target's connection go (when a keeper
-// is set): the mount was given up, and its callers must get ENOTCONN.
-func (s *Server) forgetKept(target string) {
-	if s.Keeper == "" {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := (&Client{Socket: s.Keeper}).Forget(ctx, target); err != nil {
-		klog.ErrorS(err, "mounter: the keeper did not let a given-up connection go: its callers wait until it is unmounted", "target", target)
-	}
-}
-
-// duplicate returns a duplicate of target's connection (OpDuplicate).
-func (s *Server) duplicate(target string) (*os.File, error) {
-	s.mu.Lock()
-	p := s.mounts[filepath.Clean(target)]
-	var f *os.File
-	if p != nil && p.fuse != nil {
-		f = dupFile(p.fuse)
-	}
-	s.mu.Unlock()
-	if p == nil {
-		return nil, fmt.Errorf("%s is not served", target)
-	}
-	if f != nil {
-		return f, nil
-	}
-	return fuseOf(p.m.PID)
 }

@@ -81,8 +81,7 @@ type Server struct {
 	Keeper string
 
 	mu        sync.Mutex
-	orphans   []Mount // recorded mounts whose process died, for recoverOrphans
-	stopped   bool    // Run returned: the processes' ends are left to the next mounter
+	stopped   bool // Run returned: the processes' ends are left to the next mounter
 	callbacks *lockcb.Service
 	mounts    map[string]*proc    // by target
 	starting  map[string]struct{} // targets with a mount in progress
@@ -128,7 +127,7 @@ func (s *Server) Run(ctx context.Context) error {
 	s.mounts = map[string]*proc{}
 	s.starting = map[string]struct{}{}
 	s.stopped = false
-	s.adopt()
+	orphans := s.adopt()
 	s.mu.Unlock()
 	if err := os.MkdirAll(filepath.Dir(s.Socket), 0o755); err != nil {
 		return fmt.Errorf("mounter: %w", err)
@@ -147,7 +146,9 @@ func (s *Server) Run(ctx context.Context) error {
 		}()
 		<-ready
 	}
-	s.recoverOrphans(ctx)
+	for _, m := range orphans {
+		s.recoverOrphan(ctx, m)
+	}
 	if s.TakeOver {
 		s.takeOverAll(ctx)
 	}
@@ -625,12 +626,13 @@ func (s *Server) release(target string, timeout time.Duration) {
 }
 
 // adopt re-attaches the processes of a previous mounter run that still
-// serve their mount, and drops the state of those that exited. s.mu is
-// held.
-func (s *Server) adopt() {
+// serve their mount, and drops the state of those that exited, but for
+// those whose connections the keeper may hold: it returns them, to be
+// taken up again (recoverOrphan). s.mu is held.
+func (s *Server) adopt() (orphans []Mount) {
 	ents, err := os.ReadDir(s.StateDir)
 	if err != nil {
-		return
+		return nil
 	}
 	for _, e := range ents {
 		if !strings.HasSuffix(e.Name(), ".json") {
@@ -645,7 +647,7 @@ func (s *Server) adopt() {
 		if err == nil && s.Keeper != "" && m.MapFile != "" && !alive(m) && !listening(m) {
 			// its process died with the previous mounter's container:
 			// the keeper may hold its connection
-			s.orphans = append(s.orphans, m)
+			orphans = append(orphans, m)
 			continue
 		}
 		if err != nil || !(alive(m) || s.TakeOver && listening(m)) {
@@ -680,6 +682,7 @@ func (s *Server) adopt() {
 		}()
 		klog.InfoS("mounter: adopted", "target", m.Target, "pid", m.PID)
 	}
+	return orphans
 }
 
 // alive reports whether m's process still runs and is a mount of m.Target.
