@@ -52,7 +52,10 @@
 // the last of requests that completed together, go to goroutines, which
 // hand their entries back through an eventfd the thread reads on the
 // ring. A request Config.Inline takes must not wait for another request
-// of the mount: the queue's other requests wait behind it.
+// of the mount: the queue's other requests wait behind it. Config.Inline
+// is asked as each request comes, so it may take a request that usually
+// answers alone only while the file system's state says it will; should
+// it find otherwise, the request asks OnQueueThread and does not wait.
 //
 // # Shutdown
 //

@@ -187,6 +187,7 @@ func (q *queue) wake() {
 func (q *queue) run(ready chan<- error) {
 	defer q.s.threads.Done()
 	runtime.LockOSThread()
+	defer enterQueueThread()()
 	var cpus unix.CPUSet
 	cpus.Set(int(q.qid))
 	_ = unix.SchedSetaffinity(0, &cpus) // near the callers the kernel queues here; best effort
@@ -255,6 +256,7 @@ func (q *queue) loop(cs []completion) {
 				e := &q.ents[c.userData]
 				if i != last || q.offload(binary.LittleEndian.Uint32(e.hdr[4:])) {
 					q.s.serving.Add(1)
+					q.s.offloaded.Add(1)
 					go q.serveAsync(e)
 					continue
 				}

@@ -47,7 +47,10 @@ type Config struct {
 	// mount (a RELEASE, an unlock): those are answered on the queue's
 	// thread, which saves a hand-off to a goroutine and back (the fastest
 	// path), but holds the queue's other requests meanwhile. nil: none is.
-	// SETLKW is never answered there.
+	// SETLKW is never answered there. It is asked as each request comes
+	// and may change its answer with the file system's state (no file
+	// open: an unlink need not wait for a RELEASE); a request it took that
+	// would, after all, wait for another learns so from OnQueueThread.
 	Inline func(opcode uint32) bool
 }
 
@@ -63,6 +66,10 @@ type Stats struct {
 	// DevRequests those read from /dev/fuse (INIT, FORGET, INTERRUPT, and
 	// every request without the ring).
 	RingRequests, DevRequests uint64
+	// Offloaded are the ring's requests answered by a goroutine rather
+	// than on their queue's thread: those Config.Inline did not take,
+	// SETLKW, and all but the last of requests that completed together.
+	Offloaded uint64
 }
 
 // Server serves a FUSE connection with go-fuse's ProtocolServer, over
@@ -81,7 +88,7 @@ type Server struct {
 	queues  []*queue // guarded by qmu
 	ringErr error
 
-	ringReqs, devReqs atomic.Uint64
+	ringReqs, devReqs, offloaded atomic.Uint64
 
 	loops   sync.WaitGroup // the /dev/fuse reader
 	threads sync.WaitGroup // the queues' threads
@@ -197,7 +204,7 @@ func (s *Server) RingError() error { return s.ringErr }
 
 // Stats returns the transport and request counts.
 func (s *Server) Stats() Stats {
-	st := Stats{Transport: TransportDevFUSE, RingRequests: s.ringReqs.Load(), DevRequests: s.devReqs.Load()}
+	st := Stats{Transport: TransportDevFUSE, RingRequests: s.ringReqs.Load(), DevRequests: s.devReqs.Load(), Offloaded: s.offloaded.Load()}
 	s.qmu.Lock()
 	defer s.qmu.Unlock()
 	if len(s.queues) > 0 {

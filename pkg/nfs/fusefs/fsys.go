@@ -33,6 +33,10 @@ type fsys struct {
 	root    *node
 	// sillyCount numbers the hidden names of silly renames.
 	sillyCount atomic.Uint64
+	// opens counts the open files of the mount not yet released (each
+	// OPEN and CREATE until its RELEASE): while none is, no unlink or
+	// rename waits for a RELEASE (answersAlone).
+	opens atomic.Int64
 	// dirEntries counts the READDIRPLUS entries kept in nodes' plus maps
 	// (MemoryStats.DirEntries).
 	dirEntries atomic.Int64

@@ -514,7 +514,7 @@ func adopt(ctx context.Context, c *client.Client, dir string, cfg Config, fd int
 	if err != nil {
 		return nil, err
 	}
-	rs := fuseuring.NewServer(fd, dir, &fsopts.MountOptions, fuseuring.Config{Inline: answersAlone})
+	rs := fuseuring.NewServer(fd, dir, &fsopts.MountOptions, fuseuring.Config{Inline: sys.answersAlone})
 	fsopts.ServerCallbacks = rs
 	sys.raw = fs.NewNodeFS(root, fsopts)
 	sys.owners = &lockOwners{RawFileSystem: sys.raw}

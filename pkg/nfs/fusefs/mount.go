@@ -264,7 +264,7 @@ func Serve(ctx context.Context, c *client.Client, dir string, cfg Config) (*Moun
 			sys.owners = &lockOwners{RawFileSystem: raw}
 			sys.gate = newGate(sys.owners)
 			return sys.gate
-		}, root, o.FuseURing == mountopts.FuseURingOn)
+		}, root, sys.answersAlone, o.FuseURing == mountopts.FuseURingOn)
 		srv = urs
 	} else {
 		// fs.Mount, with the lock owners of FLUSH and RELEASE passed on,
@@ -331,17 +331,18 @@ func wantRing(mode string, fd int) (bool, error) {
 
 // serveRing mounts dir (unless fd is a mounted /dev/fuse already) and
 // serves it with a fuseuring.Server over the node tree of root, whose raw
-// file system wrap wraps. With required, a ring that does not come up
+// file system wrap wraps; inline is its fuseuring.Config.Inline. With
+// required, a ring that does not come up
 // fails the mount (aborted and unmounted); otherwise the server stays on
 // /dev/fuse, logged.
-func serveRing(dir string, fd int, fsopts *fs.Options, wrap func(fuse.RawFileSystem) fuse.RawFileSystem, root fs.InodeEmbedder, required bool) (*fuseuring.Server, error) {
+func serveRing(dir string, fd int, fsopts *fs.Options, wrap func(fuse.RawFileSystem) fuse.RawFileSystem, root fs.InodeEmbedder, inline func(uint32) bool, required bool) (*fuseuring.Server, error) {
 	if fd <= 0 {
 		var err error
 		if fd, err = fuseuring.Mount(dir, &fsopts.MountOptions); err != nil {
 			return nil, err
 		}
 	}
-	rs := fuseuring.NewServer(fd, dir, &fsopts.MountOptions, fuseuring.Config{Ring: true, Inline: answersAlone})
+	rs := fuseuring.NewServer(fd, dir, &fsopts.MountOptions, fuseuring.Config{Ring: true, Inline: inline})
 	o := *fsopts
 	o.ServerCallbacks = rs
 	fail := func(err error) (*fuseuring.Server, error) {
@@ -361,14 +362,24 @@ func serveRing(dir string, fd int, fsopts *fs.Options, wrap func(fuse.RawFileSys
 	return rs, nil
 }
 
-// answersAlone reports whether the file system answers FUSE requests of
-// opcode without waiting for another request of the mount
-// (fuseuring.Config.Inline): all but UNLINK, RENAME and RENAME2, which
-// wait for the RELEASE of a file just closed (awaitRelease), and SETLKW.
-func answersAlone(opcode uint32) bool {
+// answersAlone reports whether the file system answers a FUSE request of
+// opcode, coming now, without waiting for another request of the mount
+// (fuseuring.Config.Inline): all but SETLKW, and UNLINK, RENAME and
+// RENAME2 while a file of the mount is open: those wait for the RELEASE
+// of a file just closed (awaitRelease), which may come through the same
+// ring queue. With no file open (rm -rf of a tree, a create then an
+// unlink of many files) they are answered on the queue's thread too; one
+// that meets a file opened and closed since does not wait there
+// (awaitRelease, fuseuring.OnQueueThread). Handing UNLINK to a goroutine
+// and back cost as much as the NFS REMOVE itself: unlinks over the ring
+// took 2.4 times as long as over /dev/fuse (BenchmarkFUSEMetadata,
+// tcp-uring).
+func (sys *fsys) answersAlone(opcode uint32) bool {
 	switch opcode {
-	case 10, 12, 45, 33: // FUSE_UNLINK, FUSE_RENAME, FUSE_RENAME2, FUSE_SETLKW
+	case 33: // FUSE_SETLKW
 		return false
+	case 10, 12, 45: // FUSE_UNLINK, FUSE_RENAME, FUSE_RENAME2
+		return sys.opens.Load() <= 0
 	}
 	return true
 }

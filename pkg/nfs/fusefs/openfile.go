@@ -97,6 +97,7 @@ func (n *node) open(readOnly bool) *openFile {
 	sh := n.sharedFile()
 	sh.mu.Lock()
 	sh.opens++
+	n.sys.opens.Add(1)
 	sh.mu.Unlock()
 	return &openFile{n: n, sh: sh, readOnly: readOnly}
 }

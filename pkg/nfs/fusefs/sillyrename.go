@@ -9,6 +9,7 @@ import (
 
 	"k8s.io/klog/v2"
 
+	"github.com/nfsrdma/nfsrdma-csi/pkg/fuseuring"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/client"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/nfs3"
 )
@@ -37,6 +38,7 @@ func (f *openFile) released(ctx context.Context) {
 	sh := f.sh
 	sh.mu.Lock()
 	sh.opens--
+	f.n.sys.opens.Add(-1)
 	f.setFlushedLocked(false)
 	sh.wakeLocked()
 	var s *silly
@@ -91,8 +93,9 @@ const (
 
 // awaitRelease waits while the inode has open files and every one of them
 // is closing, until ReleaseWait has passed with no READ of it in
-// progress, at most ReleaseWaitMax (or until ctx ends). It returns the
-// number of open files left.
+// progress, at most ReleaseWaitMax (or until ctx ends); never on the
+// thread of a ring queue (fuseuring.OnQueueThread). It returns the number
+// of open files left.
 func (sh *sharedFile) awaitRelease(ctx context.Context) int {
 	start := time.Now()
 	long := time.NewTimer(ReleaseWaitMax)
@@ -106,7 +109,10 @@ func (sh *sharedFile) awaitRelease(ctx context.Context) int {
 	for {
 		sh.mu.Lock()
 		opens := sh.opens
-		if opens == 0 || sh.closed < opens {
+		if opens == 0 || sh.closed < opens || fuseuring.OnQueueThread() {
+			// On a ring queue's thread (an unlink answersAlone took
+			// while no file was open) the RELEASE may sit in this
+			// queue behind us: not waited for, as if it came late.
 			sh.mu.Unlock()
 			return opens
 		}

@@ -102,3 +102,83 @@ func TestFUSEURingFallback(t *testing.T) {
 		t.Error("fuse_uring=on left a mount behind")
 	}
 }
+
+// TestURingUnlinkWithoutOpenFiles: over the ring, an unlink while no file
+// of the mount is open is answered on the queue's thread (not offloaded
+// to a goroutine), one while a file is open is offloaded, and a file
+// closed and at once unlinked is removed, not silly-renamed, either way
+// (the unlink waits for its RELEASE off the queue's thread, or came after
+// it).
+func TestURingUnlinkWithoutOpenFiles(t *testing.T) {
+	needFUSE(t)
+	setEnableURing(t, true)
+	srv := startServer(t)
+	dir, m := srv.mount(t, mountopts.ProtoTCP, "fuse_uring=on")
+	if st := m.FUSETransport(); st.Transport != fuseuring.TransportIOURing {
+		t.Fatalf("transport %+v, want io_uring", st)
+	}
+	released := func() {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for m.sys.opens.Load() != 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d open files not released after 5 s", m.sys.opens.Load())
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	create := func(name string) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(dir, name), []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// offloadedBy returns how many requests op sent to a goroutine.
+	offloadedBy := func(op func()) uint64 {
+		t.Helper()
+		before := m.FUSETransport().Offloaded
+		op()
+		return m.FUSETransport().Offloaded - before
+	}
+	unlink := func(name string) func() {
+		return func() {
+			t.Helper()
+			if err := os.Remove(filepath.Join(dir, name)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+
+	create("a")
+	released()
+	if n := offloadedBy(unlink("a")); n != 0 {
+		t.Errorf("unlink with no file open: %d requests offloaded, want 0", n)
+	}
+
+	create("b")
+	f, err := os.Open(filepath.Join(dir, "b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	create("c")
+	if n := offloadedBy(unlink("c")); n == 0 {
+		t.Error("unlink with a file open: answered on the queue's thread, want offloaded")
+	}
+	f.Close()
+
+	// Closed and unlinked at once, many times over: never a hidden name.
+	for i := range 50 {
+		name := "d" + strconv.Itoa(i)
+		create(name)
+		unlink(name)()
+	}
+	unlink("b")()
+	released()
+	ents, err := os.ReadDir(srv.root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		t.Errorf("left on the server: %s", e.Name())
+	}
+}
