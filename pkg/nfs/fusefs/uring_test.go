@@ -46,19 +46,28 @@ func setEnableURing(t testing.TB, on bool) {
 	})
 }
 
+// uringMount mounts a new server's export over TCP with fuse_uring=opt
+// while the kernel's enable_uring is enable, and fails the test unless the
+// mount's FUSE transport is want.
+func uringMount(t *testing.T, enable bool, opt, want string) (*testServer, string, *Mount) {
+	t.Helper()
+	needFUSE(t)
+	setEnableURing(t, enable)
+	srv := startServer(t)
+	dir, m := srv.mount(t, mountopts.ProtoTCP, "fuse_uring="+opt)
+	if st := m.FUSETransport(); st.Transport != want {
+		t.Fatalf("fuse_uring=%s, enable_uring %v: transport %+v, want %s", opt, enable, st, want)
+	}
+	return srv, dir, m
+}
+
 // TestFUSEOverIOURing runs the core of the file system tests (files,
 // names, directories) on a mount with fuse_uring=on, counting the
 // requests answered over the ring so that the test cannot pass over
 // /dev/fuse.
 func TestFUSEOverIOURing(t *testing.T) {
-	needFUSE(t)
-	setEnableURing(t, true)
-	srv := startServer(t)
-	dir, m := srv.mount(t, mountopts.ProtoTCP, "fuse_uring=on")
+	srv, dir, m := uringMount(t, true, "on", fuseuring.TransportIOURing)
 	st0 := m.FUSETransport()
-	if st0.Transport != fuseuring.TransportIOURing {
-		t.Fatalf("transport %+v, want io_uring", st0)
-	}
 	testFiles(t, dir, srv.root)
 	testNamespace(t, dir, srv.root)
 	testReaddir(t, dir, m, 300)
@@ -73,13 +82,7 @@ func TestFUSEOverIOURing(t *testing.T) {
 // TestFUSEURingFallback: with the kernel's enable_uring off, fuse_uring=auto
 // mounts over /dev/fuse and fuse_uring=on fails with ErrUnavailable.
 func TestFUSEURingFallback(t *testing.T) {
-	needFUSE(t)
-	setEnableURing(t, false)
-	srv := startServer(t)
-	dir, m := srv.mount(t, mountopts.ProtoTCP, "fuse_uring=auto")
-	if st := m.FUSETransport(); st.Transport != fuseuring.TransportDevFUSE {
-		t.Errorf("auto without the kernel's io_uring: %+v, want /dev/fuse", st)
-	}
+	srv, dir, _ := uringMount(t, false, "auto", fuseuring.TransportDevFUSE)
 	if err := os.WriteFile(filepath.Join(dir, "f"), []byte("x"), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -110,13 +113,7 @@ func TestFUSEURingFallback(t *testing.T) {
 // (the unlink waits for its RELEASE off the queue's thread, or came after
 // it).
 func TestURingUnlinkWithoutOpenFiles(t *testing.T) {
-	needFUSE(t)
-	setEnableURing(t, true)
-	srv := startServer(t)
-	dir, m := srv.mount(t, mountopts.ProtoTCP, "fuse_uring=on")
-	if st := m.FUSETransport(); st.Transport != fuseuring.TransportIOURing {
-		t.Fatalf("transport %+v, want io_uring", st)
-	}
+	srv, dir, m := uringMount(t, true, "on", fuseuring.TransportIOURing)
 	released := func() {
 		t.Helper()
 		deadline := time.Now().Add(5 * time.Second)
