@@ -332,9 +332,8 @@ func wantRing(mode string, fd int) (bool, error) {
 // serveRing mounts dir (unless fd is a mounted /dev/fuse already) and
 // serves it with a fuseuring.Server over the node tree of root, whose raw
 // file system wrap wraps; inline is its fuseuring.Config.Inline. With
-// required, a ring that does not come up
-// fails the mount (aborted and unmounted); otherwise the server stays on
-// /dev/fuse, logged.
+// required, a ring that does not come up fails the mount (aborted and
+// unmounted); otherwise the server stays on /dev/fuse, logged.
 func serveRing(dir string, fd int, fsopts *fs.Options, wrap func(fuse.RawFileSystem) fuse.RawFileSystem, root fs.InodeEmbedder, inline func(uint32) bool, required bool) (*fuseuring.Server, error) {
 	if fd <= 0 {
 		var err error
