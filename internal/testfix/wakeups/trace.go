@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	xtrace "golang.org/x/exp/trace"
 )
@@ -44,6 +45,10 @@ type Wakeups struct {
 type Site struct {
 	Waker, Wakee, Reason string
 	N                    int
+	// Delay is the time these wake-ups waited, in total, between being
+	// made runnable and running (the scheduler's latency: a thread to
+	// wake, a P to get).
+	Delay time.Duration
 }
 
 // Trace runs f with the Go execution tracer on and counts its wake-ups.
@@ -63,6 +68,8 @@ type goInfo struct {
 	site, reason string // where and why it last blocked
 	syscall      string // where it last entered a system call
 	internal     bool   // one of the runtime's own goroutines
+	woken        Site   // the site of its last wake-up, until it runs
+	wokenAt      xtrace.Time
 }
 
 func analyze(r io.Reader) (Wakeups, error) {
@@ -81,6 +88,7 @@ func analyze(r io.Reader) (Wakeups, error) {
 	}
 	var w Wakeups
 	sites := map[Site]int{}
+	delays := map[Site]time.Duration{}
 	for {
 		ev, err := rd.ReadEvent()
 		if errors.Is(err, io.EOF) {
@@ -127,18 +135,26 @@ func analyze(r io.Reader) (Wakeups, error) {
 				w.HandOffs++
 			}
 			w.Unblocks++
-			sites[Site{Waker: waker, Wakee: g.site, Reason: g.reason}]++
+			g.woken, g.wokenAt = Site{Waker: waker, Wakee: g.site, Reason: g.reason}, ev.Time()
+			sites[g.woken]++
+		case from == xtrace.GoRunnable && to == xtrace.GoRunning:
+			if g := gs[id]; g != nil && g.wokenAt != 0 {
+				delays[g.woken] += time.Duration(ev.Time() - g.wokenAt)
+				g.wokenAt = 0
+			}
 		case from == xtrace.GoRunning && to == xtrace.GoSyscall:
 			info(id).syscall = siteName(stk)
 		case from == xtrace.GoSyscall && to == xtrace.GoRunnable:
 			if g := info(id); !g.internal {
 				w.SyscallWakes++
-				sites[Site{Waker: "syscall return without a P", Wakee: g.syscall, Reason: "syscall"}]++
+				g.woken, g.wokenAt = Site{Waker: "syscall return without a P", Wakee: g.syscall, Reason: "syscall"}, ev.Time()
+				sites[g.woken]++
 			}
 		}
 	}
 	for s, n := range sites {
-		s.N = n
+		d := delays[s]
+		s.N, s.Delay = n, d
 		w.Sites = append(w.Sites, s)
 	}
 	slices.SortFunc(w.Sites, func(a, b Site) int {
@@ -229,9 +245,9 @@ func (w Wakeups) Report(b *testing.B, ops float64, unit string) {
 		return
 	}
 	var sb strings.Builder
-	fmt.Fprintf(&sb, "goroutine wake-ups per %s (%.0f traced), most frequent first:\n", unit, ops)
+	fmt.Fprintf(&sb, "goroutine wake-ups per %s (%.0f traced), most frequent first, with the mean µs each waited to run:\n", unit, ops)
 	for _, s := range w.Sites[:min(n, len(w.Sites))] {
-		fmt.Fprintf(&sb, "  %5.2f  %s  ->  %s [%s]\n", float64(s.N)/ops, s.Waker, s.Wakee, s.Reason)
+		fmt.Fprintf(&sb, "  %5.2f  %6.1f µs  %s  ->  %s [%s]\n", float64(s.N)/ops, float64(s.Delay.Nanoseconds())/1e3/float64(s.N), s.Waker, s.Wakee, s.Reason)
 	}
 	b.Log(sb.String())
 }

@@ -3,6 +3,7 @@ package wakeups
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestTraceHandOffs traces a ping-pong over unbuffered channels: each
@@ -14,6 +15,7 @@ func TestTraceHandOffs(t *testing.T) {
 	ping, pong := make(chan int), make(chan int)
 	go echo(ping, pong)
 	defer close(ping)
+	start := time.Now()
 	w, err := Trace(func() {
 		for i := range rounds {
 			ping <- i
@@ -29,14 +31,24 @@ func TestTraceHandOffs(t *testing.T) {
 		t.Fatalf("%d hand-offs of %d wake-ups for %d round trips: want at least one hand-off each", w.HandOffs, w.Unblocks, rounds)
 	}
 	named := 0
+	var delay time.Duration
 	for _, s := range w.Sites {
 		if strings.Contains(s.Waker, "wakeups.echo") && strings.Contains(s.Wakee, "wakeups.TestTraceHandOffs") ||
 			strings.Contains(s.Waker, "wakeups.TestTraceHandOffs") && strings.Contains(s.Wakee, "wakeups.echo") {
 			named += s.N
+			delay += s.Delay
+		}
+		if s.Delay < 0 {
+			t.Fatalf("site %+v: negative delay", s)
 		}
 	}
 	if named < rounds {
 		t.Fatalf("%d wake-ups named by the ping-pong's functions, want at least %d; sites: %+v", named, rounds, w.Sites)
+	}
+	// Each woken goroutine ran after it was made runnable: the time
+	// between is there, and below the trace's length.
+	if delay <= 0 || delay > time.Since(start) {
+		t.Fatalf("the ping-pong's wake-ups waited %v in total to run, over a %v trace", delay, time.Since(start))
 	}
 }
 
