@@ -258,8 +258,21 @@ func (c *srvConn) received() {
 // up to the grant (this slot's first), then, when msg is not nil, writes
 // the grant into msg's rdma_credit field (an encoded RPC-over-RDMA header,
 // RFC 8166 section 4.2) and posts wr, the Send carrying msg, under the same
-// lock. It reports whether wr was posted; false with a nil msg.
+// lock, so that the Sends leave in the order of their credit values. A QP
+// that can queue a Send (verbs.SendQueuer) transmits it after the lock is
+// let go, with the replies of other calls queued meanwhile. It reports
+// whether wr was posted; false with a nil msg.
 func (c *srvConn) finish(idx int, msg []byte, wr *verbs.SendWR) bool {
+	posted, push := c.finishLocked(idx, msg, wr)
+	if push {
+		c.sq.PushSends()
+	}
+	return posted
+}
+
+// finishLocked is finish under the credit lock; push reports a Send
+// queued and not yet transmitted.
+func (c *srvConn) finishLocked(idx int, msg []byte, wr *verbs.SendWR) (posted, push bool) {
 	cc := &c.cred
 	cc.mu.Lock()
 	defer cc.mu.Unlock()
@@ -268,14 +281,18 @@ func (c *srvConn) finish(idx int, msg []byte, wr *verbs.SendWR) bool {
 	cc.idle = append(cc.idle, idx)
 	c.releasePartsLocked(idx)
 	if !c.fillLocked() {
-		return false
+		return false, false
 	}
 	if msg == nil {
-		return false
+		return false, false
 	}
 	be.PutUint32(msg[creditOffset:], c.creditLocked())
 	cc.sent++
-	return c.qp.PostSend(wr) == nil
+	if c.sq != nil {
+		posted = c.sq.QueueSend(wr) == nil
+		return posted, posted
+	}
+	return c.qp.PostSend(wr) == nil, false
 }
 
 // fillLocked posts idle receives until posted + in process reach the

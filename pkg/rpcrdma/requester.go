@@ -158,6 +158,7 @@ type Client struct {
 	pd     verbs.PD
 	cq     verbs.CQ
 	qp     verbs.QP
+	sq     verbs.SendQueuer // qp, when it can queue a Send to transmit later
 	info   verbs.ConnInfo
 	peer   PrivateData
 	inline Inline
@@ -344,6 +345,7 @@ func Dial(ctx context.Context, dev verbs.Device, addr string, opts ClientOptions
 	if c.qp, err = c.pd.CreateQP(verbs.QPAttr{SendCQ: c.cq, RecvCQ: c.cq, MaxSendWR: 4*n + 4 + MaxContinuation, MaxRecvWR: nrecv, MaxSGE: 4}); err != nil {
 		return nil, err
 	}
+	c.sq, _ = c.qp.(verbs.SendQueuer)
 	if c.sendMR, err = c.reg(make([]byte, n*opts.Inline), 0); err != nil {
 		return nil, err
 	}
@@ -951,12 +953,24 @@ func (s *slot) send(call *sunrpc.Call) error {
 	c.m.calls.Add(1)
 	s.sge[0] = c.sendMR.SGE(s.idx*c.opts.Inline, len(b))
 	s.wr = verbs.SendWR{ID: wrSend | uint64(s.idx), Opcode: verbs.WRSend, SGL: s.sge[:]}
-	if c.vers == Version2 {
+	s.posted = true
+	if c.vers != Version2 {
+		return c.qp.PostSend(&s.wr)
+	}
+	if c.sq == nil {
 		c.sendMu.Lock()
 		defer c.sendMu.Unlock()
+		return c.qp.PostSend(&s.wr)
 	}
-	s.posted = true
-	return c.qp.PostSend(&s.wr)
+	// Queued under sendMu, written after it: the calls of other callers
+	// queued meanwhile leave in the same write (verbs.SendQueuer).
+	c.sendMu.Lock()
+	err = c.sq.QueueSend(&s.wr)
+	c.sendMu.Unlock()
+	if err == nil {
+		c.sq.PushSends()
+	}
+	return err
 }
 
 // register records the call xid of slot s as outstanding, for its reply.

@@ -273,11 +273,13 @@ func (s *Server) probePayloads() {
 
 // srvConn is one responder connection.
 type srvConn struct {
-	cqd    cqDrain
-	s      *Server
-	pd     verbs.PD
-	cq     verbs.CQ
-	qp     verbs.QP
+	cqd cqDrain
+	s   *Server
+	pd  verbs.PD
+	cq  verbs.CQ
+	qp  verbs.QP
+	// sq is qp when it can queue a Send to transmit later (finish).
+	sq     verbs.SendQueuer
 	peer   PrivateData
 	peerOK bool
 	// inline is the requester's receive size: our send threshold (RFC
@@ -400,6 +402,7 @@ func (s *Server) newConn(ctx context.Context, req verbs.ConnRequest) (*srvConn, 
 	if c.qp, err = c.pd.CreateQP(verbs.QPAttr{SendCQ: c.cq, RecvCQ: c.cq, MaxSendWR: 6*n + 4, MaxRecvWR: n, MaxSGE: 4}); err != nil {
 		return nil, err
 	}
+	c.sq, _ = c.qp.(verbs.SendQueuer)
 	if c.sendMR, err = s.reg(c.pd, make([]byte, n*o.Inline), 0); err != nil {
 		return nil, err
 	}

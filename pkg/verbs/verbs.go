@@ -399,6 +399,24 @@ type QP interface {
 	Close() error
 }
 
+// SendQueuer is a QP whose PostSend may transmit in the posting goroutine
+// (siw writes a small Send to an idle send queue to its socket before
+// PostSend returns). A consumer that posts under a lock of its own, because
+// a value its messages carry orders them (the credit value of RPC-over-RDMA,
+// RFC 8166 section 3.3), would hold that lock across the write: it queues
+// under the lock and pushes after letting go of it, and the Sends others
+// queued meanwhile go out in the same write. A NIC's PostSend rings a
+// doorbell and returns; its QPs need not implement this.
+type SendQueuer interface {
+	// QueueSend queues wr after every work request posted before it, as
+	// PostSend does (the same checks and errors), and transmits nothing.
+	QueueSend(wr *SendWR) error
+	// PushSends transmits what the send queue holds, in the caller's
+	// goroutine, or leaves it to the goroutine transmitting now, which
+	// takes it before it stops.
+	PushSends()
+}
+
 // Listener accepts incoming connection requests.
 type Listener interface {
 	// Accept returns the next connection request; the caller must Accept or

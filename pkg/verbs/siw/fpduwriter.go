@@ -44,6 +44,8 @@ type fpduWriter struct {
 	wbufs net.Buffers
 	pos   uint64 // octets written since full operation began (marker positions)
 	flat  []byte // staging for the marker path
+
+	writes uint64 // batches written (tests)
 }
 
 // newFPDUWriter writes to w; maxPieces is the most payload pieces one FPDU
@@ -117,6 +119,7 @@ func (w *fpduWriter) flush() error {
 	clear(w.iov)
 	w.iov = w.iov[:0]
 	w.nf = 0
+	w.writes++
 	return err
 }
 

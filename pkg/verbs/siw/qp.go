@@ -117,6 +117,9 @@ type qp struct {
 	rqHead int
 	rqN    int
 
+	// posted counts the send-queue work requests posted (push, txRelease).
+	posted atomic.Uint64
+
 	// transmit path (txMu)
 	txMu   sync.Mutex
 	txWake chan struct{}
@@ -126,7 +129,10 @@ type qp struct {
 	rx rxState
 }
 
-var _ verbs.QP = (*qp)(nil)
+var (
+	_ verbs.QP         = (*qp)(nil)
+	_ verbs.SendQueuer = (*qp)(nil)
+)
 
 func newQP(p *pd, attr verbs.QPAttr) (*qp, error) {
 	scq, ok1 := attr.SendCQ.(*cq)
@@ -215,7 +221,22 @@ func (q *qp) PostRecv(wr *verbs.RecvWR) error {
 // PostSend validates and queues wr. Small requests posted to an idle send
 // queue are transmitted in the caller's goroutine; the rest by the QP's
 // transmit goroutine. Errors: ErrInvalidWR, ErrQueueFull, ErrQPState.
-func (q *qp) PostSend(wr *verbs.SendWR) error {
+func (q *qp) PostSend(wr *verbs.SendWR) error { return q.post(wr, true) }
+
+// QueueSend queues wr as PostSend does (the same checks and errors), to be
+// transmitted by PushSends (verbs.SendQueuer).
+func (q *qp) QueueSend(wr *verbs.SendWR) error { return q.post(wr, false) }
+
+// PushSends transmits what the send queue holds, with one writev for the
+// small Sends and RDMA Writes among it, in the caller's goroutine; or, when
+// another goroutine is transmitting, leaves it to that one, which takes it
+// when done (verbs.SendQueuer).
+func (q *qp) PushSends() { q.push() }
+
+// post validates and queues wr; with now, a small request to an idle
+// send queue is transmitted before post returns, and any other is left to
+// the transmit goroutine; without, nothing is transmitted (PushSends).
+func (q *qp) post(wr *verbs.SendWR, now bool) error {
 	if len(wr.SGL) > q.maxSGE {
 		return fmt.Errorf("%w: %d SGEs > max %d", verbs.ErrInvalidWR, len(wr.SGL), q.maxSGE)
 	}
@@ -243,12 +264,16 @@ func (q *qp) PostSend(wr *verbs.SendWR) error {
 		return fmt.Errorf("%w: %s (not connected)", verbs.ErrQPState, st)
 	}
 	// Fast path: an idle queue and a small request go out from here.
-	direct := total <= 16<<10 && q.txReady.Load() && q.txMu.TryLock()
+	direct := now && total <= maxBatched && q.txReady.Load() && q.txMu.TryLock()
+	var seen uint64
+	if direct {
+		seen = q.posted.Load()
+	}
 	q.sqMu.Lock()
 	if q.sqN == len(q.sq) {
 		q.sqMu.Unlock()
 		if direct {
-			q.txMu.Unlock()
+			q.txRelease(seen)
 		}
 		return verbs.ErrQueueFull
 	}
@@ -267,15 +292,19 @@ func (q *qp) PostSend(wr *verbs.SendWR) error {
 		s.state = slotSending
 		q.sqMu.Unlock()
 		q.execute(idx)
-		q.txMu.Unlock()
+		q.txRelease(seen)
 		return nil
 	}
 	q.sqQueued++
+	q.posted.Add(1)
 	q.sqMu.Unlock()
 	if direct {
-		q.txMu.Unlock()
+		q.txRelease(seen)
+		return nil
 	}
-	q.wakeTx()
+	if now {
+		q.wakeTx()
+	}
 	return nil
 }
 

@@ -29,7 +29,20 @@ type txState struct {
 	mss      int
 	mssFn    func(fd uintptr) // reads TCP_MAXSEG into mss; made once, so a read allocates nothing
 	sinceMSS int
+
+	// Batching (txDrain): while batch is set, a small Send or RDMA Write
+	// is framed into the writer without a write of its own, and its slot
+	// waits in pend until the write that carries it (flush) completes it;
+	// werr is the write error that failed the QP, if any.
+	batch bool
+	pend  []int
+	werr  error
 }
+
+// maxBatched is the largest message (octets) txDrain gathers with others
+// into one write; a larger one is written, with what was gathered before
+// it, when it is framed.
+const maxBatched = 16 << 10
 
 // mssRecheck is how many bytes of multi-FPDU messages go out between two
 // reads of the connection's MSS (refreshULPDU).
@@ -81,16 +94,51 @@ func (q *qp) txLoop() {
 			return
 		}
 		q.txMu.Lock()
+		seen := q.posted.Load()
+		q.txDrain()
+		q.txRelease(seen)
+	}
+}
+
+// txRelease unlocks txMu, taken when q.posted read seen, and transmits
+// what was queued meanwhile by posters that found it held (push): they
+// leave their work requests to the holder.
+func (q *qp) txRelease(seen uint64) {
+	q.txMu.Unlock()
+	if q.posted.Load() != seen {
+		q.push()
+	}
+}
+
+// push transmits what the send queue holds (txDrain) in the calling
+// goroutine, unless another holds txMu: that one transmits, when it lets
+// go, what was posted while it held it (txRelease).
+func (q *qp) push() {
+	for q.txMu.TryLock() {
+		seen := q.posted.Load()
 		q.txDrain()
 		q.txMu.Unlock()
+		if q.posted.Load() == seen {
+			return
+		}
 	}
 }
 
 // txDrain sends what is due, in this order: a pending Terminate, Read
 // Responses for inbound RDMA Reads, then send-queue requests in posting
 // order (an RDMA Read waits while ORD Reads are outstanding, RFC 5040
-// section 5.2). Called with txMu held.
+// section 5.2). Small Sends and RDMA Writes queued together go out in one
+// writev (at most batchFPDUs FPDUs), as Linux siw sends a queue's work
+// requests with MSG_MORE and pushes at its end (siw_qp_sq_process); their
+// completions come when that write returns. Called with txMu held.
 func (q *qp) txDrain() {
+	q.tx.batch = true
+	q.txDrainQueue()
+	q.tx.batch = false
+	_ = q.flush()
+}
+
+func (q *qp) txDrainQueue() {
 	for q.State() != verbs.QPError {
 		q.sqMu.Lock()
 		if t := q.term; t != nil {
@@ -151,9 +199,10 @@ func (q *qp) execute(idx int) {
 			q.localError(idx, status, err)
 			return
 		}
+		batched := q.tx.batch && total <= maxBatched
 		switch wr.Opcode {
 		case verbs.WRRDMAWrite:
-			err = q.sendMessage(true, opRDMAWrite, wr.RKey, wr.RemoteAddr, 0, 0, 0, q.tx.segs, total)
+			err = q.sendMessage(true, opRDMAWrite, wr.RKey, wr.RemoteAddr, 0, 0, 0, q.tx.segs, total, !batched)
 		default:
 			op := byte(opSend)
 			var inv uint32
@@ -164,9 +213,13 @@ func (q *qp) execute(idx int) {
 				op += opSendSE - opSend // Send->Send with SE, Send w/ Inv->Send w/ SE and Inv
 			}
 			q.tx.msn[qnSend]++
-			err = q.sendMessage(false, op, 0, 0, inv, qnSend, q.tx.msn[qnSend], q.tx.segs, total)
+			err = q.sendMessage(false, op, 0, 0, inv, qnSend, q.tx.msn[qnSend], q.tx.segs, total, !batched)
 		}
 		clear(q.tx.segs)
+		if err == nil && batched {
+			q.tx.pend = append(q.tx.pend, idx) // completed by the write that carries it
+			return
+		}
 		q.sqMu.Lock()
 		if err != nil {
 			// the connection failed under it: the peer may or may not have it
@@ -206,7 +259,7 @@ func (q *qp) execute(idx int) {
 		q.sqMu.Unlock()
 		q.tx.msn[qnReadReq]++
 		q.tx.segs = append(q.tx.segs[:0], q.tx.rr[:])
-		_ = q.sendMessage(false, opReadRequest, 0, 0, 0, qnReadReq, q.tx.msn[qnReadReq], q.tx.segs, readReqLen)
+		_ = q.sendMessage(false, opReadRequest, 0, 0, 0, qnReadReq, q.tx.msn[qnReadReq], q.tx.segs, readReqLen, true)
 		q.tx.segs[0] = nil
 	case verbs.WRLocalInv:
 		ok := q.dev.invalidate(wr.InvalidateKey, q.pd)
@@ -280,7 +333,7 @@ func (q *qp) sendReadResponse(r *inboundRead) (err error) {
 		}
 		q.tx.segs = append(q.tx.segs, b)
 	}
-	err = q.sendMessage(true, opReadResponse, rr.sinkSTag, rr.sinkTO, 0, 0, 0, q.tx.segs, int(rr.size))
+	err = q.sendMessage(true, opReadResponse, rr.sinkSTag, rr.sinkTO, 0, 0, 0, q.tx.segs, int(rr.size), true)
 	clear(q.tx.segs)
 	return err
 }
@@ -308,7 +361,7 @@ func (q *qp) sendTerminate(t *termInfo) error {
 	b = append(b, t.rreq...)
 	q.tx.msn[qnTerminate]++
 	q.tx.segs = append(q.tx.segs[:0], b)
-	err := q.sendMessage(false, opTerminate, 0, 0, 0, qnTerminate, q.tx.msn[qnTerminate], q.tx.segs, len(b))
+	err := q.sendMessage(false, opTerminate, 0, 0, 0, qnTerminate, q.tx.msn[qnTerminate], q.tx.segs, len(b), true)
 	clear(q.tx.segs)
 	return err
 }
@@ -322,7 +375,7 @@ func (q *qp) sendRTR(read bool) error {
 	q.txMu.Lock()
 	defer q.txMu.Unlock()
 	if !read {
-		return q.sendMessage(true, opRDMAWrite, 1, 0, 0, 0, 0, nil, 0)
+		return q.sendMessage(true, opRDMAWrite, 1, 0, 0, 0, 0, nil, 0, true)
 	}
 	q.sqMu.Lock()
 	idx := q.sqHead // the send queue is empty before the connection is up
@@ -342,8 +395,10 @@ func (q *qp) sendRTR(read bool) error {
 // sendMessage segments one DDP message of total bytes gathered from segs
 // into FPDUs of at most q.tx.ulpdu bytes (RFC 5041 section 5: MO advances per
 // untagged segment, TO per tagged segment, L on the last) and writes them
-// with writev in batches. Called with txMu held. A write error fails the QP.
-func (q *qp) sendMessage(tagged bool, op byte, stag uint32, to uint64, inv, qn, msn uint32, segs [][]byte, total int) error {
+// with writev in batches, the last when flush is set (else a later flush
+// writes it, with the messages framed after it). Called with txMu held. A
+// write error fails the QP.
+func (q *qp) sendMessage(tagged bool, op byte, stag uint32, to uint64, inv, qn, msn uint32, segs [][]byte, total int, flush bool) error {
 	hl := untaggedHdrLen
 	if tagged {
 		hl = taggedHdrLen
@@ -380,19 +435,40 @@ func (q *qp) sendMessage(tagged bool, op byte, stag uint32, to uint64, inv, qn, 
 			return q.writeFailed(err)
 		}
 	}
+	if !flush {
+		return nil
+	}
 	return q.flush()
 }
 
-// flush writes the batched FPDUs.
+// flush writes the batched FPDUs and completes the work requests they
+// carried (txDrain's batch): successful, or flushed when a write failed.
 func (q *qp) flush() error {
-	if err := q.tx.fw.flush(); err != nil {
-		return q.writeFailed(err)
+	err := q.tx.fw.flush()
+	if err != nil {
+		err = q.writeFailed(err)
 	}
-	return nil
+	if len(q.tx.pend) > 0 {
+		status := verbs.WCSuccess
+		if q.tx.werr != nil {
+			status = verbs.WCFlushErr // the connection failed under them: the peer may or may not have them
+		}
+		q.sqMu.Lock()
+		for _, idx := range q.tx.pend {
+			q.finishSendLocked(idx, status, q.tx.werr, 0)
+		}
+		q.sqMu.Unlock()
+		clear(q.tx.pend)
+		q.tx.pend = q.tx.pend[:0]
+	}
+	return err
 }
 
 // writeFailed fails the QP after a write error on the socket.
 func (q *qp) writeFailed(err error) error {
+	if q.tx.werr == nil {
+		q.tx.werr = err
+	}
 	q.fail(fmt.Errorf("%w: write: %v", verbs.ErrDisconnect, err))
 	return err
 }

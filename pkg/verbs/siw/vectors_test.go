@@ -75,8 +75,8 @@ func TestRFC5044Figures(t *testing.T) {
 func TestFPDUWireBytes(t *testing.T) {
 	q, out := txOnly(true, false)
 	q.txMu.Lock()
-	_ = q.sendMessage(true, opRDMAWrite, 1, 0, 0, 0, 0, nil, 0)
-	_ = q.sendMessage(false, opSend, 0, 0, 0, qnSend, 1, [][]byte{[]byte("hi")}, 2)
+	_ = q.sendMessage(true, opRDMAWrite, 1, 0, 0, 0, 0, nil, 0, true)
+	_ = q.sendMessage(false, opSend, 0, 0, 0, qnSend, 1, [][]byte{[]byte("hi")}, 2, true)
 	q.txMu.Unlock()
 	got := out.Bytes()
 	if len(got) != 20+28 {
