@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nfsrdma/nfsrdma-csi/internal/testfix/testenv"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/verbs"
 )
 
@@ -167,4 +168,80 @@ func TestQueueSendFlushedOnFailure(t *testing.T) {
 	if err := sq.QueueSend(&wr); err == nil {
 		t.Fatal("QueueSend on a failed QP succeeded")
 	}
+}
+
+// Senders that queue their next Send as soon as the peer has received
+// their last one (as RPC callers whose replies come back) can keep a
+// transmitting goroutine's drain busy for a long time: the slots of the
+// Sends it has written must be freed as it goes, or the send queue fills
+// (ErrQueueFull) though every Send is long out.
+func TestPushSendsLongDrain(t *testing.T) {
+	const senders, rounds, size = 128, 60, 64
+	attr := verbs.QPAttr{MaxSendWR: senders + batchFPDUs, MaxRecvWR: senders}
+	var rbuf verbs.MR
+	c, s := pair(t, Config{}, Config{}, attr, func(s *end) {
+		rbuf = regMR(t, s, senders*size, verbs.AccessLocalWrite)
+		for i := range senders {
+			if err := s.qp.PostRecv(&verbs.RecvWR{ID: uint64(i), SGL: []verbs.SGE{rbuf.SGE(i*size, size)}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+	sq := c.qp.(verbs.SendQueuer)
+	sbuf := regMR(t, c, senders*size, 0)
+	got := make([]chan struct{}, senders) // the peer received sender i's Send
+	for i := range got {
+		got[i] = make(chan struct{}, 1)
+	}
+	ctx := testenv.Context(t, 30*time.Second)
+	go func() { // the peer: take each Send, repost its receive, tell its sender
+		var wcs [16]verbs.WC
+		for {
+			n := s.rcq.Poll(wcs[:])
+			if n == 0 {
+				if s.rcq.Wait(ctx) != nil {
+					return
+				}
+				continue
+			}
+			for _, wc := range wcs[:n] {
+				if wc.Status != verbs.WCSuccess {
+					return
+				}
+				i := int(rbuf.Bytes()[int(wc.ID)*size])
+				if err := s.qp.PostRecv(&verbs.RecvWR{ID: wc.ID, SGL: []verbs.SGE{rbuf.SGE(int(wc.ID)*size, size)}}); err != nil {
+					return
+				}
+				got[i] <- struct{}{}
+			}
+		}
+	}()
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for i := range senders {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			b := sbuf.Bytes()[i*size:][:size]
+			b[0] = byte(i)
+			for r := range rounds {
+				wr := verbs.SendWR{ID: uint64(i), Opcode: verbs.WRSend, SGL: []verbs.SGE{sbuf.SGE(i*size, size)}} // unsignaled, as RPC calls
+				mu.Lock()
+				err := sq.QueueSend(&wr)
+				mu.Unlock()
+				if err != nil {
+					t.Errorf("sender %d, round %d: %v", i, r, err)
+					return
+				}
+				sq.PushSends()
+				select {
+				case <-got[i]:
+				case <-ctx.Done():
+					t.Errorf("sender %d, round %d: not received", i, r)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
 }

@@ -218,6 +218,11 @@ func (q *qp) execute(idx int) {
 		clear(q.tx.segs)
 		if err == nil && batched {
 			q.tx.pend = append(q.tx.pend, idx) // completed by the write that carries it
+			if len(q.tx.pend) >= batchFPDUs {
+				// a full batch: written and completed now, so that a
+				// drain that keeps finding work frees its slots as it goes
+				_ = q.flush()
+			}
 			return
 		}
 		q.sqMu.Lock()
