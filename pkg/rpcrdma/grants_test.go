@@ -428,7 +428,7 @@ func TestRecentXIDs(t *testing.T) {
 	if !r.seen(c.callKey(7)) {
 		t.Fatal("the same host on another connection (v4-mapped) not recognised")
 	}
-	for i := range uint32(len(r.ring)) {
+	for i := range uint32(xidShards * xidShardLen) { // consecutive XIDs, as a client's
 		r.seen(xidKey{a, 1000 + i})
 	}
 	if r.seen(xidKey{b, 7}) {

@@ -122,6 +122,8 @@ type Server struct {
 	opts ServerOptions
 	m    metrics
 
+	recent recentXIDs
+
 	// copyPayload: the device cannot register a read-only file mapping
 	// (verbs.ProbeFileMR at Serve) or refused to register a reply's
 	// payload in place (reply), so payloads are registered as copies.
@@ -129,7 +131,6 @@ type Server struct {
 
 	mu            sync.Mutex
 	conns         map[*srvConn]struct{}
-	recent        recentXIDs
 	defGrant      int            // SetGrant
 	machineGrants map[string]int // SetMachineGrants
 	// forceRPRC (tests) makes replies that need it use a responder-
@@ -159,31 +160,41 @@ func (c *srvConn) callKey(xid uint32) xidKey {
 	return xidKey{host: host, xid: xid}
 }
 
-// recentXIDs remembers the last 4096 calls (host and XID), to count
-// retransmissions; the same XID from two hosts is two calls.
+// recentXIDs remembers the last calls (host and XID), about the last
+// xidShards*xidShardLen of them, to count retransmissions; the same XID
+// from two hosts is two calls. The calls are spread over shards by XID,
+// each with its own lock and its last xidShardLen calls, so that calls on
+// different connections seldom wait for each other and a lookup is a scan
+// of a few dozen XIDs rather than a map's hashing and upkeep.
 type recentXIDs struct {
-	ring [4096]xidKey
-	n    int
-	set  map[xidKey]int
+	shards [xidShards]xidShard
 }
 
+const (
+	xidShards   = 64 // a power of 2
+	xidShardLen = 64
+)
+
+type xidShard struct {
+	mu    sync.Mutex
+	n     int // calls recorded
+	xids  [xidShardLen]uint32
+	hosts [xidShardLen]netip.Addr
+}
+
+// seen reports whether x is among the recent calls, and records it if not.
 func (r *recentXIDs) seen(x xidKey) bool {
-	if r.set == nil {
-		r.set = make(map[xidKey]int, len(r.ring))
-	}
-	if _, ok := r.set[x]; ok {
-		return true
-	}
-	i := r.n % len(r.ring)
-	if r.n >= len(r.ring) {
-		old := r.ring[i]
-		if r.set[old]--; r.set[old] <= 0 {
-			delete(r.set, old)
+	sh := &r.shards[x.xid&(xidShards-1)]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	for i := range min(sh.n, xidShardLen) {
+		if sh.xids[i] == x.xid && sh.hosts[i] == x.host {
+			return true
 		}
 	}
-	r.ring[i] = x
-	r.set[x]++
-	r.n++
+	i := sh.n % xidShardLen
+	sh.xids[i], sh.hosts[i] = x.xid, x.host
+	sh.n++
 	return false
 }
 
@@ -608,11 +619,9 @@ func (sl *srvSlot) serve(ctx context.Context, d sunrpc.Dispatcher, msg []byte, h
 	s.m.calls.Add(1)
 	s.m.creditsInUse.Add(1)
 	defer s.m.creditsInUse.Add(-1)
-	s.mu.Lock()
 	if s.recent.seen(c.callKey(sl.hdr.XID)) {
 		s.m.retransmits.Add(1)
 	}
-	s.mu.Unlock()
 
 	inline := msg[hl:]
 	if sl.assembled {
