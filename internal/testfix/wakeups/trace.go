@@ -153,8 +153,7 @@ func analyze(r io.Reader) (Wakeups, error) {
 		}
 	}
 	for s, n := range sites {
-		d := delays[s]
-		s.N, s.Delay = n, d
+		s.N, s.Delay = n, delays[s]
 		w.Sites = append(w.Sites, s)
 	}
 	slices.SortFunc(w.Sites, func(a, b Site) int {

@@ -218,9 +218,11 @@ func (q *qp) PostRecv(wr *verbs.RecvWR) error {
 	return nil
 }
 
-// PostSend validates and queues wr. Small requests posted to an idle send
-// queue are transmitted in the caller's goroutine; the rest by the QP's
-// transmit goroutine. Errors: ErrInvalidWR, ErrQueueFull, ErrQPState.
+// PostSend validates and queues wr. A small request posted to an idle send
+// queue is transmitted in the caller's goroutine, and with it what other
+// goroutines queued meanwhile (QueueSend, or PostSend finding it busy); the
+// rest by the QP's transmit goroutine. Errors: ErrInvalidWR, ErrQueueFull,
+// ErrQPState.
 func (q *qp) PostSend(wr *verbs.SendWR) error { return q.post(wr, true) }
 
 // QueueSend queues wr as PostSend does (the same checks and errors), to be
@@ -235,7 +237,8 @@ func (q *qp) PushSends() { q.push() }
 
 // post validates and queues wr; with now, a small request to an idle
 // send queue is transmitted before post returns, and any other is left to
-// the transmit goroutine; without, nothing is transmitted (PushSends).
+// the transmit goroutine; without, nothing is transmitted (PushSends) but
+// by a holder of txMu letting go of it (txRelease).
 func (q *qp) post(wr *verbs.SendWR, now bool) error {
 	if len(wr.SGL) > q.maxSGE {
 		return fmt.Errorf("%w: %d SGEs > max %d", verbs.ErrInvalidWR, len(wr.SGL), q.maxSGE)
@@ -299,8 +302,9 @@ func (q *qp) post(wr *verbs.SendWR, now bool) error {
 	q.posted.Add(1)
 	q.sqMu.Unlock()
 	if direct {
-		q.txRelease(seen)
-		return nil
+		// not idle: the transmit goroutine takes it, and whatever else
+		// was queued
+		q.txMu.Unlock()
 	}
 	if now {
 		q.wakeTx()

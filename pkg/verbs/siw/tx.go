@@ -128,9 +128,8 @@ func (q *qp) push() {
 // Responses for inbound RDMA Reads, then send-queue requests in posting
 // order (an RDMA Read waits while ORD Reads are outstanding, RFC 5040
 // section 5.2). Small Sends and RDMA Writes queued together go out in one
-// writev (at most batchFPDUs FPDUs), as Linux siw sends a queue's work
-// requests with MSG_MORE and pushes at its end (siw_qp_sq_process); their
-// completions come when that write returns. Called with txMu held.
+// writev (at most batchFPDUs FPDUs), and their completions come when that
+// write returns. Called with txMu held.
 func (q *qp) txDrain() {
 	q.tx.batch = true
 	q.txDrainQueue()
