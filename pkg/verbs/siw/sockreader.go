@@ -13,10 +13,12 @@ import (
 // stream's reads (headers, payloads, trailers) go through it.
 //
 // Every read from the socket is one readv(2) whose first vector is the rest
-// of the caller's destination and whose second is a small buffer (rxBufSize
-// bytes), so a payload is placed straight into its buffer (an STag's region,
-// a posted receive) and the bytes that follow it on the stream, usually the
-// pad and CRC and the next FPDU's header, arrive in the same system call.
+// of the caller's destination and whose second is the buffer (rxBufSize
+// bytes; its first rxBulkTail while the stream carries large payloads), so
+// a payload is placed straight into its buffer (an STag's region, a posted
+// receive) and the bytes that follow it on the stream, usually the pad and
+// CRC and the next FPDU's header, or the next few small messages, arrive in
+// the same system call.
 // Reading through a bufio.Reader instead took about four read(2) calls per
 // 64 KiB FPDU on loopback (the trailer and the next header always a read of
 // their own); this takes about two, one per piece of about 32 KiB as the
@@ -27,6 +29,10 @@ type sockReader struct {
 	rc   syscall.RawConn
 	buf  []byte
 	r, w int // buf[r:w] holds stream bytes not yet consumed
+	// bulk: the last payload-sized read (more than rxSmallRead octets) was
+	// at least rxBulkPayload octets; a refill then takes only rxBulkTail
+	// octets into buf
+	bulk bool
 
 	// the readv in progress, set before rc.Read calls readFn
 	vecs  [2][]byte
@@ -57,6 +63,10 @@ func newSockReader(c *net.TCPConn, pending []byte) (*sockReader, error) {
 	return s, nil
 }
 
+// rxSmallRead is the largest read (octets) that says nothing of the
+// stream's payload sizes: headers, markers, pads and CRCs.
+const rxSmallRead = 64
+
 // buffered is the number of stream bytes read from the socket and not yet
 // consumed.
 func (s *sockReader) buffered() int { return s.w - s.r }
@@ -67,6 +77,12 @@ func (s *sockReader) buffered() int { return s.w - s.r }
 // connection, which stops the receive path, as os.ErrDeadlineExceeded
 // inside one; a closed connection as net.ErrClosed inside one).
 func (s *sockReader) readFull(p []byte) error {
+	switch {
+	case len(p) >= rxBulkPayload:
+		s.bulk = true
+	case len(p) > rxSmallRead:
+		s.bulk = false
+	}
 	k := copy(p, s.buf[s.r:s.w])
 	s.r += k
 	got := k
@@ -75,6 +91,9 @@ func (s *sockReader) readFull(p []byte) error {
 		// then the buffer with what follows on the stream
 		s.r, s.w = 0, 0
 		s.vecs[0], s.vecs[1] = p[got:], s.buf
+		if s.bulk {
+			s.vecs[1] = s.buf[:rxBulkTail]
+		}
 		err := s.rc.Read(s.readFn)
 		n, errno := s.n, s.errno
 		s.vecs[0], s.vecs[1] = nil, nil

@@ -122,6 +122,65 @@ func TestSockReaderOneReadv(t *testing.T) {
 	}
 }
 
+// TestSockReaderRefillSize: while the stream carries small messages a read
+// from the socket fills the whole buffer (one readv takes several
+// messages); after a large payload it takes only rxBulkTail bytes into the
+// buffer, so that the payload after the next header is placed straight into
+// its destination; a small payload switches back.
+func TestSockReaderRefillSize(t *testing.T) {
+	w, r := testenv.TCPPair(t)
+	s, err := newSockReader(r, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hdr := make([]byte, 20)
+	small := bytes.Repeat([]byte("s"), 2000)
+	var msgs []byte
+	for range 12 {
+		msgs = append(append(msgs, hdr...), small...)
+	}
+	readMsgs := func(t *testing.T, wantBuffered func(int) bool) {
+		t.Helper()
+		if _, err := w.Write(msgs); err != nil {
+			t.Fatal(err)
+		}
+		waitQueued(t, r, len(msgs))
+		h, p := make([]byte, len(hdr)), make([]byte, len(small))
+		if err := s.readFull(h); err != nil {
+			t.Fatal(err)
+		}
+		if b := s.buffered(); !wantBuffered(b) {
+			t.Fatalf("buffered() = %d after the first header", b)
+		}
+		for i := range 12 {
+			if i > 0 {
+				if err := s.readFull(h); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := s.readFull(p); err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(p, small) {
+				t.Fatalf("message %d differs", i)
+			}
+		}
+	}
+	// a fresh stream: one readv takes all 12 messages
+	readMsgs(t, func(b int) bool { return b == len(msgs)-len(hdr) })
+	// a large payload, then the same messages: the first refill stops at
+	// rxBulkTail; the small payloads switch back
+	big := make([]byte, 64<<10)
+	if _, err := w.Write(big); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.readFull(big); err != nil {
+		t.Fatal(err)
+	}
+	readMsgs(t, func(b int) bool { return b == rxBulkTail })
+	readMsgs(t, func(b int) bool { return b == len(msgs)-len(hdr) })
+}
+
 // TestSockReaderEnd: the peer's close is io.EOF at a read boundary and
 // io.ErrUnexpectedEOF inside a read; a deadline in the past (how the QP
 // stops its receive path) is a *net.OpError for os.ErrDeadlineExceeded; a
