@@ -92,6 +92,7 @@ func TestSnapshotFieldsExported(t *testing.T) {
 		conn      rpcrdma.ConnInfo
 		drc       nfsserver.DRCStats
 		rmap      nfsserver.ReadMapStats
+		files     nfsserver.FileCacheStats
 		mem       fusefs.MemoryStats
 		fuse      fuseuring.Stats
 	)
@@ -107,6 +108,7 @@ func TestSnapshotFieldsExported(t *testing.T) {
 			counters.NewConnectionCollector(func() []rpcrdma.ConnInfo { return []rpcrdma.ConnInfo{conn} })},
 		{"server.DRCStats", &drc, nil, counters.NewDRCCollector(func() nfsserver.DRCStats { return drc })},
 		{"server.ReadMapStats", &rmap, nil, counters.NewReadMapCollector(func() nfsserver.ReadMapStats { return rmap })},
+		{"server.FileCacheStats", &files, nil, counters.NewFileCacheCollector(func() nfsserver.FileCacheStats { return files })},
 		{"fusefs.MemoryStats", &mem, nil, fusecounters.NewMountMemoryCollector(func() fusefs.MemoryStats { return mem }, nil)},
 		{"fuseuring.Stats", &fuse, []string{"Transport", "Queues", "Entries"},
 			fusecounters.NewFUSETransportCollector(func() fuseuring.Stats { return fuse }, nil)},

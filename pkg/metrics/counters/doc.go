@@ -1,8 +1,9 @@
 // Package counters holds the Prometheus collectors of the counters the
 // RPC-over-RDMA transport, the export server and RDMA device choice keep:
 // endpoints and connections (rpcrdma.Metrics, rpcrdma.ConnInfo), the
-// export server's duplicate request cache and READ mappings
-// (server.DRCStats, server.ReadMapStats), and device choices
+// export server's duplicate request cache, READ mappings and open-file
+// cache (server.DRCStats, server.ReadMapStats, server.FileCacheStats), and
+// device choices
 // (devselect.Count). A FUSE mount's counters are package fusecounters'.
 //
 // Each collector reads the counting package's own snapshot type through

@@ -305,7 +305,7 @@ func (s *Server) Serve(ctx context.Context) error {
 		go cfg.Metrics(ctx, rpcm, metrics.NewVolumeCollector(reg.Volumes, nil),
 			counters.NewTransportCollector(counters.RoleResponder, srv.RDMAMetrics, nil),
 			counters.NewConnectionCollector(srv.RDMAConnections), counters.NewDRCCollector(srv.DRCStats),
-			counters.NewReadMapCollector(srv.ReadMapStats))
+			counters.NewReadMapCollector(srv.ReadMapStats), counters.NewFileCacheCollector(srv.FileCacheStats))
 	}
 	errc := make(chan error, 4)
 	klog.InfoS("nfs server: serving", "root", cfg.Root, "nfs", s.ls.NFS.Addr(), "mount", s.ls.Mount.Addr(), "exports", len(srv.Exports()))

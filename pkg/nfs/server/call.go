@@ -47,6 +47,7 @@ func (s *Server) wrap(f procFunc) sunrpc.Handler {
 type obj struct {
 	fd     int
 	file   bool // fd is open for writing, not O_PATH
+	shared bool // fd is the open-file cache's (openIO): close leaves it open
 	ex     *export
 	kh     unix.FileHandle
 	rootFD int
@@ -69,7 +70,9 @@ func (o *obj) done() nfs3.WccData {
 
 func (o *obj) close() {
 	if o.fd >= 0 {
-		unix.Close(o.fd)
+		if !o.shared {
+			unix.Close(o.fd)
+		}
 		o.fd = -1
 	}
 }
@@ -84,21 +87,38 @@ func (o *obj) isExportRoot() bool { return o.st.Dev == o.ex.dev && o.st.Ino == o
 // at every call, so a Revoke applies to the next one), NFS3ERR_STALE when
 // the object is gone. It sets the caller's identity and o.ro.
 func (c *call) open(fh *nfs3.FH) (obj, nfs3.Status) {
-	o := obj{fd: -1}
+	ex, kh, ro, st := c.resolve(fh)
+	if st != nfs3.OK {
+		return obj{fd: -1}, st
+	}
+	return c.openResolved(ex, kh, ro)
+}
+
+// resolve checks fh (its seal and export) and the caller's access to the
+// export, and sets the caller's identity: the export, the kernel file
+// handle, whether the caller may not modify, or the error status
+// (NFS3ERR_BADHANDLE, NFS3ERR_ACCES).
+func (c *call) resolve(fh *nfs3.FH) (*export, unix.FileHandle, bool, nfs3.Status) {
 	id, kh, err := c.s.seal.parseHandle(fh.Bytes())
 	if err != nil {
-		return o, nfs3.ErrBadHandle
+		return nil, kh, false, nfs3.ErrBadHandle
 	}
 	ex := c.s.exports.Load().byID[id]
 	if ex == nil {
-		return o, nfs3.ErrBadHandle
+		return nil, kh, false, nfs3.ErrBadHandle
 	}
 	allowed, ro := ex.accessBy(callerOf(c.req), c.s.nameOnly)
 	if !allowed {
 		c.s.refuse(c.req, "NFS", nfs3.ProcName(c.req.Proc), ex)
-		return o, nfs3.ErrAccess
+		return nil, kh, false, nfs3.ErrAccess
 	}
 	c.setIdentity(ex)
+	return ex, kh, ro, nfs3.OK
+}
+
+// openResolved is open after resolve.
+func (c *call) openResolved(ex *export, kh unix.FileHandle, ro bool) (obj, nfs3.Status) {
+	o := obj{fd: -1}
 	fd, err := unix.OpenByHandleAt(c.s.rootFD, kh, unix.O_PATH|unix.O_CLOEXEC|unix.O_NOFOLLOW)
 	if err != nil {
 		switch {
@@ -115,6 +135,45 @@ func (c *call) open(fh *nfs3.FH) (obj, nfs3.Status) {
 		return o, statusOf(err)
 	}
 	return o, nfs3.OK
+}
+
+// openIO is open for READ (acc O_RDONLY) and WRITE (O_WRONLY): when the
+// server's open-file cache (filecache.go) has the object's file open with
+// acc, o shares that descriptor (o.close leaves it open), o.st is a fresh
+// fstat(2) (the permission checks see the file as it is now) and f is the
+// cached file, with a reference the caller drops with c.s.files.release;
+// otherwise f is nil and o and the status are open's.
+func (c *call) openIO(fh *nfs3.FH, acc int) (o obj, f *cachedFile, st nfs3.Status) {
+	ex, kh, ro, st := c.resolve(fh)
+	if st != nfs3.OK {
+		return obj{fd: -1}, nil, st
+	}
+	if f := c.s.files.get(kh, acc); f != nil {
+		o := obj{fd: f.fd, shared: true, ex: ex, kh: kh, rootFD: c.s.rootFD, ro: ro}
+		if unix.Fstat(f.fd, &o.st) == nil && o.st.Nlink > 0 {
+			return o, f, nfs3.OK
+		}
+		// unlinked (or failing): open it again from its handle, which
+		// tells a stale handle from a file still linked elsewhere
+		c.s.files.drop(f)
+		c.s.files.release(f)
+	}
+	o, st = c.openResolved(ex, kh, ro)
+	return o, nil, st
+}
+
+// ioFile returns f, the cached file openIO found, or else o's regular
+// file opened again from its handle with acc and added to the open-file
+// cache; with a reference the caller drops with c.s.files.release.
+func (c *call) ioFile(o *obj, f *cachedFile, acc int) (*cachedFile, error) {
+	if f != nil {
+		return f, nil
+	}
+	fd, err := o.reopen(acc)
+	if err != nil {
+		return nil, err
+	}
+	return c.s.files.add(o.kh, acc, fd, &o.st), nil
 }
 
 // reopen opens o's object again from its handle with flags (O_RDONLY,

@@ -72,7 +72,9 @@ func (f fdReader) ReadAt(p []byte, off int64) (int, error) {
 // is returned as the DDP-eligible result straight from a mapping of the
 // file (readMap, Options.ReadMapBytes: the transport sends the page
 // cache's pages, no copy), or else read into a pooled buffer; the window or
-// the buffer is released after the transport sent it. As knfsd,
+// the buffer is released after the transport sent it. The file is read
+// through the server's open-file cache (fileCache), as WRITE writes it and
+// COMMIT syncs it. As knfsd,
 // the owner may read whatever the mode, and so may a caller with execute
 // permission (NFSD_MAY_READ_IF_EXEC: clients read the programs they run;
 // they check read permission at open themselves, with ACCESS).
@@ -81,11 +83,11 @@ func (c *call) read(d *xdr.Decoder, b *sunrpc.Builder) error {
 	if err := a.Decode(d); err != nil {
 		return garbage(err)
 	}
-	o, st := c.open(&a.File)
+	o, f, st := c.openIO(&a.File, unix.O_RDONLY)
+	defer o.close()
 	var data []byte
 	eof := false
 	if st == nfs3.OK {
-		defer o.close()
 		switch {
 		case o.isDir():
 			st = nfs3.ErrIsDir
@@ -99,10 +101,11 @@ func (c *call) read(d *xdr.Decoder, b *sunrpc.Builder) error {
 	}
 	if st == nfs3.OK {
 		count := min(int(a.Count), MaxIO)
-		fd, err := o.reopen(unix.O_RDONLY)
-		if err != nil {
+		var err error
+		if f, err = c.ioFile(&o, f, unix.O_RDONLY); err != nil {
 			st = statusOf(err)
 		} else {
+			fd := f.fd
 			var n int
 			mapped := false
 			if count > 0 && a.Offset < 1<<63 {
@@ -118,12 +121,14 @@ func (c *call) read(d *xdr.Decoder, b *sunrpc.Builder) error {
 			if !mapped {
 				unix.Fstat(fd, &o.st)
 			}
-			unix.Close(fd)
 			if err != nil && !errors.Is(err, io.EOF) {
 				st = statusOf(err)
 			}
 			eof = a.Offset+uint64(n) >= uint64(o.st.Size)
 		}
+	}
+	if f != nil {
+		c.s.files.release(f)
 	}
 	res := nfs3.ReadRes{Status: st, Attr: o.attr(), EOF: eof, Data: data}
 	if p := res.Encode(&b.Encoder); st == nfs3.OK {
@@ -160,9 +165,9 @@ func (c *call) write(d *xdr.Decoder, b *sunrpc.Builder) error {
 		size = c.req.ArgPayloadLen()
 	}
 	var r nfs3.WriteRes
-	o, st := c.open(&fh)
+	o, f, st := c.openIO(&fh, unix.O_WRONLY)
+	defer o.close()
 	if st == nfs3.OK {
-		defer o.close()
 		switch {
 		case o.ro:
 			st = nfs3.ErrROFS
@@ -177,18 +182,16 @@ func (c *call) write(d *xdr.Decoder, b *sunrpc.Builder) error {
 		}
 	}
 	if st == nfs3.OK {
-		fd, err := o.reopen(unix.O_WRONLY)
+		f, err = c.ioFile(&o, f, unix.O_WRONLY)
 		if err == nil {
 			if mode, drop := c.id.setIDAfterWrite(&o.st); drop && size > 0 {
-				if err = unix.Fchmod(fd, mode); err != nil {
-					unix.Close(fd)
-				}
+				err = unix.Fchmod(f.fd, mode)
 			}
 		}
 		if err != nil {
 			st = statusOf(err)
 		} else {
-			n := 0
+			fd, n := f.fd, 0
 			overQuota, err := c.quotaWrite(&o, fd, int64(off), int64(size), stable, func() error {
 				var err error
 				if vec != nil {
@@ -209,10 +212,12 @@ func (c *call) write(d *xdr.Decoder, b *sunrpc.Builder) error {
 				err = errQuota
 			}
 			r.Committed = stable
-			unix.Close(fd)
 			r.Count = uint32(n)
 			st = statusOf(err)
 		}
+	}
+	if f != nil {
+		defer c.s.files.release(f)
 	}
 	if o.fd >= 0 {
 		r.Wcc = o.wcc()
@@ -230,7 +235,13 @@ func (c *call) commit(d *xdr.Decoder, b *sunrpc.Builder) error {
 		return garbage(err)
 	}
 	var r nfs3.CommitRes
-	o, st := c.open(&a.File)
+	// the file WRITE left open in the cache, if any; else opened for
+	// reading only (no write access needed, and none taken from a running
+	// program: ETXTBSY)
+	o, f, st := c.openIO(&a.File, unix.O_WRONLY)
+	if f != nil {
+		defer c.s.files.release(f)
+	}
 	if st == nfs3.OK {
 		defer o.close()
 		switch {
@@ -240,6 +251,8 @@ func (c *call) commit(d *xdr.Decoder, b *sunrpc.Builder) error {
 			st = nfs3.ErrIsDir
 		case o.st.Mode&unix.S_IFMT != unix.S_IFREG:
 			st = nfs3.ErrInval
+		case f != nil:
+			st = statusOf(c.syncCharged(&o, f.fd))
 		default:
 			fd, err := o.reopen(unix.O_RDONLY)
 			if err == nil {

@@ -117,8 +117,9 @@ func chargeGone(o *obj, st *unix.Stat_t) {
 // removeEntry runs remove (an unlink or a rename over name in directory
 // o) and charges the removal of name, whose stat before was st (updated;
 // quotaVolume.Remove).
-// A removed regular file's READ mappings are dropped (readMap.forget), so
-// that they do not keep its space.
+// A removed regular file's READ mappings and cached open files are
+// dropped (readMap.forget, fileCache.forget), so that they do not keep its
+// space.
 func (c *call) removeEntry(o *obj, name string, st *unix.Stat_t, remove func() error) nfs3.Status {
 	dev, ino, reg := st.Dev, st.Ino, st.Mode&unix.S_IFMT == unix.S_IFREG
 	var err error
@@ -129,6 +130,7 @@ func (c *call) removeEntry(o *obj, name string, st *unix.Stat_t, remove func() e
 	}
 	if err == nil && reg {
 		c.s.rmap.forget(dev, ino)
+		c.s.files.forget(dev, ino)
 	}
 	return statusOf(err)
 }

@@ -41,11 +41,13 @@ func (c *call) remove(d *xdr.Decoder, b *sunrpc.Builder) error {
 		st = checkName(a.Object.Name, nfs3.ErrIsDir)
 	}
 	seq, mapped := c.s.rmap.mark()
-	if st == nfs3.OK && o.ex.vol == nil && !mapped && !c.sticky(&o) {
+	fseq, open := c.s.files.mark()
+	if st == nfs3.OK && o.ex.vol == nil && !mapped && !open && !c.sticky(&o) {
 		// nothing needs the entry's stat: unlink(2) refuses a
 		// directory (EISDIR)
 		if st = statusOf(unix.Unlinkat(o.fd, a.Object.Name, 0)); st == nfs3.OK {
 			c.s.rmap.forgetSince(seq)
+			c.s.files.forgetSince(fseq)
 		}
 	} else if st == nfs3.OK {
 		var est unix.Stat_t

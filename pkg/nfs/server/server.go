@@ -112,8 +112,9 @@ type Server struct {
 	rdma    rdmaListener   // the ServeRDMA listener
 	credits map[string]int // RPC-over-RDMA credits per machine name (SetMachineGrants)
 
-	drc  *replyCache
-	rmap *readMap // READ's mappings (readmap.go)
+	drc   *replyCache
+	rmap  *readMap   // READ's mappings (readmap.go)
+	files *fileCache // READ's and WRITE's open files (filecache.go)
 
 	locks     *lockd.Manager
 	locksOnce sync.Once
@@ -158,7 +159,7 @@ func New(opts Options) (*Server, error) {
 		unix.Close(fd)
 		return nil, errors.New("nfs server: RPC-with-TLS required without a TLS configuration")
 	}
-	s := &Server{root: opts.Root, rootFD: fd, rpc: sunrpc.NewServer(log), log: log, seal: newSealer(key), rmap: newReadMap(opts.ReadMapBytes),
+	s := &Server{root: opts.Root, rootFD: fd, rpc: sunrpc.NewServer(log), log: log, seal: newSealer(key), rmap: newReadMap(opts.ReadMapBytes), files: newFileCache(),
 		tls: opts.TLS, nameOnly: opts.TLSRequired, refusals: newRefusalLog(),
 		euid: uint32(unix.Geteuid()), egid: uint32(unix.Getegid())}
 	rand.Read(s.wverf[:])
@@ -256,6 +257,10 @@ func (s *Server) DRCStats() DRCStats { return s.drc.Stats() }
 // and their bound, hits, misses, evictions, copies, faults).
 func (s *Server) ReadMapStats() ReadMapStats { return s.rmap.stats() }
 
+// FileCacheStats returns the counters of the files READ and WRITE keep
+// open (files open, hits, misses, evictions).
+func (s *Server) FileCacheStats() FileCacheStats { return s.files.stats() }
+
 // Locks returns the NLM/NSM lock manager.
 func (s *Server) Locks() *lockd.Manager { return s.locks }
 
@@ -346,6 +351,7 @@ func (s *Server) Close() error {
 	}
 	s.locks.Close()
 	s.rmap.close()
+	s.files.close()
 	return unix.Close(s.rootFD)
 }
 
