@@ -332,13 +332,17 @@
 //   - Announcement (sections 5.3, 8.3). A peer with SendDDP on
 //     (ClientOptions.SendDDP, ServerOptions.SendDDP: off in the
 //     library, on in the mount and the export server)
-//     announces its structure: one non-DDP page (4096 bytes, aligned
-//     4096) for the transport header and the Payload stream, then
-//     Inline/4096 - 1 pages with XMRSFLAG_DDP, aligned 4096. Inline must
-//     be a multiple of 4096 and at least 8192 (SDDPInline, 16 KiB, is
+//     announces its structure: a non-DDP segment of 1024 bytes (aligned
+//     1024) for the transport header and the Payload stream, then
+//     Inline/4096 - 1 pages with XMRSFLAG_DDP, aligned 4096, then 3072
+//     non-DDP bytes (the rest of the Inline bytes a receive holds). Inline
+//     must be a multiple of 4096 and at least 8192 (SDDPInline, 16 KiB, is
 //     what the mount option and server flag use); otherwise nothing is
-//     announced. Receive pools are allocated page-aligned, so the
-//     announced alignment holds in memory. A structure whose length is
+//     announced. Receive pools are allocated page-aligned and each receive
+//     starts 3072 bytes into a page (one page more per receive), so the
+//     announced alignment holds in memory, and a placed item costs the
+//     wire at most the 1024-byte header segment besides itself (a 4 KiB
+//     READ result: a Send of 5 KiB, not 8). A structure whose length is
 //     not the sum of its segments, or exceeds the peer's
 //     RDMA2_PROPID_RBSIZ, a group of no segment, a segment not a
 //     multiple of 4 bytes or an alignment not a power of 2 is
@@ -446,20 +450,21 @@
 // Memory of send-based DDP. The structure is the same for every receive
 // of a connection (section 7.2 has one xmrbs_buf per receiver), so the
 // DDP-targetable pages cost Inline bytes in every receive and every send
-// buffer. Per connection at 32 credits, version 2, the requester
+// buffer, and each receive a page more (its header segment ends on a page
+// boundary). Per connection at 32 credits, version 2, the requester
 // registers 32 send and 48 receive buffers (32, and 16 for the parts of
 // a continued reply), the responder 33 of each:
 //
 //	Inline                requester   responder   DDP item by Send
 //	4 KiB (OurInline)     320 KiB     264 KiB     none (chunks)
-//	16 KiB (SDDPInline)   1.25 MiB    1.03 MiB    4..12 KiB
-//	64 KiB                5 MiB       4.1 MiB     4..60 KiB
+//	16 KiB (SDDPInline)   1.44 MiB    1.16 MiB    4..12 KiB
+//	64 KiB                5.19 MiB    4.25 MiB    4..60 KiB
 //
 // plus, per slot and only once it sends a continued message or a
 // transmission group, MaxContinuation x Inline of continuation buffers
 // (256 KiB at SDDPInline). The mount and the
-// export server turn send-based DDP on by default at SDDPInline: four
-// times the buffer memory of version 1 (about what Linux xprtrdma's 128
+// export server turn send-based DDP on by default at SDDPInline: about
+// 4.5 times the buffer memory of version 1 (about what Linux xprtrdma's 128
 // slots of 4 KiB send and receive buffers take), for which READ and
 // WRITE data of up to 12 KiB, the common small-I/O sizes, save a
 // registration, an RDMA operation and an invalidation. Larger data goes
@@ -479,12 +484,12 @@
 // 30%): a WRITE-like argument of 32, 64 and 128 KiB takes 152, 349 and
 // 440 us as a group against 174, 192 and 314 us in a Read chunk; a
 // READ-like result 146, 230 and 405 us against 154, 164 and 214 us in a
-// Write chunk. Each 12 KiB costs a Send of 16 KiB (the header page
+// Write chunk. Each 12 KiB costs a Send of 13 KiB (the header segment
 // travels as zeros) with its per-message cost, and registration, which
 // a group saves, is cheap on siw; so groups are off by default
 // (SendDDPGroups, the mount option sddpgroups). With 64 KiB buffers a
 // 32 KiB argument goes in one Send: 115 us against 174 us in a Read
 // chunk (a result: 124 against 154 us), for four times SDDPInline's
-// buffer memory (5 MiB per requester connection at 32 credits): the
+// buffer memory (5.2 MiB per requester connection at 32 credits): the
 // default stays SDDPInline.
 package rpcrdma

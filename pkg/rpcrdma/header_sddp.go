@@ -131,19 +131,44 @@ type RecvBufStruct struct {
 // PageSize is the alignment of the DDP-targetable segments we announce.
 const PageSize = 4096
 
-// ourRBStruct is the structure of our receive buffers of inline bytes:
-// one page for the transport header and the Payload stream, then pages
-// targetable by DDP. It reports false when inline holds no DDP page (it
-// is not a multiple of PageSize, or only one page): then nothing is
-// announced.
+// rbHeaderLen is the length of the first segment of our receive buffers
+// when they are structured for send-based DDP (ourRBStruct): room for the
+// transport header and the Payload stream of a call or reply whose item
+// is placed (a READ reply's or WRITE call's header, file handle and
+// credential), and the zeros a sender puts between them and the first
+// DDP-targetable page.
+const rbHeaderLen = 1024
+
+// ourRBStruct is the structure of our receive buffers of inline bytes: a
+// segment of rbHeaderLen bytes for the transport header and the Payload
+// stream, then inline/PageSize - 1 pages targetable by DDP (recvLayout
+// places them on page boundaries), then the rest (PageSize - rbHeaderLen
+// bytes, not targetable), so that a placed message (the header segment
+// and the pages) fits an inline-sized Send. It reports false when inline
+// holds no DDP page (it is not a multiple of PageSize, or only one page):
+// then nothing is announced.
 func ourRBStruct(inline int) (RecvBufStruct, bool) {
 	if inline%PageSize != 0 || inline < 2*PageSize {
 		return RecvBufStruct{}, false
 	}
 	return RecvBufStruct{Length: uint32(inline), Groups: []RBGroup{
-		{Count: 1, Seg: RBSeg{Length: PageSize, Align: PageSize}},
+		{Count: 1, Seg: RBSeg{Length: rbHeaderLen, Align: rbHeaderLen}},
 		{Count: uint32(inline/PageSize - 1), Seg: RBSeg{Length: PageSize, Align: PageSize, Flags: RBSegDDP}},
+		{Count: 1, Seg: RBSeg{Length: PageSize - rbHeaderLen, Align: PageSize}},
 	}}, true
+}
+
+// recvLayout is where the receives of a connection whose inline threshold
+// is inline bytes lie in its receive region: receive i is the length
+// (= inline) bytes at i*stride+off. Structured for send-based DDP
+// (ourRBStruct), the header segment ends on a page boundary, where the
+// DDP pages begin, and a receive takes one page more of the region
+// (stride); otherwise the receives are packed.
+func recvLayout(inline int) (stride, off, length int) {
+	if _, ok := ourRBStruct(inline); ok {
+		return inline + PageSize, PageSize - rbHeaderLen, inline
+	}
+	return inline, 0, inline
 }
 
 // Append appends the XDR of b.

@@ -57,9 +57,9 @@ type ServerOptions struct {
 	// responder-provided Read chunk (rprc_responder.go): it is then continued,
 	// or answered RDMA2_ERR_REPLY_RESOURCE, as without the extension.
 	NoResponderReadChunks bool
-	// SendDDP announces our Receive Buffer Structure (one page for the
-	// header, then DDP-targetable pages; Inline must be a multiple of
-	// 4096 and at least 8192) and accepts calls whose DDP-eligible
+	// SendDDP announces our Receive Buffer Structure (a 1 KiB segment
+	// for the header, then DDP-targetable pages; Inline must be a
+	// multiple of 4096 and at least 8192) and accepts calls whose DDP-eligible
 	// argument was placed by send-based DDP (sddp_responder.go); off by default
 	// [false].
 	SendDDP bool
@@ -317,11 +317,14 @@ type srvConn struct {
 	verbs     verbs.ConnInfo // what the provider negotiated at accept; under s.mu
 
 	sendMR, recvMR verbs.MR
-	slots          []srvSlot
-	recvWRs        []verbs.RecvWR // one per receive buffer, prebuilt
-	recvSGEs       []verbs.SGE
-	readSem        chan struct{} // ORD tokens
-	done           chan struct{}
+	// receive i is recvMR's recvLen bytes at i*recvStride+recvOff
+	// (recvLayout)
+	recvStride, recvOff, recvLen int
+	slots                        []srvSlot
+	recvWRs                      []verbs.RecvWR // one per receive buffer, prebuilt
+	recvSGEs                     []verbs.SGE
+	readSem                      chan struct{} // ORD tokens
+	done                         chan struct{}
 	// stopDrain ends the completion goroutine (run's context); set by
 	// run before its workers start.
 	stopDrain context.CancelFunc
@@ -417,7 +420,9 @@ func (s *Server) newConn(ctx context.Context, req verbs.ConnRequest) (*srvConn, 
 	if c.sendMR, err = s.reg(c.pd, make([]byte, n*o.Inline), 0); err != nil {
 		return nil, err
 	}
-	if c.recvMR, err = s.reg(c.pd, pageAligned(n*o.Inline), verbs.AccessLocalWrite); err != nil {
+	stride, off, rlen := recvLayout(o.Inline)
+	c.recvStride, c.recvOff, c.recvLen = stride, off, rlen
+	if c.recvMR, err = s.reg(c.pd, pageAligned(n*stride), verbs.AccessLocalWrite); err != nil {
 		return nil, err
 	}
 	if c.grantMR, err = s.reg(c.pd, make([]byte, PrefixLen), 0); err != nil {
@@ -427,7 +432,7 @@ func (s *Server) newConn(ctx context.Context, req verbs.ConnRequest) (*srvConn, 
 	c.slots = make([]srvSlot, n)
 	c.recvWRs, c.recvSGEs = make([]verbs.RecvWR, n), make([]verbs.SGE, n)
 	for i := range c.slots {
-		c.recvSGEs[i] = c.recvMR.SGE(i*o.Inline, o.Inline)
+		c.recvSGEs[i] = c.recvMR.SGE(i*stride+off, rlen)
 		c.recvWRs[i] = verbs.RecvWR{ID: wrRecv | uint64(i), SGL: c.recvSGEs[i : i+1 : i+1]}
 		sl := &c.slots[i]
 		sl.c, sl.idx = c, i
@@ -584,8 +589,7 @@ func (c *srvConn) wait(ch chan struct{}) error {
 // handle processes one received message of n bytes in receive buffer sl.idx.
 func (sl *srvSlot) handle(ctx context.Context, d sunrpc.Dispatcher, n int) {
 	c, s := sl.c, sl.c.s
-	in := s.opts.Inline
-	msg := c.recvMR.Bytes()[sl.idx*in:][:n]
+	msg := c.recvBuf(sl.idx)[:n]
 	sl.msg = msg
 	if c.version(msg) == Version2 {
 		sl.handle2(ctx, d, msg)
@@ -1028,3 +1032,8 @@ func (sl *srvSlot) oneKey() (uint32, bool) {
 }
 
 var zero4 [4]byte
+
+// recvBuf is receive buffer idx (recvLayout).
+func (c *srvConn) recvBuf(idx int) []byte {
+	return c.recvMR.Bytes()[idx*c.recvStride+c.recvOff:][:c.recvLen:c.recvLen]
+}

@@ -285,10 +285,10 @@ func TestRecvBufStruct(t *testing.T) {
 		t.Fatal("no structure for 64 KiB")
 	}
 	got, err := DecodeRecvBufStruct(rb.Append(nil))
-	if err != nil || got.Length != rb.Length || len(got.Groups) != 2 || got.Groups[1] != rb.Groups[1] {
+	if err != nil || got.Length != rb.Length || len(got.Groups) != 3 || got.Groups[0] != rb.Groups[0] || got.Groups[1] != rb.Groups[1] || got.Groups[2] != rb.Groups[2] {
 		t.Fatalf("round trip: %+v, %v", got, err)
 	}
-	if w, ok := got.window(); !ok || w != (ddpWindow{Start: PageSize, Size: 15 * PageSize, SegLen: PageSize, Segs: 15}) {
+	if w, ok := got.window(); !ok || w != (ddpWindow{Start: rbHeaderLen, Size: 15 * PageSize, SegLen: PageSize, Segs: 15}) {
 		t.Fatalf("window %+v %v", w, ok)
 	}
 	for _, n := range []int{4096, 6144, 1024} {
@@ -326,7 +326,7 @@ func TestRecvBufStruct(t *testing.T) {
 	if _, _, ok := w.plan(100, 100, 8192, 8192, nil); ok {
 		t.Fatal("planned a message over the limit")
 	}
-	if s, n, ok := w.plan(100, 100, 8193, 64<<10, nil); !ok || n != PageSize+8196 || len(s.TBSN) != 3 || s.TBSN[2] != 2 {
+	if s, n, ok := w.plan(100, 100, 8193, 64<<10, nil); !ok || n != rbHeaderLen+8196 || len(s.TBSN) != 3 || s.TBSN[2] != 2 {
 		t.Fatalf("plan %+v %d %v", s, n, ok)
 	}
 }

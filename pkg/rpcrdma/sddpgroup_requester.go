@@ -191,10 +191,9 @@ func (s *slot) takeSDDPGroup(call *sunrpc.Call, r *sunrpc.Reply, msg []byte, w d
 		c.m.badReplies.Add(1)
 		return fmt.Errorf("rpcrdma: reply to XID %#x: %w", s.xid, s.grpBad)
 	}
-	recv := c.recvMR.Bytes()
 	s.grpBufs = s.grpBufs[:0]
 	for _, p := range s.grpRecv {
-		s.grpBufs = append(s.grpBufs, recv[p.idx*c.opts.Inline:][:p.n])
+		s.grpBufs = append(s.grpBufs, c.recvBuf(p.idx)[:p.n])
 	}
 	stream, vec, xe := w.locateGroup(s.grpBufs, msg, s.hdrLen, &s.rep.SDDP, XmsID{XID: s.xid, Dir: 1}, s.grpVec[:0])
 	if xe != nil {

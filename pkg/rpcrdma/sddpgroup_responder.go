@@ -121,10 +121,9 @@ func (sl *srvSlot) locateGroup(msg []byte, hl int) (raw []byte, vec [][]byte, er
 	}
 	rb, _ := ourRBStruct(s.opts.Inline)
 	w, _ := rb.window()
-	recv := c.recvMR.Bytes()
 	sl.sends = sl.sends[:0]
 	for _, p := range sl.parts {
-		sl.sends = append(sl.sends, recv[p.idx*s.opts.Inline:][:p.n])
+		sl.sends = append(sl.sends, c.recvBuf(p.idx)[:p.n])
 	}
 	raw, vec, xe := w.locateGroup(sl.sends, msg, hl, &h.SDDP, XmsID{XID: h.XID}, sl.vec[:0])
 	if xe != nil {

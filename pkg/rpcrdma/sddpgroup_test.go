@@ -212,7 +212,7 @@ func TestSendDDPGroupTransmitErrors(t *testing.T) {
 		{"send-missing", func() { tr.dropPart = 2 }, XmitErrBadSeq, 2,
 			func(xe *XmitErr) bool { return xe.Expect == 1 && xe.Current == 2 && xe.HasLead }},
 		{"item-overrun", func() { tr.mangleSDDP = func(s *SDDP) { s.Length += 8 } }, XmitErrBadOff, sends - 1,
-			func(xe *XmitErr) bool { return xe.Max == uint32(PageSize+n-5*(SDDPInline-PageSize)) }},
+			func(xe *XmitErr) bool { return xe.Max == uint32(rbHeaderLen+n-5*(SDDPInline-PageSize)) }},
 		{"offset-past-segment", func() { tr.mangleSDDP = func(s *SDDP) { s.Offset = PageSize } }, XmitErrBadOff, sends - 1,
 			func(xe *XmitErr) bool { return xe.Value == PageSize }},
 	} {

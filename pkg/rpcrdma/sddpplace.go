@@ -114,7 +114,7 @@ func (w ddpWindow) locate(msg []byte, hl int, s *SDDP, id XmsID) (stream, item [
 
 // pageAligned returns n zeroed bytes starting on a PageSize boundary, so
 // that the DDP-targetable segments of receive buffers laid out in it
-// (ourRBStruct) are page-aligned in memory as announced.
+// (ourRBStruct, recvLayout) are page-aligned in memory as announced.
 func pageAligned(n int) []byte {
 	b := make([]byte, n+PageSize)
 	off := int(-uintptr(unsafe.Pointer(unsafe.SliceData(b))) & (PageSize - 1))
@@ -136,9 +136,10 @@ func (w ddpWindow) middle(buf []byte, h *Header, piece []byte) ([]byte, error) {
 }
 
 // SDDPInline is the send and receive buffer size, in bytes, a mount or
-// server with send-based DDP on (the default of both) uses: one page for
-// the header and three DDP-targetable pages, so WRITE and READ data of
-// 4 to 12 KiB goes inside the Send (the default OurInline of 4096 holds
-// no DDP-targetable page). It quadruples the buffer memory of a
-// connection, not more (the package doc's "Memory" under Send-based DDP).
+// server with send-based DDP on (the default of both) uses: a 1 KiB
+// segment for the header and three DDP-targetable pages (ourRBStruct),
+// so WRITE and READ data of 4 to 12 KiB goes inside the Send (the default
+// OurInline of 4096 holds no DDP-targetable page). It takes about 4.5
+// times the buffer memory of a connection, not more (the package doc's
+// "Memory" under Send-based DDP).
 const SDDPInline = 16 << 10
