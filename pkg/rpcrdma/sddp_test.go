@@ -152,6 +152,11 @@ func TestSendDDPCalls(t *testing.T) {
 				m.SendDDPBytes-before.SendDDPBytes != uint64(k.n) || sm.SendDDPBytes-sb.SendDDPBytes != uint64(k.n) {
 				t.Fatalf("%d bytes: send-based DDP sent %d received %d, Read chunks %d, aligned %v, in the receive buffer %v", k.n, sent, got, reads, aligned, inRecv)
 			}
+			// the Send: the 1 KiB header segment, then the item and its
+			// pad, nothing more (no page of zeros before the item)
+			if b := m.InlineBytes - before.InlineBytes; b != uint64(rbHeaderLen+(k.n+3)&^3) {
+				t.Fatalf("%d bytes: a Send of %d bytes, want %d", k.n, b, rbHeaderLen+(k.n+3)&^3)
+			}
 		} else if !k.read && k.n > in {
 			if sent != 1 || got != 1 || reads != 0 || m.SendDDPGroups-before.SendDDPGroups != 1 {
 				t.Fatalf("%d bytes: send-based DDP sent %d received %d, Read chunks %d, groups %d", k.n, sent, got, reads, m.SendDDPGroups-before.SendDDPGroups)
