@@ -160,12 +160,12 @@ func ourRBStruct(inline int) (RecvBufStruct, bool) {
 
 // recvLayout is where the receives of a connection whose inline threshold
 // is inline bytes lie in its receive region: receive i is the length
-// (= inline) bytes at i*stride+off. Structured for send-based DDP
-// (ourRBStruct), the header segment ends on a page boundary, where the
-// DDP pages begin, and a receive takes one page more of the region
-// (stride); otherwise the receives are packed.
-func recvLayout(inline int) (stride, off, length int) {
-	if _, ok := ourRBStruct(inline); ok {
+// (= inline) bytes at i*stride+off. Structured for send-based DDP (sddp,
+// the structure ourRBStruct announced), the header segment ends on a page
+// boundary, where the DDP pages begin, and a receive takes one page more
+// of the region (stride); otherwise the receives are packed.
+func recvLayout(inline int, sddp bool) (stride, off, length int) {
+	if _, ok := ourRBStruct(inline); ok && sddp {
 		return inline + PageSize, PageSize - rbHeaderLen, inline
 	}
 	return inline, 0, inline

@@ -352,7 +352,7 @@ func Dial(ctx context.Context, dev verbs.Device, addr string, opts ClientOptions
 	if c.sendMR, err = c.reg(make([]byte, n*opts.Inline), 0); err != nil {
 		return nil, err
 	}
-	stride, off, rlen := recvLayout(opts.Inline)
+	stride, off, rlen := recvLayout(opts.Inline, opts.SendDDP)
 	c.recvStride, c.recvOff, c.recvLen = stride, off, rlen
 	if c.recvMR, err = c.reg(pageAligned(nrecv*stride), verbs.AccessLocalWrite); err != nil {
 		return nil, err

@@ -420,7 +420,7 @@ func (s *Server) newConn(ctx context.Context, req verbs.ConnRequest) (*srvConn, 
 	if c.sendMR, err = s.reg(c.pd, make([]byte, n*o.Inline), 0); err != nil {
 		return nil, err
 	}
-	stride, off, rlen := recvLayout(o.Inline)
+	stride, off, rlen := recvLayout(o.Inline, o.SendDDP)
 	c.recvStride, c.recvOff, c.recvLen = stride, off, rlen
 	if c.recvMR, err = s.reg(c.pd, pageAligned(n*stride), verbs.AccessLocalWrite); err != nil {
 		return nil, err
