@@ -34,7 +34,7 @@ type reassembly struct {
 func (c *srvConn) reassemble(sl *srvSlot, n int) bool {
 	a := &c.asm
 	sl.assembled, sl.contErr, sl.xmtErr, sl.parts = false, false, nil, sl.parts[:0]
-	msg := c.recvBuf(sl.idx)[:n]
+	msg := c.recv.buf(c.recvMR, sl.idx)[:n]
 	if len(msg) < Middle2Len || be.Uint32(msg[4:]) != Version2 {
 		if a.active && len(msg) >= PrefixLen {
 			a.active, sl.contErr = false, true

@@ -141,7 +141,7 @@ const rbHeaderLen = 1024
 
 // ourRBStruct is the structure of our receive buffers of inline bytes: a
 // segment of rbHeaderLen bytes for the transport header and the Payload
-// stream, then inline/PageSize - 1 pages targetable by DDP (recvLayout
+// stream, then inline/PageSize - 1 pages targetable by DDP (newRecvLayout
 // places them on page boundaries), then the rest (PageSize - rbHeaderLen
 // bytes, not targetable), so that a placed message (the header segment
 // and the pages) fits an inline-sized Send. It reports false when inline
@@ -156,19 +156,6 @@ func ourRBStruct(inline int) (RecvBufStruct, bool) {
 		{Count: uint32(inline/PageSize - 1), Seg: RBSeg{Length: PageSize, Align: PageSize, Flags: RBSegDDP}},
 		{Count: 1, Seg: RBSeg{Length: PageSize - rbHeaderLen, Align: PageSize}},
 	}}, true
-}
-
-// recvLayout is where the receives of a connection whose inline threshold
-// is inline bytes lie in its receive region: receive i is the length
-// (= inline) bytes at i*stride+off. Structured for send-based DDP (sddp,
-// the structure ourRBStruct announced), the header segment ends on a page
-// boundary, where the DDP pages begin, and a receive takes one page more
-// of the region (stride); otherwise the receives are packed.
-func recvLayout(inline int, sddp bool) (stride, off, length int) {
-	if _, ok := ourRBStruct(inline); ok && sddp {
-		return inline + PageSize, PageSize - rbHeaderLen, inline
-	}
-	return inline, 0, inline
 }
 
 // Append appends the XDR of b.

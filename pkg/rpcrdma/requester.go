@@ -196,12 +196,10 @@ type Client struct {
 	orphan     Header
 
 	sendMR, recvMR verbs.MR
-	// receive i is recvMR's recvLen bytes at i*recvStride+recvOff
-	// (recvLayout)
-	recvStride, recvOff, recvLen int
-	slots                        []slot
-	recvWRs                      []verbs.RecvWR // one per receive buffer, prebuilt
-	recvSGEs                     []verbs.SGE
+	recv           recvLayout // of the receives in recvMR
+	slots          []slot
+	recvWRs        []verbs.RecvWR // one per receive buffer, prebuilt
+	recvSGEs       []verbs.SGE
 
 	// sendMu serializes the posting of version 2 calls, so that the
 	// Sends of a continued call are not interleaved with others.
@@ -352,16 +350,15 @@ func Dial(ctx context.Context, dev verbs.Device, addr string, opts ClientOptions
 	if c.sendMR, err = c.reg(make([]byte, n*opts.Inline), 0); err != nil {
 		return nil, err
 	}
-	stride, off, rlen := recvLayout(opts.Inline, opts.SendDDP)
-	c.recvStride, c.recvOff, c.recvLen = stride, off, rlen
-	if c.recvMR, err = c.reg(pageAligned(nrecv*stride), verbs.AccessLocalWrite); err != nil {
+	c.recv = newRecvLayout(opts.Inline, opts.SendDDP)
+	if c.recvMR, err = c.reg(c.recv.region(nrecv), verbs.AccessLocalWrite); err != nil {
 		return nil, err
 	}
 	c.slots = make([]slot, n)
 	c.free = make([]int, 0, n)
 	c.recvWRs, c.recvSGEs = make([]verbs.RecvWR, nrecv), make([]verbs.SGE, nrecv)
 	for i := range c.recvWRs {
-		c.recvSGEs[i] = c.recvMR.SGE(i*stride+off, rlen)
+		c.recvSGEs[i] = c.recv.sge(c.recvMR, i)
 		c.recvWRs[i] = verbs.RecvWR{ID: wrRecv | uint64(i), SGL: c.recvSGEs[i : i+1 : i+1]}
 		if i >= n {
 			if err := c.postRecv(i); err != nil {
@@ -602,7 +599,7 @@ func (c *Client) handle(wc *verbs.WC) {
 	if idx >= len(c.recvWRs) {
 		return
 	}
-	msg := c.recvBuf(idx)[:wc.ByteLen]
+	msg := c.recv.buf(c.recvMR, idx)[:wc.ByteLen]
 	if len(msg) < 4 {
 		c.m.badReplies.Add(1)
 		c.repost(idx)
@@ -1038,7 +1035,7 @@ func (s *slot) finish(ctx context.Context, call *sunrpc.Call) (*sunrpc.Reply, er
 		r.Body = s.asm
 		c.m.continued.Add(1)
 	} else {
-		r.Body = c.recvBuf(s.recvIdx)[s.hdrLen:s.recvLen]
+		r.Body = c.recv.buf(c.recvMR, s.recvIdx)[s.hdrLen:s.recvLen]
 	}
 	return r, nil
 }
@@ -1204,9 +1201,4 @@ func soleHandle(h *Header) uint32 {
 		}
 	}
 	return key
-}
-
-// recvBuf is receive buffer idx (recvLayout).
-func (c *Client) recvBuf(idx int) []byte {
-	return c.recvMR.Bytes()[idx*c.recvStride+c.recvOff:][:c.recvLen:c.recvLen]
 }

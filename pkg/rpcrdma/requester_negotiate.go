@@ -146,7 +146,7 @@ func (c *Client) negotiate(ctx context.Context, addr string, local PrivateData) 
 				continue
 			}
 			idx := int(w.ID &^ wrKindMask)
-			msg := c.recvBuf(idx)[:w.ByteLen]
+			msg := c.recv.buf(c.recvMR, idx)[:w.ByteLen]
 			done, err := c.negotiated(addr, xid, msg, local, props)
 			if err == nil {
 				err = c.postRecv(idx)

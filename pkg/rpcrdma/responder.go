@@ -317,14 +317,12 @@ type srvConn struct {
 	verbs     verbs.ConnInfo // what the provider negotiated at accept; under s.mu
 
 	sendMR, recvMR verbs.MR
-	// receive i is recvMR's recvLen bytes at i*recvStride+recvOff
-	// (recvLayout)
-	recvStride, recvOff, recvLen int
-	slots                        []srvSlot
-	recvWRs                      []verbs.RecvWR // one per receive buffer, prebuilt
-	recvSGEs                     []verbs.SGE
-	readSem                      chan struct{} // ORD tokens
-	done                         chan struct{}
+	recv           recvLayout // of the receives in recvMR
+	slots          []srvSlot
+	recvWRs        []verbs.RecvWR // one per receive buffer, prebuilt
+	recvSGEs       []verbs.SGE
+	readSem        chan struct{} // ORD tokens
+	done           chan struct{}
 	// stopDrain ends the completion goroutine (run's context); set by
 	// run before its workers start.
 	stopDrain context.CancelFunc
@@ -420,9 +418,8 @@ func (s *Server) newConn(ctx context.Context, req verbs.ConnRequest) (*srvConn, 
 	if c.sendMR, err = s.reg(c.pd, make([]byte, n*o.Inline), 0); err != nil {
 		return nil, err
 	}
-	stride, off, rlen := recvLayout(o.Inline, o.SendDDP)
-	c.recvStride, c.recvOff, c.recvLen = stride, off, rlen
-	if c.recvMR, err = s.reg(c.pd, pageAligned(n*stride), verbs.AccessLocalWrite); err != nil {
+	c.recv = newRecvLayout(o.Inline, o.SendDDP)
+	if c.recvMR, err = s.reg(c.pd, c.recv.region(n), verbs.AccessLocalWrite); err != nil {
 		return nil, err
 	}
 	if c.grantMR, err = s.reg(c.pd, make([]byte, PrefixLen), 0); err != nil {
@@ -432,7 +429,7 @@ func (s *Server) newConn(ctx context.Context, req verbs.ConnRequest) (*srvConn, 
 	c.slots = make([]srvSlot, n)
 	c.recvWRs, c.recvSGEs = make([]verbs.RecvWR, n), make([]verbs.SGE, n)
 	for i := range c.slots {
-		c.recvSGEs[i] = c.recvMR.SGE(i*stride+off, rlen)
+		c.recvSGEs[i] = c.recv.sge(c.recvMR, i)
 		c.recvWRs[i] = verbs.RecvWR{ID: wrRecv | uint64(i), SGL: c.recvSGEs[i : i+1 : i+1]}
 		sl := &c.slots[i]
 		sl.c, sl.idx = c, i
@@ -589,7 +586,7 @@ func (c *srvConn) wait(ch chan struct{}) error {
 // handle processes one received message of n bytes in receive buffer sl.idx.
 func (sl *srvSlot) handle(ctx context.Context, d sunrpc.Dispatcher, n int) {
 	c, s := sl.c, sl.c.s
-	msg := c.recvBuf(sl.idx)[:n]
+	msg := c.recv.buf(c.recvMR, sl.idx)[:n]
 	sl.msg = msg
 	if c.version(msg) == Version2 {
 		sl.handle2(ctx, d, msg)
@@ -1032,8 +1029,3 @@ func (sl *srvSlot) oneKey() (uint32, bool) {
 }
 
 var zero4 [4]byte
-
-// recvBuf is receive buffer idx (recvLayout).
-func (c *srvConn) recvBuf(idx int) []byte {
-	return c.recvMR.Bytes()[idx*c.recvStride+c.recvOff:][:c.recvLen:c.recvLen]
-}

@@ -24,7 +24,7 @@ var (
 	// compute, the counters, the completion queue drain.
 	neutralTypes = []string{"Header", "Header2", "Segment", "ReadSegment", "Proc", "Errcode", "Errcode2", "Error2", "HType",
 		"Limits", "listReader", "positions", "HeaderError", "Prop", "PropID", "Properties", "PrivateData",
-		"SDDP", "XmitErr", "XmitErrCode", "XmsID", "RecvBufStruct", "RBSeg", "RBGroup", "ddpWindow",
+		"SDDP", "XmitErr", "XmitErrCode", "XmsID", "RecvBufStruct", "RBSeg", "RBGroup", "ddpWindow", "recvLayout",
 		"Message", "Inline", "CallKind", "ReplyKind", "CallPlan", "ReplyPlan",
 		"Metrics", "metrics", "ErrorReply", "ConnInfo", "cqDrain"}
 )

@@ -110,7 +110,7 @@ func (c *Client) sddpLocal() bool {
 // 9.5 names (we do not send it: replies are not answered).
 func (s *slot) takeSDDP(call *sunrpc.Call, r *sunrpc.Reply) error {
 	c := s.c
-	msg := c.recvBuf(s.recvIdx)[:s.recvLen]
+	msg := c.recv.buf(c.recvMR, s.recvIdx)[:s.recvLen]
 	rb, _ := ourRBStruct(c.opts.Inline)
 	w, _ := rb.window()
 	if len(s.grpRecv) > 0 || s.grpBad != nil {

@@ -304,15 +304,15 @@ func TestRecvBufStruct(t *testing.T) {
 	// the layout: with the structure announced each receive's DDP pages
 	// start on a page boundary (the receive pool is page-aligned);
 	// without it, or without a structure, receives are packed
-	if st, off, n := recvLayout(16<<10, true); st%PageSize != 0 || (off+rbHeaderLen)%PageSize != 0 || n != 16<<10 || off+n > st {
-		t.Fatalf("recvLayout(16 KiB, sddp) = %d, %d, %d", st, off, n)
+	if l := newRecvLayout(16<<10, true); l.stride%PageSize != 0 || (l.off+rbHeaderLen)%PageSize != 0 || l.size != 16<<10 || l.off+l.size > l.stride {
+		t.Fatalf("newRecvLayout(16 KiB, sddp) = %+v", l)
 	}
 	for _, k := range []struct {
 		in   int
 		sddp bool
 	}{{16 << 10, false}, {4096, true}, {6144, true}} {
-		if st, off, n := recvLayout(k.in, k.sddp); st != k.in || off != 0 || n != k.in {
-			t.Fatalf("recvLayout(%d, %v) = %d, %d, %d, want packed", k.in, k.sddp, st, off, n)
+		if l := newRecvLayout(k.in, k.sddp); l != (recvLayout{stride: k.in, size: k.in}) {
+			t.Fatalf("newRecvLayout(%d, %v) = %+v, want packed", k.in, k.sddp, l)
 		}
 	}
 	noDDP := RecvBufStruct{Length: 8192, Groups: []RBGroup{{Count: 2, Seg: RBSeg{Length: 4096}}}}

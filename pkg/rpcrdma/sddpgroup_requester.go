@@ -193,7 +193,7 @@ func (s *slot) takeSDDPGroup(call *sunrpc.Call, r *sunrpc.Reply, msg []byte, w d
 	}
 	s.grpBufs = s.grpBufs[:0]
 	for _, p := range s.grpRecv {
-		s.grpBufs = append(s.grpBufs, c.recvBuf(p.idx)[:p.n])
+		s.grpBufs = append(s.grpBufs, c.recv.buf(c.recvMR, p.idx)[:p.n])
 	}
 	stream, vec, xe := w.locateGroup(s.grpBufs, msg, s.hdrLen, &s.rep.SDDP, XmsID{XID: s.xid, Dir: 1}, s.grpVec[:0])
 	if xe != nil {

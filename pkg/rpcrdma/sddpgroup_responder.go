@@ -123,7 +123,7 @@ func (sl *srvSlot) locateGroup(msg []byte, hl int) (raw []byte, vec [][]byte, er
 	w, _ := rb.window()
 	sl.sends = sl.sends[:0]
 	for _, p := range sl.parts {
-		sl.sends = append(sl.sends, c.recvBuf(p.idx)[:p.n])
+		sl.sends = append(sl.sends, c.recv.buf(c.recvMR, p.idx)[:p.n])
 	}
 	raw, vec, xe := w.locateGroup(sl.sends, msg, hl, &h.SDDP, XmsID{XID: h.XID}, sl.vec[:0])
 	if xe != nil {

@@ -114,7 +114,7 @@ func (w ddpWindow) locate(msg []byte, hl int, s *SDDP, id XmsID) (stream, item [
 
 // pageAligned returns n zeroed bytes starting on a PageSize boundary, so
 // that the DDP-targetable segments of receive buffers laid out in it
-// (ourRBStruct, recvLayout) are page-aligned in memory as announced.
+// (ourRBStruct, newRecvLayout) are page-aligned in memory as announced.
 func pageAligned(n int) []byte {
 	b := make([]byte, n+PageSize)
 	off := int(-uintptr(unsafe.Pointer(unsafe.SliceData(b))) & (PageSize - 1))

@@ -19,11 +19,11 @@ const fileCacheSize = 512
 // files after about two seconds as well).
 const fileCacheIdle = 2 * time.Second
 
-// FileCacheStats are the counters of the open-file cache of READ and WRITE
-// (Server.FileCacheStats).
+// FileCacheStats are the counters of the open-file cache of READ, WRITE
+// and COMMIT (Server.FileCacheStats).
 type FileCacheStats struct {
 	Open      int    // files open in the cache now
-	Hits      uint64 // READs and WRITEs that found their file open
+	Hits      uint64 // READs, WRITEs and COMMITs that found their file open
 	Misses    uint64 // READs and WRITEs that opened it (open_by_handle_at)
 	Evictions uint64 // files closed for the bound, idleness, REMOVE or RENAME, or found unlinked
 }

@@ -19,20 +19,8 @@ import (
 // messages are read through it; tagged and untagged payloads beyond what it
 // already holds are read from the socket straight into their destination.
 // While the stream carries large payloads only its first rxBulkTail bytes
-// are filled by a read, so that little payload is copied through it
-// (measured on loopback, a 4 KiB tail gives ~15% more RDMA Write bandwidth
-// and ~9% lower Send latency than 64 KiB); while it carries small messages
-// (RPC calls and replies of a few KiB) a read fills all of it, so that one
-// readv(2) takes several messages (random 4 KiB NFS READs with 8 callers:
-// 1.1 readv per call instead of 1.95).
-const (
-	rxBufSize  = 32 << 10
-	rxBulkTail = 4 << 10
-)
-
-// rxBulkPayload is the payload size (octets) from which sockReader treats
-// the stream as carrying large payloads (see rxBufSize).
-const rxBulkPayload = 16 << 10
+// are filled by a read (sockReader).
+const rxBufSize = 32 << 10
 
 // tune sets TCP options as Linux siw does (Nagle off) plus liveness:
 // keepalive and TCP_USER_TIMEOUT, so a dead peer or one that stops reading

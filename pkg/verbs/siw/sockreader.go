@@ -63,9 +63,21 @@ func newSockReader(c *net.TCPConn, pending []byte) (*sockReader, error) {
 	return s, nil
 }
 
-// rxSmallRead is the largest read (octets) that says nothing of the
-// stream's payload sizes: headers, markers, pads and CRCs.
-const rxSmallRead = 64
+// Refill sizes. While the stream carries large payloads (a payload-sized
+// read of rxBulkPayload octets or more last) a refill takes only
+// rxBulkTail octets into the buffer, so that little payload is copied
+// through it (measured on loopback, a 4 KiB tail gives ~15% more RDMA
+// Write bandwidth and ~9% lower Send latency than 64 KiB); while it
+// carries small messages (RPC calls and replies of a few KiB) a refill
+// fills the whole buffer (rxBufSize), so that one readv(2) takes several
+// messages (random 4 KiB NFS READs with 8 callers: 1.1 readv per call
+// instead of 1.95). A read of at most rxSmallRead octets (headers,
+// markers, pads and CRCs) says nothing of the payload sizes.
+const (
+	rxBulkTail    = 4 << 10
+	rxBulkPayload = 16 << 10
+	rxSmallRead   = 64
+)
 
 // buffered is the number of stream bytes read from the socket and not yet
 // consumed.
