@@ -8,8 +8,8 @@ import (
 )
 
 // FileCacheCollector exports the counters of the export server's open-file
-// cache of READ, WRITE and COMMIT (nfsserver.FileCacheStats,
-// Server.FileCacheStats), read at scrape time:
+// cache of READ, WRITE, COMMIT and SETATTR's size change
+// (nfsserver.FileCacheStats, Server.FileCacheStats), read at scrape time:
 //
 //   - nfsrdma_server_file_cache_lookups_total{result}: calls that found
 //     their file open ("hit") or opened it ("miss");
@@ -28,7 +28,7 @@ func NewFileCacheCollector(stats func() nfsserver.FileCacheStats) *FileCacheColl
 	}
 	return &FileCacheCollector{
 		stats:     stats,
-		lookups:   d("lookups_total", "NFS READs, WRITEs and COMMITs by whether their file was open in the cache (hit) or opened (miss).", "result"),
+		lookups:   d("lookups_total", "NFS READs, WRITEs, COMMITs and size-changing SETATTRs by whether their file was open in the cache (hit) or opened (miss).", "result"),
 		evictions: d("evictions_total", "Files the open-file cache closed: by the bound, idleness, REMOVE or RENAME, or found unlinked."),
 		open:      d("open_files", "Files open in the open-file cache now."),
 	}

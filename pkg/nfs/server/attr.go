@@ -115,11 +115,14 @@ func (c *call) applySattr(o *obj, sa *nfs3.Sattr) nfs3.Status {
 		}
 		fd := o.fd
 		if !o.file {
-			var err error
-			if fd, err = o.reopen(unix.O_WRONLY); err != nil {
+			// the open-file cache's descriptor for writing, as WRITE
+			// uses: an open(O_TRUNC) is most often followed by WRITEs
+			f, err := c.ioFile(o, c.s.files.get(o.kh, unix.O_WRONLY), unix.O_WRONLY)
+			if err != nil {
 				return statusOf(err)
 			}
-			defer unix.Close(fd)
+			defer c.s.files.release(f)
+			fd = f.fd
 		}
 		// a caller other than root loses the set-ID bits, as the
 		// kernel's do_truncate clears them for one without CAP_FSETID

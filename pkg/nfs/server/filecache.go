@@ -19,12 +19,12 @@ const fileCacheSize = 512
 // files after about two seconds as well).
 const fileCacheIdle = 2 * time.Second
 
-// FileCacheStats are the counters of the open-file cache of READ, WRITE
-// and COMMIT (Server.FileCacheStats).
+// FileCacheStats are the counters of the open-file cache of READ, WRITE,
+// COMMIT and SETATTR's size change (Server.FileCacheStats).
 type FileCacheStats struct {
 	Open      int    // files open in the cache now
-	Hits      uint64 // READs, WRITEs and COMMITs that found their file open
-	Misses    uint64 // READs and WRITEs that opened it (open_by_handle_at)
+	Hits      uint64 // READs, WRITEs, COMMITs and truncating SETATTRs that found their file open
+	Misses    uint64 // READs, WRITEs and truncating SETATTRs that opened it (open_by_handle_at)
 	Evictions uint64 // files closed for the bound, idleness, REMOVE or RENAME, or found unlinked
 }
 
@@ -42,11 +42,11 @@ type cachedFile struct {
 	elem     *list.Element // in fileCache.lru
 }
 
-// fileCache keeps the files READ and WRITE opened from their handles, as
-// knfsd's file cache does: a call whose file is open does one fstat(2)
-// (for the attributes and the permission check, done on every call as
-// before) instead of open_by_handle_at(2) twice (O_PATH and the I/O
-// reopen), fstat(2) and two close(2). Entries are keyed by the kernel file
+// fileCache keeps the files READ, WRITE and SETATTR's truncate opened from
+// their handles, as knfsd's file cache does: a READ or WRITE whose file is
+// open does one fstat(2) (for the attributes and the permission check,
+// done on every call as before) instead of open_by_handle_at(2) twice
+// (O_PATH and the I/O reopen), fstat(2) and two close(2). Entries are keyed by the kernel file
 // handle and the access mode; a cached descriptor refers to the very inode
 // its handle named, so the export and permission checks a call makes
 // before using it are those it made with a fresh open. A file found

@@ -102,6 +102,40 @@ func TestFileCache(t *testing.T) {
 				t.Fatalf("%d descriptors open on the file after WRITEs, want 2 (read, write)", n)
 			}
 
+			// a SETATTR of the size truncates through the WRITEs'
+			// descriptor; one of a file no WRITE opened opens it for
+			// the WRITEs that follow
+			hits = srv.FileCacheStats().Hits
+			if sr, err := c.Setattr(ctx, fh, nfs3.Sattr{SetSize: true, Size: 3}, nfs3.SattrGuard{}); err != nil || sr.Status != nfs3.OK {
+				t.Fatal("SETATTR size 3:", sr.Status, err)
+			}
+			if got := srv.FileCacheStats().Hits; got != hits+1 {
+				t.Fatalf("SETATTR size after WRITEs: %d hits, want %d", got, hits+1)
+			}
+			if fi, err := os.Stat(path); err != nil || fi.Size() != 3 {
+				t.Fatalf("after SETATTR size 3: %v, %v", fi, err)
+			}
+			if n := openFDsOf(t, path); n != 2 {
+				t.Fatalf("%d descriptors open on the file after SETATTR, want 2 (read, write)", n)
+			}
+			if wr, err := c.Write(ctx, fh, 3, data[3:], nfs3.FileSync); err != nil || wr.Status != nfs3.OK {
+				t.Fatal("WRITE after SETATTR:", wr.Status, err)
+			}
+			tr := cacheFile(t, c, root, "t", data)
+			st = srv.FileCacheStats()
+			if sr, err := c.Setattr(ctx, tr, nfs3.Sattr{SetSize: true}, nfs3.SattrGuard{}); err != nil || sr.Status != nfs3.OK {
+				t.Fatal("SETATTR size 0:", sr.Status, err)
+			}
+			if wr, err := c.Write(ctx, tr, 0, []byte("T"), nfs3.FileSync); err != nil || wr.Status != nfs3.OK {
+				t.Fatal("WRITE after SETATTR size 0:", wr.Status, err)
+			}
+			if got := srv.FileCacheStats(); got.Misses != st.Misses+1 || got.Hits != st.Hits+1 {
+				t.Fatalf("SETATTR size 0 then WRITE: %+v, want one miss and one hit more than %+v", got, st)
+			}
+			if got, _ := os.ReadFile(filepath.Join(root, "t")); string(got) != "T" {
+				t.Fatalf("truncated then written file holds %q, want \"T\"", got)
+			}
+
 			// permission checked on every call: the owner's chmod 0600
 			// outside the server keeps uid 1000 out, though the file is
 			// open in the cache
