@@ -181,14 +181,7 @@ func benchVolume(b *testing.B) (*volEnv, nfs3.FH) {
 func BenchmarkDispatchCreateRemove(b *testing.B) {
 	for _, uid := range []uint32{0, 1000} {
 		b.Run("uid"+strconv.Itoa(int(uid)), func(b *testing.B) {
-			root := benchExportRoot(b)
-			srv, err := New(Options{Root: root, Exports: []Export{{Path: "/exp"}}})
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.Cleanup(func() { srv.Close() })
-			t := srv.exports.Load()
-			dir, _ := nfs3.NewFH(t.list[0].rootFH[:t.list[0].fhLen])
+			srv, dir := benchDispatchServer(b)
 			benchDispatchCreateRemove(b, srv, uid, dir)
 		})
 	}
@@ -230,6 +223,20 @@ func dispatcher(b *testing.B, srv *Server, uid uint32) func(proc uint32, args in
 		}
 		bd.RunAfterSend()
 	}
+}
+
+// benchDispatchServer starts a server of one export (/exp of
+// benchExportRoot) with no transport and returns it and the export's root
+// handle.
+func benchDispatchServer(b *testing.B) (*Server, nfs3.FH) {
+	srv, err := New(Options{Root: benchExportRoot(b), Exports: []Export{{Path: "/exp"}}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { srv.Close() })
+	t := srv.exports.Load()
+	dir, _ := nfs3.NewFH(t.list[0].rootFH[:t.list[0].fhLen])
+	return srv, dir
 }
 
 func benchDispatchCreateRemove(b *testing.B, srv *Server, uid uint32, dir nfs3.FH) {
@@ -287,22 +294,16 @@ func (w inlineWrite) Encode(e *xdr.Encoder) { w.EncodeInline(e) }
 // close of one file cost the server through its dispatcher, no transport:
 // a SETATTR of size 0 and an UNSTABLE WRITE of 4 KiB.
 func BenchmarkDispatchTruncateWrite(b *testing.B) {
-	root := benchExportRoot(b)
-	testenv.MustWrite(b, filepath.Join(root, "exp", "f"), nil)
-	srv, err := New(Options{Root: root, Exports: []Export{{Path: "/exp"}}})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { srv.Close() })
-	t := srv.exports.Load()
-	dir, _ := nfs3.NewFH(t.list[0].rootFH[:t.list[0].fhLen])
+	srv, dir := benchDispatchServer(b)
 	call := dispatcher(b, srv, 0)
-	var lres nfs3.LookupRes
-	if call(nfs3.ProcLookup, &nfs3.DirOpArgs{Dir: dir, Name: "f"}, &lres); lres.Status != nfs3.OK {
-		b.Fatal("LOOKUP: ", lres.Status)
+	cargs := nfs3.CreateArgs{Where: nfs3.DirOpArgs{Dir: dir, Name: "f"},
+		How: nfs3.CreateHow{Mode: nfs3.Unchecked, Attr: nfs3.Sattr{SetMode: true, Mode: 0o644}}}
+	var cres nfs3.CreateRes
+	if call(nfs3.ProcCreate, &cargs, &cres); cres.Status != nfs3.OK || !cres.Obj.Set {
+		b.Fatal("CREATE: ", cres.Status)
 	}
-	sargs := nfs3.SetattrArgs{Object: lres.Object, Attr: nfs3.Sattr{SetSize: true}}
-	wargs := nfs3.WriteArgs{File: lres.Object, Stable: nfs3.Unstable, Data: make([]byte, 4096)}
+	sargs := nfs3.SetattrArgs{Object: cres.Obj.FH, Attr: nfs3.Sattr{SetSize: true}}
+	wargs := nfs3.WriteArgs{File: cres.Obj.FH, Stable: nfs3.Unstable, Data: make([]byte, 4096)}
 	var sres nfs3.SetattrRes
 	var wres nfs3.WriteRes
 	b.ReportAllocs()
