@@ -122,7 +122,7 @@ func (c *call) applySattr(o *obj, sa *nfs3.Sattr) nfs3.Status {
 				return statusOf(err)
 			}
 			defer c.s.files.release(f)
-			fd = f.fd
+			fd = f.val
 		}
 		// a caller other than root loses the set-ID bits, as the
 		// kernel's do_truncate clears them for one without CAP_FSETID

@@ -149,8 +149,8 @@ func (c *call) openIO(fh *nfs3.FH, acc int) (o obj, f *cachedFile, st nfs3.Statu
 		return obj{fd: -1}, nil, st
 	}
 	if f := c.s.files.get(kh, acc); f != nil {
-		o := obj{fd: f.fd, shared: true, ex: ex, kh: kh, rootFD: c.s.rootFD, ro: ro}
-		if unix.Fstat(f.fd, &o.st) == nil && o.st.Nlink > 0 {
+		o := obj{fd: f.val, shared: true, ex: ex, kh: kh, rootFD: c.s.rootFD, ro: ro}
+		if unix.Fstat(f.val, &o.st) == nil && o.st.Nlink > 0 {
 			return o, f, nfs3.OK
 		}
 		// unlinked (or failing): open it again from its handle, which

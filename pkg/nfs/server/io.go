@@ -105,7 +105,7 @@ func (c *call) read(d *xdr.Decoder, b *sunrpc.Builder) error {
 		if f, err = c.ioFile(&o, f, unix.O_RDONLY); err != nil {
 			st = statusOf(err)
 		} else {
-			fd := f.fd
+			fd := f.val
 			var n int
 			mapped := false
 			if count > 0 && a.Offset < 1<<63 {
@@ -185,13 +185,13 @@ func (c *call) write(d *xdr.Decoder, b *sunrpc.Builder) error {
 		f, err = c.ioFile(&o, f, unix.O_WRONLY)
 		if err == nil {
 			if mode, drop := c.id.setIDAfterWrite(&o.st); drop && size > 0 {
-				err = unix.Fchmod(f.fd, mode)
+				err = unix.Fchmod(f.val, mode)
 			}
 		}
 		if err != nil {
 			st = statusOf(err)
 		} else {
-			fd, n := f.fd, 0
+			fd, n := f.val, 0
 			overQuota, err := c.quotaWrite(&o, fd, int64(off), int64(size), stable, func() error {
 				var err error
 				if vec != nil {
@@ -252,7 +252,7 @@ func (c *call) commit(d *xdr.Decoder, b *sunrpc.Builder) error {
 		case o.st.Mode&unix.S_IFMT != unix.S_IFREG:
 			st = nfs3.ErrInval
 		case f != nil:
-			st = statusOf(c.syncCharged(&o, f.fd))
+			st = statusOf(c.syncCharged(&o, f.val))
 		default:
 			fd, err := o.reopen(unix.O_RDONLY)
 			if err == nil {

@@ -2,7 +2,6 @@ package server
 
 import (
 	"runtime/debug"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -14,8 +13,7 @@ import (
 // pwrite(2)) in windows of this size aligned on it.
 const ReadMapWindow = 4 << 20
 
-// readMapIdle is how long a window nobody reads stays mapped; older ones
-// are unmapped by the next READ that maps or looks up a window, so that a
+// readMapIdle is how long a window nobody reads stays mapped, so that a
 // mapping of a file removed outside the server does not pin its space.
 const readMapIdle = 30 * time.Second
 
@@ -36,46 +34,34 @@ type winKey struct {
 	idx      int64 // offset / ReadMapWindow
 }
 
-// window is one mapping. refs counts READs whose replies are being sent
-// from it; a window evicted with refs > 0 is unmapped by the last release.
-type window struct {
-	key        winKey
-	mem        []byte
-	refs       int
-	gone       bool   // out of the table
-	seq        uint64 // readMap.seq when mapped
-	used       time.Time
-	prev, next *window // LRU list, most recent first
-	release    func()  // m.release(w), made once
-}
+// window is one mapping (val, ReadMapWindow bytes). Its refs count READs
+// whose replies are being sent from it; a window evicted meanwhile is
+// unmapped by the last release.
+type window = cacheEntry[winKey, []byte]
 
 // readMap is the table of mapped windows, bounded by limit bytes, least
 // recently used evicted first. A window holds a reference to its file (the
 // mapping does), so a (dev, ino) key cannot name another file while mapped.
 type readMap struct {
+	inodeCache[winKey, []byte]
 	limit int64
-	idle  time.Duration // readMapIdle
 
-	mu         sync.Mutex
-	wins       map[winKey]*window
-	head, tail *window
-	mapped     int64
-	seq        uint64 // windows mapped so far (window.seq of the last)
-
-	hits, misses, evictions, copied, faults atomic.Uint64
+	copied, faults atomic.Uint64
 }
 
 func newReadMap(limit int64) *readMap {
 	if limit > 0 && limit < ReadMapWindow {
 		limit = ReadMapWindow
 	}
-	return &readMap{limit: max(limit, 0), idle: readMapIdle, wins: map[winKey]*window{}}
+	limit = max(limit, 0)
+	m := &readMap{limit: limit}
+	m.inodeCache = *newInodeCache[winKey, []byte](int(limit/ReadMapWindow), readMapIdle, func(mem []byte) { unix.Munmap(mem) })
+	return m
 }
 
 func (m *readMap) stats() ReadMapStats {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return ReadMapStats{Limit: m.limit, Mapped: m.mapped, Windows: len(m.wins),
+	n := m.size()
+	return ReadMapStats{Limit: m.limit, Mapped: int64(n) * ReadMapWindow, Windows: n,
 		Hits: m.hits.Load(), Misses: m.misses.Load(), Evictions: m.evictions.Load(),
 		Copied: m.copied.Load(), Faults: m.faults.Load()}
 }
@@ -89,171 +75,17 @@ func (m *readMap) get(fd int, st *unix.Stat_t, off int64) *window {
 		return nil
 	}
 	k := winKey{dev: st.Dev, ino: st.Ino, idx: off / ReadMapWindow}
-	now := time.Now()
-	m.mu.Lock()
-	m.expireLocked(now)
-	if w := m.wins[k]; w != nil {
-		w.refs++
-		w.used = now
-		m.frontLocked(w)
-		m.mu.Unlock()
-		m.hits.Add(1)
+	if w := m.inodeCache.get(k); w != nil {
 		return w
 	}
-	for m.mapped+ReadMapWindow > m.limit {
-		v := m.tail
-		for v != nil && v.refs > 0 {
-			v = v.prev
-		}
-		if v == nil {
-			m.mu.Unlock()
-			return nil
-		}
-		m.dropLocked(v)
-	}
-	m.mapped += ReadMapWindow // reserved while mapping outside the lock
-	m.mu.Unlock()
-	mem, err := unix.Mmap(fd, k.idx*ReadMapWindow, ReadMapWindow, unix.PROT_READ, unix.MAP_SHARED)
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if err != nil {
-		m.mapped -= ReadMapWindow
+	if !m.room() {
 		return nil
 	}
-	m.misses.Add(1)
-	m.seq++
-	w := &window{key: k, mem: mem, refs: 1, used: now, seq: m.seq}
-	w.release = func() { m.release(w) }
-	if old := m.wins[k]; old != nil { // mapped meanwhile by another READ
-		m.dropLocked(old)
+	mem, err := unix.Mmap(fd, k.idx*ReadMapWindow, ReadMapWindow, unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		return nil
 	}
-	m.wins[k] = w
-	m.frontLocked(w)
-	return w
-}
-
-// release drops a reference taken by get.
-func (m *readMap) release(w *window) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	w.refs--
-	if w.gone && w.refs == 0 {
-		unix.Munmap(w.mem)
-		w.mem = nil
-	}
-}
-
-// forget unmaps (now, or when their replies are sent) the windows of the
-// file (dev, ino): REMOVE and RENAME call it when they unlink a file.
-func (m *readMap) forget(dev, ino uint64) {
-	if m.limit == 0 {
-		return
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	for w := m.head; w != nil; {
-		next := w.next
-		if w.key.dev == dev && w.key.ino == ino {
-			m.dropLocked(w)
-		}
-		w = next
-	}
-}
-
-// close unmaps every window not in use (the rest when released).
-// mark returns the count of windows mapped so far and whether any is
-// mapped now. A REMOVE that finds none mapped unlinks without learning
-// the file's inode, then calls forgetSince(seq) for the windows mapped
-// meanwhile.
-func (m *readMap) mark() (seq uint64, mapped bool) {
-	if m.limit == 0 {
-		return 0, false
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.seq, len(m.wins) > 0
-}
-
-// forgetSince unmaps (now, or when their replies are sent) the windows
-// mapped after mark returned seq, whatever their file.
-func (m *readMap) forgetSince(seq uint64) {
-	if m.limit == 0 {
-		return
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.seq == seq {
-		return
-	}
-	for w := m.head; w != nil; {
-		next := w.next
-		if w.seq > seq {
-			m.dropLocked(w)
-		}
-		w = next
-	}
-}
-
-func (m *readMap) close() {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	for m.head != nil {
-		m.dropLocked(m.head)
-	}
-}
-
-func (m *readMap) expireLocked(now time.Time) {
-	for m.tail != nil && m.tail.refs == 0 && now.Sub(m.tail.used) > m.idle {
-		m.dropLocked(m.tail)
-	}
-}
-
-// dropLocked takes w out of the table and the list, unmapping it unless
-// a reply is still being sent from it.
-func (m *readMap) dropLocked(w *window) {
-	if w.prev != nil {
-		w.prev.next = w.next
-	} else {
-		m.head = w.next
-	}
-	if w.next != nil {
-		w.next.prev = w.prev
-	} else {
-		m.tail = w.prev
-	}
-	w.prev, w.next = nil, nil
-	delete(m.wins, w.key)
-	w.gone = true
-	m.mapped -= ReadMapWindow
-	m.evictions.Add(1)
-	if w.refs == 0 {
-		unix.Munmap(w.mem)
-		w.mem = nil
-	}
-}
-
-func (m *readMap) frontLocked(w *window) {
-	if m.head == w {
-		return
-	}
-	if w.prev != nil || w.next != nil || m.tail == w {
-		if w.prev != nil {
-			w.prev.next = w.next
-		}
-		if w.next != nil {
-			w.next.prev = w.prev
-		} else {
-			m.tail = w.prev
-		}
-	}
-	w.prev, w.next = nil, m.head
-	if m.head != nil {
-		m.head.prev = w
-	}
-	m.head = w
-	if m.tail == nil {
-		m.tail = w
-	}
+	return m.add(k, st.Dev, st.Ino, mem)
 }
 
 // readMapped returns count bytes (fewer at end of file) of fd's file at
@@ -281,8 +113,8 @@ func (m *readMap) readMapped(fd int, st *unix.Stat_t, off int64, count int, b in
 		return nil, false
 	}
 	lo := int(off % ReadMapWindow)
-	data = w.mem[lo : lo+count : lo+count]
-	if !populate(w.mem, lo, count) {
+	data = w.val[lo : lo+count : lo+count]
+	if !populate(w.val, lo, count) {
 		m.faults.Add(1)
 		m.release(w)
 		return nil, false

@@ -33,36 +33,57 @@ func TestReadMapWindowsInUse(t *testing.T) {
 	m.release(w0)
 	m.release(w0)
 	w1 := m.get(fd, st, 2*ReadMapWindow)
-	if w1 == nil || w0.mem != nil || !w0.gone {
+	if w1 == nil || w0.val != nil || !w0.gone {
 		t.Fatalf("the idle window was not evicted for a new one: %v, %+v", w1, m.stats())
 	}
 	m.forget(st.Dev, st.Ino)
-	if s := m.stats(); s.Mapped != 0 || s.Windows != 0 || w1.mem == nil {
-		t.Fatalf("forget of a window in use: %+v, still mapped %v", s, w1.mem != nil)
+	if s := m.stats(); s.Mapped != 0 || s.Windows != 0 || w1.val == nil {
+		t.Fatalf("forget of a window in use: %+v, still mapped %v", s, w1.val != nil)
 	}
-	if w1.mem[0] != 0 { // still readable: a reply may be sending it
+	if w1.val[0] != 0 { // still readable: a reply may be sending it
 		t.Fatal("window bytes")
 	}
 	m.release(w1)
-	if w1.mem != nil {
+	if w1.val != nil {
 		t.Fatal("a forgotten window stays mapped after its release")
 	}
 }
 
-// TestReadMapIdle: windows nobody read for the idle time are unmapped by
-// the next READ that looks one up, not kept until the bound needs them.
+// TestReadMapIdle: windows nobody read for the idle time are unmapped,
+// not kept until the bound needs them; one a reply is still being sent
+// from leaves the table then too, and is unmapped by its release.
 func TestReadMapIdle(t *testing.T) {
 	fd, st := windowsFile(t, 2)
 	m := newReadMap(64 * ReadMapWindow)
 	defer m.close()
-	m.idle = time.Millisecond
+	m.idle = 20 * time.Millisecond
+	// expired waits until no window is mapped and returns whether w is
+	// unmapped
+	expired := func(w *window) bool {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for m.stats().Windows != 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("idle window kept: %+v", m.stats())
+			}
+			time.Sleep(time.Millisecond)
+		}
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		return w.gone && w.val == nil
+	}
 	w0 := m.get(fd, st, 0)
 	m.release(w0)
-	time.Sleep(5 * time.Millisecond)
+	if !expired(w0) || m.stats().Evictions != 1 {
+		t.Fatalf("idle window not unmapped: %+v", m.stats())
+	}
 	w1 := m.get(fd, st, ReadMapWindow)
-	defer m.release(w1)
-	if s := m.stats(); s.Windows != 1 || s.Evictions != 1 || w0.mem != nil {
-		t.Fatalf("idle window kept: %+v", s)
+	if expired(w1) {
+		t.Fatal("a window in use unmapped when it expired")
+	}
+	m.release(w1)
+	if w1.val != nil {
+		t.Fatal("an expired window stays mapped after its release")
 	}
 }
 
@@ -100,7 +121,7 @@ func TestPopulate(t *testing.T) {
 	}
 	defer m.release(w)
 	const lo, n = 3 * pageSize, 64 * pageSize
-	if !populate(w.mem, lo+1, n-1) {
+	if !populate(w.val, lo+1, n-1) {
 		t.Fatal("populate of a range inside the file refused")
 	}
 	runtime.LockOSThread()
@@ -108,7 +129,7 @@ func TestPopulate(t *testing.T) {
 	before := minorFaults(t)
 	var s byte
 	for i := lo; i < lo+n; i += pageSize {
-		s += w.mem[i]
+		s += w.val[i]
 	}
 	if f := minorFaults(t) - before; f != 0 || s != 0 {
 		t.Errorf("%d page faults reading %d populated pages", f, n/pageSize)
@@ -116,10 +137,10 @@ func TestPopulate(t *testing.T) {
 	if err := os.Truncate(fmt.Sprintf("/proc/self/fd/%d", fd), 2*pageSize); err != nil {
 		t.Fatal(err)
 	}
-	if populate(w.mem, lo, n) {
+	if populate(w.val, lo, n) {
 		t.Error("populate past the end of a file that shrank reported the pages present")
 	}
-	if !populate(w.mem, 0, 2*pageSize) {
+	if !populate(w.val, 0, 2*pageSize) {
 		t.Error("populate of what is left of the file refused")
 	}
 }
@@ -158,7 +179,7 @@ func TestReadMapMarkForgetSince(t *testing.T) {
 	w1 := m.get(fd, st, ReadMapWindow)
 	m.release(w1)
 	m.forgetSince(seq)
-	if s := m.stats(); !w1.gone || w1.mem != nil || w0.gone || s.Windows != 1 {
+	if s := m.stats(); !w1.gone || w1.val != nil || w0.gone || s.Windows != 1 {
 		t.Fatalf("forgetSince: later window gone %v, earlier gone %v, %+v", w1.gone, w0.gone, s)
 	}
 	if seq, mapped := newReadMap(0).mark(); seq != 0 || mapped {
