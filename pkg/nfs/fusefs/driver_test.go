@@ -62,7 +62,7 @@ func TestDriverMountBinary(t *testing.T) {
 			}
 			if how == "sigterm" {
 				cmd.Process.Signal(syscall.SIGTERM)
-			} else if err := syscall.Unmount(dir, 0); err != nil {
+			} else if err := unmountBusy(dir, 5*time.Second); err != nil {
 				t.Fatal("umount:", err)
 			}
 			select {
@@ -92,5 +92,20 @@ func TestDriverMountBadOptions(t *testing.T) {
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) || !bytes.Contains(out, []byte("unknown option")) {
 		t.Fatalf("%v\n%s", err, out)
+	}
+}
+
+// unmountBusy is umount(2) of dir, retried while the mount is busy, for
+// up to timeout: on a loaded machine an unmount right after a file on the
+// mount was written and closed has met EBUSY, as kubelet's unmounts
+// (retried) may.
+func unmountBusy(dir string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		err := syscall.Unmount(dir, 0)
+		if err != syscall.EBUSY || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
