@@ -11,6 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+
 	"github.com/nfsrdma/nfsrdma-csi/pkg/fuseuring"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/nfs/mountopts"
 	"github.com/nfsrdma/nfsrdma-csi/pkg/sunrpc"
@@ -184,5 +187,85 @@ func TestURingUnlinkWithoutOpenFiles(t *testing.T) {
 	}
 	for _, e := range ents {
 		t.Errorf("left on the server: %s", e.Name())
+	}
+}
+
+// unlinkProbe runs probe before each UNLINK it passes on.
+type unlinkProbe struct {
+	fuse.RawFileSystem
+	probe func()
+}
+
+func (u *unlinkProbe) Unlink(cancel <-chan struct{}, h *fuse.InHeader, name string) fuse.Status {
+	u.probe()
+	return u.RawFileSystem.Unlink(cancel, h, name)
+}
+
+// TestURingUnlinkNoWait: an unlink answered on a ring queue's thread does
+// not wait for the RELEASE of a file it finds closing (awaitRelease
+// returns at once: that RELEASE may sit in the same queue behind the
+// unlink, as when a file opens and closes between answersAlone's look at
+// the mount's open files and the unlink), while off the queues' threads
+// the same wait lasts ReleaseWait.
+func TestURingUnlinkNoWait(t *testing.T) {
+	needFUSE(t)
+	setEnableURing(t, true)
+	closing := func() *sharedFile { return &sharedFile{opens: 1, closed: 1} }
+	start := time.Now()
+	if n := closing().awaitRelease(context.Background()); n != 1 || time.Since(start) < ReleaseWait {
+		t.Fatalf("off a queue's thread: %d open after %v, want 1 after %v or more", n, time.Since(start), ReleaseWait)
+	}
+
+	type result struct {
+		onQueue bool
+		opens   int
+		took    time.Duration
+	}
+	results := make(chan result, 4)
+	wrap := func(raw fuse.RawFileSystem) fuse.RawFileSystem {
+		return &unlinkProbe{RawFileSystem: raw, probe: func() {
+			start := time.Now()
+			n := closing().awaitRelease(context.Background())
+			results <- result{fuseuring.OnQueueThread(), n, time.Since(start)}
+		}}
+	}
+	back, dir := t.TempDir(), t.TempDir()
+	root, err := fs.NewLoopbackRoot(back)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := &fs.Options{MountOptions: fuse.MountOptions{FsName: "nowait-test", Name: "nfsrdmatest", MaxWrite: 1 << 20}}
+	rs, err := serveRing(dir, -1, opts, wrap, root, func(uint32) bool { return true }, true)
+	if err != nil {
+		t.Skip("FUSE over io_uring:", err)
+	}
+	t.Cleanup(func() {
+		done := make(chan struct{})
+		go func() { _ = rs.Unmount(); _ = rs.Close(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Error("ring server did not stop; aborting")
+			_ = rs.Abort()
+			<-done
+		}
+	})
+	p := filepath.Join(dir, "x")
+	if err := os.WriteFile(p, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(p); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-results:
+		if !r.onQueue {
+			t.Fatal("the UNLINK was not answered on a queue's thread")
+		}
+		if r.opens != 1 || r.took >= ReleaseWait {
+			t.Errorf("on a queue's thread: %d open after %v, want 1 at once (less than %v)", r.opens, r.took, ReleaseWait)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no UNLINK reached the file system")
 	}
 }
