@@ -38,6 +38,9 @@ func TestMain(m *testing.M) {
 //	early     write "boom: server unreachable" to stderr, exit 3 without
 //	          answering
 //	hang      never answer; serve until killed
+//	recovercrash  like serve, but the first process started with
+//	          --recover for TARGET (no TARGET/recovercrash yet) answers
+//	          "ok" and is killed (SIGKILL) right after
 //
 // Every mode exits when its parent (the test binary) is gone.
 func helperMain(args []string) int {
@@ -72,7 +75,7 @@ func helperMain(args []string) int {
 		fmt.Fprintln(os.Stderr, "boom: server unreachable")
 		return 3
 	case "hang":
-	case "serve", "stubborn":
+	case "serve", "stubborn", "recovercrash":
 		if mode == "stubborn" {
 			signal.Ignore(syscall.SIGTERM)
 		}
@@ -90,8 +93,20 @@ func helperMain(args []string) int {
 			fmt.Fprintln(ready, "error:", err)
 			return 1
 		}
+		crash := false
+		if mode == "recovercrash" && strings.Contains(strings.Join(args, " "), "--recover") {
+			f, err := os.OpenFile(filepath.Join(target, "recovercrash"), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+			if err == nil {
+				f.Close()
+				crash = true
+			}
+		}
 		fmt.Fprintln(ready, "ok")
 		ready.Close()
+		if crash {
+			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			select {}
+		}
 	default:
 		fmt.Fprintln(os.Stderr, "helper: unknown mode", mode)
 		return 2

@@ -81,3 +81,41 @@ func TestRecoverAfterKill(t *testing.T) {
 		t.Fatal("a process was started after a SIGTERM")
 	}
 }
+
+// TestRecoverCrashRightAfterReady: a process taking a crashed mount's
+// connection up that crashes right after its ready line (before or while
+// its launch returns) is a crash to recover again, not a failed recovery
+// nor a dead process recorded as serving: a second --recover process
+// serves the mount.
+func TestRecoverCrashRightAfterReady(t *testing.T) {
+	e := startServer(t, "", "recovercrash", 30*time.Second)
+	ctx := testenv.Context(t, time.Minute)
+	target := newTarget(t)
+	fuse := tokenFile(t, "token-1")
+	m, err := e.c.Mount(ctx, Mount{Target: target, Source: "10.0.0.1:/vol"}, fuse)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fuse.Close()
+	if err := os.Remove(filepath.Join(target, "args")); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(m.PID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	var ms []Mount
+	if !testenv.WaitFor(20*time.Second, func() bool {
+		ms, err = e.c.List(ctx)
+		if err != nil || len(ms) != 1 || ms[0].PID == m.PID || !alive(ms[0]) {
+			return false
+		}
+		_, crashed := os.Stat(filepath.Join(target, "recovercrash"))
+		return crashed == nil
+	}) {
+		t.Fatalf("no live process serves the mount after a recovering process crashed at once: %+v, %v", ms, err)
+	}
+	t.Cleanup(func() { killWait(t, ms[0].PID) })
+	if args, _ := os.ReadFile(filepath.Join(target, "args")); !strings.Contains(string(args), "--recover") {
+		t.Fatalf("serving process arguments %q: not a recovery", args)
+	}
+}

@@ -90,7 +90,10 @@ type Server struct {
 // proc is one serving process.
 type proc struct {
 	m    Mount
-	done chan struct{} // closed when the process has exited
+	done chan struct{} // closed when the process has exited and is forgotten
+	// exited is closed as soon as the process's exit is seen (processes
+	// this mounter started; nil for adopted ones)
+	exited chan struct{}
 	// fuse is this mounter's duplicate of the mount's /dev/fuse
 	// descriptor: the connection outlives the process, and a process
 	// started with --recover takes it up after a crash (for an adopted
@@ -360,6 +363,14 @@ func (s *Server) launch(ctx context.Context, m Mount, fuse *os.File, mode launch
 		return Mount{}, errors.New("mount: target must be absolute and source set")
 	}
 	m.Target = filepath.Clean(m.Target)
+	// settled is closed when this launch has returned, after the target
+	// is no longer starting: the exit of the process it started waits for
+	// it, so that a process that dies just after its ready line is
+	// either this launch's failure or a crash recovered after it, never
+	// both (a recovery refused as "in progress", the dead process then
+	// recorded as serving)
+	settled := make(chan struct{})
+	defer close(settled)
 	s.mu.Lock()
 	if _, ok := s.starting[m.Target]; ok {
 		s.mu.Unlock()
@@ -454,7 +465,7 @@ func (s *Server) launch(ctx context.Context, m Mount, fuse *os.File, mode launch
 		return Mount{}, fmt.Errorf("mount: start %s: %w", s.Exe, err)
 	}
 	m.PID, m.Started = cmd.Process.Pid, time.Now()
-	p = &proc{m: m, done: make(chan struct{})}
+	p = &proc{m: m, done: make(chan struct{}), exited: make(chan struct{})}
 	if mode != modeTakeOver {
 		p.fuse = dupFile(fuse)
 	}
@@ -471,6 +482,8 @@ func (s *Server) launch(ctx context.Context, m Mount, fuse *os.File, mode launch
 	go func() {
 		err := cmd.Wait()
 		klog.InfoS("mounter: mount process exited", "target", m.Target, "pid", m.PID, "err", err)
+		close(p.exited)
+		<-settled
 		s.mu.Lock()
 		stopped := s.stopped
 		s.mu.Unlock()
@@ -527,16 +540,8 @@ func (s *Server) launch(ctx context.Context, m Mount, fuse *os.File, mode launch
 		p.released = true // no recovery of a process that never served
 		s.mu.Unlock()
 		_ = cmd.Process.Kill()
-		<-p.done
-		if prev != nil && mode == modeTakeOver {
-			// the process that serves on (a takeover refused)
-			s.mu.Lock()
-			if _, ok := s.mounts[m.Target]; !ok {
-				s.mounts[m.Target] = prev
-				s.writeState(prev.m)
-			}
-			s.mu.Unlock()
-		}
+		<-p.exited // its exit is handled once this launch returned
+		s.unlistFailed(m.Target, p, prev, mode)
 		msg := strings.TrimPrefix(res, "error: ")
 		if msg == "" {
 			msg = "exited before mounting: " + tail(m.Log)
@@ -544,8 +549,18 @@ func (s *Server) launch(ctx context.Context, m Mount, fuse *os.File, mode launch
 		return Mount{}, fmt.Errorf("%w: %s", ErrMount, msg)
 	}
 	select {
-	case <-p.done: // exited right away
-		return Mount{}, fmt.Errorf("%w: exited after mounting: %s", ErrMount, tail(m.Log))
+	case <-p.exited:
+		if mode != modeRecover {
+			// exited right away: a failed launch, not recovered
+			s.mu.Lock()
+			p.released = true
+			s.mu.Unlock()
+			s.unlistFailed(m.Target, p, prev, mode)
+			return Mount{}, fmt.Errorf("%w: exited after mounting: %s", ErrMount, tail(m.Log))
+		}
+		// a process that took the connection up and crashed at once:
+		// it served, and its exit (after this launch) is a crash to
+		// recover again, within maxRecoveries
 	default:
 	}
 	if mode == modeTakeOver {
@@ -561,6 +576,23 @@ func (s *Server) launch(ctx context.Context, m Mount, fuse *os.File, mode launch
 	s.writeState(m)
 	klog.InfoS("mounter: serving", "target", m.Target, "source", m.Source, "pid", m.PID, "volume", m.VolumeID, "pod", m.PodUID)
 	return m, nil
+}
+
+// unlistFailed takes p, the process of a launch that failed, off the
+// mounts at once (its exit is handled after the launch returned), and
+// lists prev again when it was a takeover's predecessor, which serves on.
+func (s *Server) unlistFailed(target string, p, prev *proc, mode launchMode) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cur, ok := s.mounts[target]
+	if ok && cur == p {
+		delete(s.mounts, target)
+		ok = false
+	}
+	if !ok && prev != nil && mode == modeTakeOver {
+		s.mounts[target] = prev
+		s.writeState(prev.m)
+	}
 }
 
 // forget drops p once its process has exited. Its state file is removed
