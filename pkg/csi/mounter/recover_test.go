@@ -1,6 +1,7 @@
 package mounter
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,15 +18,7 @@ import (
 // map; the mount is listed with the new process. A process ending with
 // SIGTERM is not restarted.
 func TestRecoverAfterKill(t *testing.T) {
-	e := startServer(t, "", "serve", 30*time.Second)
-	ctx := testenv.Context(t, time.Minute)
-	target := newTarget(t)
-	fuse := tokenFile(t, "token-1")
-	m, err := e.c.Mount(ctx, Mount{Target: target, Source: "10.0.0.1:/vol"}, fuse)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fuse.Close() // the mounter keeps its own duplicate
+	e, ctx, target, m := mountToken(t, "serve")
 	if err := os.Remove(filepath.Join(target, "fd3")); err != nil {
 		t.Fatal(err)
 	}
@@ -88,15 +81,7 @@ func TestRecoverAfterKill(t *testing.T) {
 // nor a dead process recorded as serving: a second --recover process
 // serves the mount.
 func TestRecoverCrashRightAfterReady(t *testing.T) {
-	e := startServer(t, "", "recovercrash", 30*time.Second)
-	ctx := testenv.Context(t, time.Minute)
-	target := newTarget(t)
-	fuse := tokenFile(t, "token-1")
-	m, err := e.c.Mount(ctx, Mount{Target: target, Source: "10.0.0.1:/vol"}, fuse)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fuse.Close()
+	e, ctx, target, m := mountToken(t, "recovercrash")
 	if err := os.Remove(filepath.Join(target, "args")); err != nil {
 		t.Fatal(err)
 	}
@@ -104,6 +89,7 @@ func TestRecoverCrashRightAfterReady(t *testing.T) {
 		t.Fatal(err)
 	}
 	var ms []Mount
+	var err error
 	if !testenv.WaitFor(20*time.Second, func() bool {
 		ms, err = e.c.List(ctx)
 		if err != nil || len(ms) != 1 || ms[0].PID == m.PID || !alive(ms[0]) {
@@ -118,4 +104,21 @@ func TestRecoverCrashRightAfterReady(t *testing.T) {
 	if args, _ := os.ReadFile(filepath.Join(target, "args")); !strings.Contains(string(args), "--recover") {
 		t.Fatalf("serving process arguments %q: not a recovery", args)
 	}
+}
+
+// mountToken starts a mounter whose mount processes are the helper in
+// mode, and mounts a new target on a connection stand-in (a file holding
+// "token-1", closed after: the mounter keeps its own duplicate).
+func mountToken(t *testing.T, mode string) (*env, context.Context, string, Mount) {
+	t.Helper()
+	e := startServer(t, "", mode, 30*time.Second)
+	ctx := testenv.Context(t, time.Minute)
+	target := newTarget(t)
+	fuse := tokenFile(t, "token-1")
+	m, err := e.c.Mount(ctx, Mount{Target: target, Source: "10.0.0.1:/vol"}, fuse)
+	fuse.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e, ctx, target, m
 }
