@@ -491,11 +491,15 @@ func (c *Client) fail(cause error) {
 	c.waiters = nil
 	c.mu.Unlock()
 	c.opts.Logger.Debug("rpcrdma: connection lost", "peer", c.qp.RemoteAddr(), "err", cause)
+	// the QP first: once Close returned, nothing is placed in the
+	// callers' buffers any more (an RDMA Write of a reply in progress
+	// has ended), so that a call the callers retransmit over another
+	// connection into the same buffers is not written by this one too
+	c.qp.Close()
 	for _, w := range ws {
 		close(w.ch)
 	}
 	close(c.done)
-	c.qp.Close()
 	c.cancel()
 }
 

@@ -395,7 +395,10 @@ type QP interface {
 	Err() error
 	LocalAddr() net.Addr
 	RemoteAddr() net.Addr
-	// Close disconnects (if connected), flushes outstanding work and frees the QP.
+	// Close disconnects (if connected), flushes outstanding work and frees
+	// the QP. It returns once the QP places no more incoming data in
+	// registered memory (a placement under way has ended), also when
+	// another goroutine began the failure.
 	Close() error
 }
 

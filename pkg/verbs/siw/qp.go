@@ -381,7 +381,6 @@ func (q *qp) setError(err error) bool {
 	}
 	q.state.Store(uint32(verbs.QPError))
 	q.err = err
-	close(q.done)
 	c := q.conn
 	q.stateMu.Unlock()
 	q.txReady.Store(false)
@@ -422,6 +421,9 @@ func (q *qp) setError(err error) bool {
 		q.rqHead = (q.rqHead + 1) % len(q.rq)
 	}
 	q.rqMu.Unlock()
+	// Done only now: whoever it wakes finds every work request flushed
+	// and no placement under way
+	close(q.done)
 	q.wakeTx()
 	return true
 }
@@ -449,8 +451,11 @@ func closeTCP(c *net.TCPConn) {
 // peer can read our last FPDU (a Terminate) before the socket closes.
 const closeLinger = time.Second
 
-// Close disconnects and flushes. The peer sees the connection end.
+// Close disconnects and flushes, and returns once no byte is placed in
+// the consumer's memory any more (a failure another goroutine began has
+// ended its flush too). The peer sees the connection end.
 func (q *qp) Close() error {
 	q.fail(fmt.Errorf("%w: closed locally", verbs.ErrDisconnect))
+	<-q.done
 	return nil
 }

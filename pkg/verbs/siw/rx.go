@@ -199,6 +199,15 @@ func (q *qp) rxTagged(n uint32) error {
 		if n == 0 {
 			return nil // a zero-length Write is not checked (RFC 5040 section 5.1)
 		}
+		// under placing, as every placement: once the QP failed (Close
+		// returned), no byte lands in the consumer's memory, which it
+		// may then reuse (a call retransmitted over another connection
+		// into the same buffer)
+		q.placing.Lock()
+		defer q.placing.Unlock()
+		if q.State() == verbs.QPError {
+			return net.ErrClosed
+		}
 		dst, err := q.taggedTarget(h.stag, h.to, n, verbs.AccessRemoteWrite)
 		if err != nil {
 			return err
