@@ -346,11 +346,16 @@ func TestBadRKey(t *testing.T) {
 	mustPost(t, c.qp, &verbs.SendWR{ID: 60, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled, SGL: []verbs.SGE{src.SGE(0, 64)},
 		RemoteAddr: target.Addr() + 4090, RKey: target.RKey()}) // past the end
 	wc := waitWC(t, c.cq)
-	if c.dev.Transport() == "iwarp" && wc.Status == verbs.WCSuccess {
+	switch {
+	case c.dev.Transport() == "iwarp" && wc.ID == 60 && wc.Status == verbs.WCSuccess:
 		// iWARP completes an RDMA Write when it is sent; the peer's
 		// Terminate then moves the QP to error
 		t.Logf("iWARP: write completed locally, waiting for the terminate")
-	} else if wc.ID != 60 || wc.Status != verbs.WCRemAccessErr || !errors.Is(wc.Err, verbs.ErrRemoteError) {
+	case c.dev.Transport() == "iwarp" && wc.ID == 60 && (wc.Status == verbs.WCLocQPOpErr || wc.Status == verbs.WCFlushErr):
+		// the peer's Terminate came before the Write completed locally
+		// (Linux siw then fails it): the QP is in error as well
+		t.Logf("iWARP: the terminate came first: %+v", wc)
+	case wc.ID != 60 || wc.Status != verbs.WCRemAccessErr || !errors.Is(wc.Err, verbs.ErrRemoteError):
 		t.Fatalf("write past the region: %+v", wc)
 	}
 	select {
