@@ -107,8 +107,10 @@ type qp struct {
 	term     *termInfo
 
 	// placing is held by the receive path while it places bytes into a
-	// posted receive or an RDMA Read sink; setError takes it, so that no
-	// byte lands in a buffer after its flush completion was delivered.
+	// posted receive, an RDMA Read sink or the target of an RDMA Write;
+	// setError takes it, so that no byte lands in a buffer after its
+	// flush completion was delivered, nor in a Write's target once Close
+	// returned.
 	placing sync.Mutex
 
 	// receive queue (rqMu)
